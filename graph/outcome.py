@@ -1,0 +1,85 @@
+"""What an invocation reports: one `Outcome`, shown as text or as one JSON object."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from graph.errors import RunError
+from graph.exitcodes import ExitCode
+
+REVIEW_REMINDER = "Review required: a person must check this model-written answer before use."
+
+
+@dataclass
+class Outcome:
+    """The result of one invocation, as printed by `graph.run`.
+
+    `to_json` gives the `--json` object; its keys are a contract for scripts:
+    `thread_id`, `status`, `attempts`, `max_attempts`, `model`, `answer` (null until
+    done), `review_required`, `stop_reason`, `error`, `error_code`, plus `usage`
+    (tokens) and `exit_code`.
+    """
+
+    thread_id: str | None
+    exit_code: ExitCode = ExitCode.OK
+    status: str | None = None
+    attempts: int | None = None
+    max_attempts: int | None = None
+    model: str | None = None
+    answer: str | None = None
+    stop_reason: str | None = None
+    error: str | None = None
+    error_code: str | None = None
+    usage: dict[str, int] | None = None
+    next_nodes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_state(cls, thread_id: str, values: dict[str, Any], next_nodes: tuple) -> Outcome:
+        """Reads the reported fields from a thread's state values."""
+        progress, thread = values["progress"], values["thread"]
+        status = progress["status"]
+        return cls(
+            thread_id=thread_id,
+            exit_code=ExitCode.EXHAUSTED if status == "exhausted" else ExitCode.OK,
+            status=status,
+            attempts=progress["attempts"],
+            max_attempts=thread["max_attempts"],
+            model=thread["model"],
+            answer=progress.get("answer"),
+            stop_reason=progress.get("stop_reason"),
+            usage=dict(progress.get("usage") or {}),
+            next_nodes=list(next_nodes),
+        )
+
+    @classmethod
+    def from_error(cls, thread_id: str | None, exc: RunError) -> Outcome:
+        """An outcome for an invocation refused or failed before reaching the thread."""
+        return cls(thread_id, exc.exit_code, error=exc.message, error_code=exc.error_code)
+
+    def to_json(self) -> str:
+        """One JSON object, on one line."""
+        data = asdict(self)
+        data.pop("next_nodes")
+        data["exit_code"] = int(self.exit_code)
+        data["review_required"] = self.answer is not None
+        return json.dumps(data, ensure_ascii=False, sort_keys=True)
+
+    def to_text(self) -> str:
+        """A short status for people: thread, status, attempts; answer when done."""
+        if self.status is None:
+            return f"error ({self.error_code}): {self.error}"
+        lines = [
+            f"thread {self.thread_id}: {self.status} "
+            f"(attempts {self.attempts}/{self.max_attempts}, model {self.model})"
+        ]
+        if self.stop_reason:
+            lines.append(f"stopped: {self.stop_reason}")
+        if self.error:
+            lines.append(f"error ({self.error_code}): {self.error}")
+        if self.answer is not None:
+            lines += [f"answer: {self.answer}", REVIEW_REMINDER]
+        elif self.status == "ready" and self.next_nodes:
+            lines.append(f"next: {', '.join(self.next_nodes)} (run again to continue)")
+        return "\n".join(lines)

@@ -1,0 +1,123 @@
+"""Advance a mandapi-resume thread: at most one model request per graph invocation.
+
+  python -m graph.run --thread task_abc --task "How long does shipping take?" --once
+  python -m graph.run --thread task_abc --once
+
+The first call creates the thread in the checkpoint database (default
+./checkpoints.sqlite, or $GRAPH_DB, or --db) and asks the model once; later calls
+resume it from its checkpoint. Without --once it keeps stepping until the task is
+done, the budget is spent or a request fails. Real MandAPI requests need --live with
+MANDAPI_API_KEY (and a model: --model or MANDAPI_MODEL_ID); the default model is the
+offline demo.
+
+exit codes:
+  0 the step ran or the task is done     4 stored data refused (identity, missing, ...)
+  1 unexpected error                      5 thread busy in another process
+  2 usage or configuration error          6 the model request failed (counted)
+  3 budget exhausted                      7 awaiting human approval
+  130 interrupted by SIGINT/SIGTERM (a counted attempt stays counted)
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from typing import Any, NoReturn
+
+from graph.errors import RunError, UsageError
+from graph.exitcodes import ExitCode
+from graph.outcome import Outcome
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="python -m graph.run",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--thread", required=True, help="thread id (1-128 of A-Z a-z 0-9 . _ : -)")
+    parser.add_argument("--task", help="task text; creates the thread, must match on resume")
+    parser.add_argument("--once", action="store_true", help="one graph invocation, then stop")
+    parser.add_argument("--db", help="SQLite file or postgresql:// URL (default: $GRAPH_DB, "
+                        "else ./checkpoints.sqlite)")
+    parser.add_argument("--live", action="store_true", help="allow real, paid MandAPI requests")
+    parser.add_argument("--model", help="model id for a new thread; must match on resume")
+    parser.add_argument("--timeout", type=float, metavar="SECONDS",
+                        help="MandAPI request timeout (default: $MANDAPI_TIMEOUT, else 60)")
+    parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    return parser
+
+
+class _Interrupted(BaseException):
+    pass
+
+
+def _on_sigterm(signum: int, frame: Any) -> NoReturn:
+    raise _Interrupted()
+
+
+def run(argv: list[str] | None = None, **step_kwargs: Any) -> Outcome:
+    """Parses `argv` and advances the thread; the whole command except printing.
+
+    Args:
+        argv: Command-line arguments (without the program name).
+        **step_kwargs: Passed to `graph.step.advance` (tests inject `model_factory`).
+
+    Returns:
+        The outcome. Known failures come back as outcomes with their exit code;
+        unexpected exceptions propagate.
+    """
+    thread_id = None
+    try:
+        args = _parser().parse_args(argv)
+        from graph.settings import check_thread_id, resolve_settings
+
+        thread_id = check_thread_id(args.thread)
+        settings = resolve_settings(db=args.db, live=args.live, timeout_s=args.timeout)
+        from graph.step import StepRequest, advance
+        from graph.storage import open_store
+
+        request = StepRequest(thread_id=thread_id, task=args.task, model=args.model, once=args.once)
+        with open_store(settings.db, create=args.task is not None) as store:
+            return advance(store, request, settings, **step_kwargs)
+    except RunError as exc:
+        return Outcome.from_error(thread_id, exc)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the command and prints its outcome; returns the exit code."""
+    argv = sys.argv[1:] if argv is None else argv
+    as_json = "--json" in argv
+    if "-h" in argv or "--help" in argv:
+        _parser().print_help()
+        return 0
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        outcome = run(argv)
+    except (KeyboardInterrupt, _Interrupted):
+        outcome = Outcome(
+            None, ExitCode.INTERRUPTED, error="interrupted; any counted attempt stays counted",
+            error_code="interrupted",
+        )
+    except Exception as exc:  # a bug: report it in the promised shape, then fail
+        outcome = Outcome(None, ExitCode.UNEXPECTED, error=f"{type(exc).__name__}: {exc}",
+                          error_code="unexpected")
+        if not as_json:
+            raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if as_json:
+        print(outcome.to_json())
+    else:
+        print(outcome.to_text(), file=sys.stdout if outcome.exit_code in (0, 3) else sys.stderr)
+    return int(outcome.exit_code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""Resolves run settings in one place: command-line flag, then environment, then default.
+
+Nodes never read the environment; they get what this module resolved through the
+runtime context.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from graph.errors import UsageError
+from nodes.demo_model import DEMO_MODEL_ID
+from nodes.mandapi_defaults import DEFAULT_BASE_URL
+
+DB_ENV = "GRAPH_DB"
+"""Environment variable naming the checkpoint database when `--db` is not given."""
+DEFAULT_DB = "checkpoints.sqlite"
+DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_MAX_ATTEMPTS = 4
+THREAD_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+def check_thread_id(thread_id: str) -> str:
+    """Returns `thread_id` if it is 1-128 of letters, digits, `.`, `_`, `:`, `-`.
+
+    Raises:
+        UsageError: Otherwise (exit 2).
+    """
+    if not THREAD_ID_RE.fullmatch(thread_id):
+        raise UsageError(
+            f"invalid thread id {thread_id[:40]!r}: use 1-128 letters, digits, '.', '_', ':' or '-'"
+        )
+    return thread_id
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Resolved settings of one invocation.
+
+    Attributes:
+        db: SQLite path or PostgreSQL URL.
+        live: Real MandAPI requests allowed (`--live`).
+        api_key: `MANDAPI_API_KEY` (only with `live`); never printed or stored.
+        env_model: `MANDAPI_MODEL_ID` (only read with `live`).
+        base_url: MandAPI base URL; requests go to `{base_url}/chat/completions`.
+        timeout_s: Whole-request timeout for MandAPI (seconds).
+    """
+
+    db: str
+    live: bool = False
+    api_key: str | None = field(default=None, repr=False)
+    env_model: str | None = None
+    base_url: str = DEFAULT_BASE_URL
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+
+def resolve_settings(
+    *,
+    db: str | None,
+    live: bool,
+    timeout_s: float | None,
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """Resolves settings from flags and the environment.
+
+    Raises:
+        UsageError: `--live` without `MANDAPI_API_KEY`, or a non-positive timeout.
+    """
+    env = os.environ if environ is None else environ
+    api_key = env.get("MANDAPI_API_KEY") or None
+    if live and not api_key:
+        raise UsageError("--live needs MANDAPI_API_KEY in the environment")
+    if timeout_s is None:
+        raw = env.get("MANDAPI_TIMEOUT")
+        try:
+            timeout_s = float(raw) if raw else DEFAULT_TIMEOUT_S
+        except ValueError:
+            raise UsageError(f"MANDAPI_TIMEOUT must be a number of seconds, not {raw!r}") from None
+    if not timeout_s > 0:
+        raise UsageError("the timeout must be a positive number of seconds")
+    return Settings(
+        db=db or env.get(DB_ENV) or DEFAULT_DB,
+        live=live,
+        api_key=api_key if live else None,
+        env_model=(env.get("MANDAPI_MODEL_ID") or None) if live else None,
+        base_url=env.get("MANDAPI_BASE_URL") or DEFAULT_BASE_URL,
+        timeout_s=timeout_s,
+    )
+
+
+def model_for_new_thread(model_flag: str | None, settings: Settings) -> str:
+    """Picks a new thread's model: `--model`, else `MANDAPI_MODEL_ID` with `--live`,
+    else `offline-demo`.
+
+    Raises:
+        UsageError: A model other than `offline-demo` without `--live`.
+    """
+    model = model_flag or settings.env_model or DEMO_MODEL_ID
+    if model != DEMO_MODEL_ID and not settings.live:
+        raise UsageError(f"model {model!r} makes paid requests: add --live to allow them")
+    return model

@@ -1,0 +1,105 @@
+"""The thread state kept in every checkpoint.
+
+All values are JSON-friendly (str, int, None, lists and dicts). Scalars are grouped in
+two dict-valued channels, `thread` and `progress`, so every value passes through the
+checkpointer's serializer on every backend.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from typing_extensions import TypedDict
+
+SCHEMA_VERSION = 1
+"""Version of this state layout; stored in `thread.schema_version`."""
+
+STATUSES = ("ready", "done", "exhausted", "awaiting_approval", "cancelled")
+"""Every thread status. `ready` can continue; `done`, `exhausted` and `cancelled` are final."""
+
+FINAL_STATUSES = ("done", "exhausted", "cancelled")
+
+
+class ThreadInfo(TypedDict):
+    """Identity, fixed when the thread is created (INVARIANTS I7)."""
+
+    schema_version: int
+    """Layout version of this state (`SCHEMA_VERSION` when written)."""
+    task: str
+    """The task text, exactly as given with `--task`."""
+    model: str
+    """Model id: `offline-demo` or a MandAPI model id."""
+    max_attempts: int
+    """Maximum model requests for the thread (attempts)."""
+    created_at: str
+    """Creation time, UTC, ISO 8601."""
+
+
+class Usage(TypedDict):
+    """Token totals reported by the model service over the thread (tokens)."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class Progress(TypedDict, total=False):
+    """Where the thread is; merged key by key (see `merge_progress`)."""
+
+    status: str
+    """One of `STATUSES`."""
+    attempts: int
+    """Mirror of the ledger's count when last written; the ledger decides."""
+    outcome: str | None
+    """Result of the latest reason run: `tool_calls`, `answer`, `error`, `not_sent`."""
+    answer: str | None
+    """The final answer once `status` is `done`."""
+    stop_reason: str | None
+    """Why the thread stopped without an answer (`budget`), else None."""
+    last_error: dict[str, Any] | None
+    """The latest failed request: `attempt`, `error_code`, `message`; None after a success."""
+    usage: Usage
+
+
+def append_messages(left: list[dict[str, Any]], right: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Reducer for `messages`: appends new wire messages, keeping order and ids."""
+    return [*left, *right]
+
+
+def merge_progress(left: Progress, right: Progress) -> Progress:
+    """Reducer for `progress`: a node's keys replace the stored ones, others stay."""
+    return {**left, **right}  # type: ignore[typeddict-item]
+
+
+class ThreadState(TypedDict):
+    """A thread's state as stored in each checkpoint."""
+
+    thread: ThreadInfo
+    """Identity and limits, fixed at creation."""
+    messages: Annotated[list[dict[str, Any]], append_messages]
+    """The conversation as OpenAI wire dicts (`user`, `assistant`, `tool`); never `system`."""
+    progress: Annotated[Progress, merge_progress]
+    """Status, attempts, answer, errors and token usage."""
+
+
+def initial_state(*, task: str, model: str, max_attempts: int, created_at: str) -> ThreadState:
+    """Returns the input that creates a thread: its identity and the task as a user message."""
+    return ThreadState(
+        thread=ThreadInfo(
+            schema_version=SCHEMA_VERSION,
+            task=task,
+            model=model,
+            max_attempts=max_attempts,
+            created_at=created_at,
+        ),
+        messages=[{"role": "user", "content": task}],
+        progress=Progress(
+            status="ready",
+            attempts=0,
+            outcome=None,
+            answer=None,
+            stop_reason=None,
+            last_error=None,
+            usage=Usage(prompt_tokens=0, completion_tokens=0, total_tokens=0),
+        ),
+    )

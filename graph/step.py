@@ -1,0 +1,188 @@
+"""Advances one thread: the shared function behind `graph.run` (and later batch runs).
+
+Order of checks, so that a refusal changes nothing: the writer lock (busy, exit 5),
+then the stored checkpoint and ledger (refused, exit 4), then identity (exit 4) and
+whether paid requests are allowed (exit 2); only then is the graph invoked, always
+with `durability="sync"` so each node's checkpoint is on disk before the next node
+starts, and with `None` input for an existing thread so it is never restarted
+(INVARIANTS I7).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from graph.errors import RefusedError
+from graph.exitcodes import ExitCode
+from graph.factory import build_graph
+from graph.models import make_model
+from graph.outcome import Outcome
+from graph.settings import DEFAULT_MAX_ATTEMPTS, Settings, model_for_new_thread
+from graph.state import FINAL_STATUSES, initial_state
+from nodes.context import ChatModel, StepContext
+
+
+@dataclass(frozen=True)
+class StepRequest:
+    """What the caller asks for.
+
+    Attributes:
+        thread_id: The thread to advance (already validated).
+        task: Task text; required to create a thread, must match when resuming.
+        model: `--model`; must match the stored model when resuming.
+        once: Stop after one graph invocation (at most one model request).
+        max_attempts: The maximum for a new thread (attempts).
+    """
+
+    thread_id: str
+    task: str | None = None
+    model: str | None = None
+    once: bool = True
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+
+
+def _utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _check_identity(values: dict[str, Any], request: StepRequest, settings: Settings) -> None:
+    thread = values["thread"]
+    where = f"thread {request.thread_id!r}"
+    if request.task is not None and request.task != thread["task"]:
+        raise RefusedError(
+            f"{where} was created with a different task; omit --task to resume it",
+            error_code="identity_mismatch",
+        )
+    for source, model in (("--model", request.model), ("MANDAPI_MODEL_ID", settings.env_model)):
+        if model is not None and model != thread["model"]:
+            raise RefusedError(
+                f"{where} uses model {thread['model']!r}, but {source} is {model!r}",
+                error_code="identity_mismatch",
+            )
+
+
+def advance(
+    store: Any,
+    request: StepRequest,
+    settings: Settings,
+    *,
+    model_factory: Callable[[str, Settings], ChatModel] = make_model,
+    now: Callable[[], str] = _utc_now,
+) -> Outcome:
+    """Creates or resumes a thread and advances it by one or more graph invocations.
+
+    Each invocation makes at most one model request: LangGraph runs budget → reason
+    and stops after reason (`interrupt_after`). Without `request.once` it invokes
+    again until the thread is done, exhausted or a request fails.
+
+    Args:
+        store: An open store (`graph.storage.open_store`).
+        request: Thread, identity and mode.
+        settings: Resolved settings.
+        model_factory: Builds the model for the thread's model id (tests inject).
+        now: Returns the current UTC time as ISO 8601 text.
+
+    Returns:
+        The outcome; `exit_code` is 0 (ran or done), 3 (exhausted) or 6 (the
+        request failed; the attempt stays counted).
+
+    Raises:
+        graph.errors.BusyError: Another process holds the thread (exit 5).
+        graph.errors.RefusedError: Stored data refused or identity mismatch (exit 4).
+        graph.errors.UsageError: A paid model without `--live` (exit 2).
+    """
+    thread_id = request.thread_id
+    config = {"configurable": {"thread_id": thread_id}}
+    with store.locks.hold(thread_id):
+        graph = build_graph(store.checkpointer)
+        snapshot = graph.get_state(config)
+        entry = store.ledger.read(thread_id)
+        if not snapshot.values:
+            if entry is not None and entry.attempts > 0:
+                raise RefusedError(
+                    f"{store.location}: thread {thread_id!r} has {entry.attempts} counted "
+                    "attempt(s) in the ledger but no checkpoint; refusing to start it over",
+                    error_code="damaged",
+                )
+            if request.task is None:
+                raise RefusedError(
+                    f"no such thread {thread_id!r} in {store.location}; pass --task to create it",
+                    error_code="no_such_thread",
+                )
+            model_id = model_for_new_thread(request.model, settings)
+            model = model_factory(model_id, settings)
+            store.ledger.create(thread_id, request.max_attempts)
+            graph_input: Any = initial_state(
+                task=request.task,
+                model=model_id,
+                max_attempts=request.max_attempts,
+                created_at=now(),
+            )
+            max_attempts = request.max_attempts
+        else:
+            values = snapshot.values
+            _check_identity(values, request, settings)
+            max_attempts = values["thread"]["max_attempts"]
+            if entry is None or entry.max_attempts != max_attempts:
+                raise RefusedError(
+                    f"{store.location}: thread {thread_id!r} has no matching attempt-ledger row; "
+                    "refusing to resume without its counted attempts",
+                    error_code="damaged",
+                )
+            if values["progress"]["status"] in FINAL_STATUSES:
+                return Outcome.from_state(thread_id, values, snapshot.next)
+            model = model_factory(values["thread"]["model"], settings)
+            graph_input = None
+        try:
+            return _invoke_steps(graph, config, store, StepContext(thread_id, store.ledger, model),
+                                 graph_input, once=request.once, max_attempts=max_attempts)
+        finally:
+            close = getattr(model, "close", None)
+            if close is not None:
+                close()
+
+
+def _invoke_steps(
+    graph: Any,
+    config: dict[str, Any],
+    store: Any,
+    ctx: StepContext,
+    graph_input: Any,
+    *,
+    once: bool,
+    max_attempts: int,
+) -> Outcome:
+    thread_id = ctx.thread_id
+    for _ in range(2 * max_attempts + 2):
+        if graph_input is None:
+            snapshot = graph.get_state(config)
+            if not snapshot.next:
+                raise RefusedError(
+                    f"{store.location}: thread {thread_id!r} is not finished but has no next step",
+                    error_code="damaged",
+                )
+            entry = store.ledger.read(thread_id)
+            if snapshot.next == ("reason",) and not entry.unclaimed:
+                # LangGraph would re-run reason (it raised or was killed) without passing
+                # through budget. Its attempt is already claimed, so route the thread
+                # back to budget to count a new one before anything is sent.
+                graph.update_state(config, {"progress": {"outcome": "not_sent"}}, as_node="reason")
+        claimed_before = store.ledger.read(thread_id).claimed if graph_input is None else 0
+        graph.invoke(graph_input, config, context=ctx, durability="sync")
+        graph_input = None
+        snapshot = graph.get_state(config)
+        outcome = Outcome.from_state(thread_id, snapshot.values, snapshot.next)
+        progress = snapshot.values["progress"]
+        sent = store.ledger.read(thread_id).claimed > claimed_before
+        if sent and progress.get("outcome") == "error":
+            error = progress["last_error"]
+            outcome.error, outcome.error_code = error["message"], error["error_code"]
+            if outcome.status != "exhausted":
+                outcome.exit_code = ExitCode.REQUEST_FAILED
+            return outcome
+        if once or outcome.status in FINAL_STATUSES:
+            return outcome
+    return outcome

@@ -1,0 +1,42 @@
+"""Chooses the storage backend for a `--db` value: a SQLite file or a PostgreSQL URL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+POSTGRES_PREFIXES = ("postgresql://", "postgres://")
+
+
+def is_postgres(db: str) -> bool:
+    """True when `db` is a PostgreSQL connection URL rather than a file path."""
+    return db.startswith(POSTGRES_PREFIXES)
+
+
+@contextmanager
+def open_store(db: str, *, create: bool) -> Iterator[Any]:
+    """Opens the checkpoint store named by `db`.
+
+    Args:
+        db: A SQLite file path, or a `postgresql://` URL.
+        create: Whether a missing SQLite file may be created (only when a new thread
+            is being created); resuming never creates a database.
+
+    Yields:
+        A store with `location`, `checkpointer`, `ledger` and `locks`.
+
+    Raises:
+        graph.errors.RefusedError: The database is missing or unusable (exit 4).
+    """
+    if is_postgres(db):
+        from graph.postgres_store import open_postgres
+
+        with open_postgres(db) as store:
+            yield store
+    else:
+        from graph.sqlite_store import open_sqlite
+
+        with open_sqlite(Path(db), create=create) as store:
+            yield store

@@ -1,0 +1,116 @@
+"""The runtime context a node receives, typed by small protocols.
+
+`graph/` supplies the concrete objects (the SQLite or PostgreSQL ledger, the MandAPI
+client or the offline demo model); tests supply fakes. Nodes read nothing else: no
+environment variables, no globals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from typing_extensions import TypedDict
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One thread's row of the attempt ledger.
+
+    Attributes:
+        attempts: Attempts counted so far (never decreases).
+        claimed: Attempts whose request was allowed to leave the process; always
+            `claimed <= attempts`. `attempts - claimed` is 0 or 1: a counted attempt
+            whose request was never sent (a crash between counting and claiming).
+        max_attempts: The thread's fixed maximum, set when the thread was created.
+    """
+
+    attempts: int
+    claimed: int
+    max_attempts: int
+
+    @property
+    def unclaimed(self) -> bool:
+        """True when one counted attempt has not been sent yet and may be used."""
+        return self.attempts > self.claimed
+
+    @property
+    def spent(self) -> bool:
+        """True when no attempt is left: every allowed attempt was counted and claimed."""
+        return not self.unclaimed and self.attempts >= self.max_attempts
+
+
+class AttemptLedger(Protocol):
+    """Durable per-thread attempt counter; each call commits before it returns."""
+
+    def count(self, thread_id: str) -> LedgerEntry:
+        """Makes one attempt available to send.
+
+        Reuses the counted-but-unclaimed attempt if there is one, otherwise counts a
+        new attempt if the maximum allows it. Never lowers the count.
+
+        Returns:
+            The entry after the call; `entry.spent` is True when nothing is available.
+        """
+        ...
+
+    def claim(self, thread_id: str, attempt: int) -> bool:
+        """Claims counted attempt number `attempt` (1-based) for sending.
+
+        Returns:
+            True exactly once per attempt number; False if it was already claimed,
+            was never counted, or is not the next one (a replayed or forked state).
+        """
+        ...
+
+
+class Usage(TypedDict):
+    """Token counts reported by the model service (tokens)."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+@dataclass(frozen=True)
+class ModelReply:
+    """What one chat-completions request produced.
+
+    Attributes:
+        message: The assistant message in OpenAI wire form: `role`, `content`
+            (str or None) and, when the model asks for tools, `tool_calls`.
+        usage: Token counts reported for this request (zeros when not reported).
+    """
+
+    message: dict[str, Any]
+    usage: Usage = field(
+        default_factory=lambda: Usage(prompt_tokens=0, completion_tokens=0, total_tokens=0)
+    )
+
+
+class ChatModel(Protocol):
+    """Sends one chat-completions request; never retries."""
+
+    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply:
+        """Sends `messages` (system message first) with `tools` and returns the reply.
+
+        Raises:
+            nodes.errors.ModelRequestError: The request failed (timeout, connection,
+                HTTP status, unparsable answer). The attempt stays spent.
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """Everything a node needs besides state, passed as LangGraph runtime context.
+
+    Attributes:
+        thread_id: The thread being advanced (for the ledger).
+        ledger: The durable attempt ledger of the thread's database.
+        model: The chat model serving this thread (offline demo or MandAPI).
+    """
+
+    thread_id: str
+    ledger: AttemptLedger
+    model: ChatModel

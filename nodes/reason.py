@@ -1,0 +1,92 @@
+"""The **reason** node: exactly one chat-completions request per counted attempt.
+
+Before sending, the node claims the attempt number that the budget node counted. A
+claim succeeds once per attempt, so when LangGraph re-runs this node after an
+exception or a kill (it resumes at the failed node, skipping the budget node), the
+re-run finds its attempt already claimed, sends nothing and routes back to the
+budget node (INVARIANTS I1, I3). A failed request is recorded and not retried.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from langgraph.runtime import Runtime
+
+from nodes.context import StepContext
+from nodes.errors import ModelRequestError
+from nodes.prompts import SYSTEM_PROMPT
+from nodes.tools import TOOL_SPECS
+
+_ALLOWED_ROLES = ("user", "assistant", "tool")
+
+
+class UnsafeHistoryError(Exception):
+    """Stored conversation holds something that must never be sent (a system message)."""
+
+
+def request_messages(stored: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Builds the `messages` of a request: the code's system prompt, then stored messages.
+
+    Only the wire keys of each role are copied (`role`, `content`, `tool_calls`,
+    `tool_call_id`), so nothing stored can add a key or change a role.
+
+    Raises:
+        UnsafeHistoryError: A stored message has a role other than user, assistant
+            or tool (INVARIANTS I5: stored text never becomes a system message).
+    """
+    out: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT}]
+    for index, msg in enumerate(stored):
+        role = msg.get("role")
+        if role not in _ALLOWED_ROLES:
+            raise UnsafeHistoryError(f"stored message {index} has role {role!r}; refusing to send")
+        wire: dict[str, Any] = {"role": role, "content": msg.get("content")}
+        if role == "assistant" and msg.get("tool_calls"):
+            wire["tool_calls"] = msg["tool_calls"]
+        if role == "tool":
+            wire["tool_call_id"] = msg["tool_call_id"]
+        out.append(wire)
+    return out
+
+
+def _add_usage(total: Mapping[str, int], more: Mapping[str, int]) -> dict[str, int]:
+    keys = ("prompt_tokens", "completion_tokens", "total_tokens")
+    return {k: int(total.get(k, 0)) + int(more.get(k, 0)) for k in keys}
+
+
+def reason_node(state: Mapping[str, Any], runtime: Runtime[StepContext]) -> dict[str, Any]:
+    """Claims the counted attempt, sends one request, and records what came back.
+
+    Returns:
+        A state update. `progress.outcome` is `tool_calls`, `answer`, `error` (the
+        request failed; `last_error` says how) or `not_sent` (no claimable attempt).
+        When the thread's last attempt ends without an answer, `status` becomes
+        `exhausted` at once.
+    """
+    ctx = runtime.context
+    progress = state["progress"]
+    attempt = int(progress["attempts"])
+    if not ctx.ledger.claim(ctx.thread_id, attempt):
+        return {"progress": {"outcome": "not_sent"}}
+    last_attempt = attempt >= int(state["thread"]["max_attempts"])
+    spent = {"status": "exhausted", "stop_reason": "budget"} if last_attempt else {}
+    try:
+        reply = ctx.model.complete(request_messages(state["messages"]), TOOL_SPECS)
+        message = reply.message
+        if not message.get("tool_calls") and not (message.get("content") or "").strip():
+            raise ModelRequestError("bad_response", "the model returned neither text nor a tool call")
+    except ModelRequestError as exc:
+        error = {"attempt": attempt, "error_code": exc.error_code, "message": exc.message}
+        return {"progress": {"outcome": "error", "last_error": error, **spent}}
+    update: dict[str, Any] = {
+        "messages": [message],
+        "progress": {"usage": _add_usage(progress.get("usage") or {}, reply.usage)},
+    }
+    if message.get("tool_calls"):
+        update["progress"].update(outcome="tool_calls", last_error=None, **spent)
+    else:
+        update["progress"].update(
+            outcome="answer", status="done", answer=message["content"], last_error=None
+        )
+    return update

@@ -1,0 +1,144 @@
+"""Read-only tools offered to the model, and the **tools** node that runs them.
+
+A tool error the model can fix (unknown tool, unparsable or wrong arguments, nothing
+found) goes back to the model as a `tool` message starting with `TOOL_ERROR_PREFIX`;
+a bug in a tool still raises. Tool output is data: it is only ever sent with the
+`tool` role (INVARIANTS I5), and it is capped at `MAX_TOOL_OUTPUT_CHARS`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from nodes import references
+from nodes.prompts import TOOL_ERROR_PREFIX
+
+MAX_TOOL_OUTPUT_CHARS = 8_000
+"""Longest tool result kept and sent (characters); longer output is cut and marked."""
+
+
+class ToolInputError(Exception):
+    """The model asked for something a tool cannot do; reported back to the model."""
+
+
+def _search_references(args: Mapping[str, Any]) -> Any:
+    query = args.get("query")
+    if not isinstance(query, str) or not query.strip():
+        raise ToolInputError("'query' must be a non-empty string")
+    limit = args.get("limit", 3)
+    if not isinstance(limit, int) or isinstance(limit, bool):
+        raise ToolInputError("'limit' must be an integer")
+    return {"query": query, "hits": references.search(query, limit)}
+
+
+def _get_reference(args: Mapping[str, Any]) -> Any:
+    ref_id = args.get("ref_id")
+    if not isinstance(ref_id, str):
+        raise ToolInputError("'ref_id' must be a string")
+    found = references.get(ref_id)
+    if found is None:
+        raise ToolInputError(f"no reference with id {ref_id!r}")
+    return found
+
+
+def _list_references(args: Mapping[str, Any]) -> Any:
+    topic = args.get("topic")
+    if topic is not None and not isinstance(topic, str):
+        raise ToolInputError("'topic' must be a string")
+    return {"references": references.listing(topic)}
+
+
+def _spec(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict:
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {
+                "type": "object",
+                "properties": properties,
+                "required": required,
+                "additionalProperties": False,
+            },
+        },
+    }
+
+
+TOOL_SPECS: list[dict[str, Any]] = [
+    _spec(
+        "search_references",
+        "Search the shop's reference documents; returns the best hits with their ids and text.",
+        {"query": {"type": "string"}, "limit": {"type": "integer", "minimum": 1, "maximum": 5}},
+        ["query"],
+    ),
+    _spec(
+        "get_reference",
+        "Read one reference document by its id, for example 'ship-01'.",
+        {"ref_id": {"type": "string"}},
+        ["ref_id"],
+    ),
+    _spec(
+        "list_references",
+        "List reference ids and titles, optionally of one topic "
+        "(shipping, returns, payment, warranty).",
+        {"topic": {"type": "string"}},
+        [],
+    ),
+]
+"""Tool specs in the OpenAI chat-completions `tools` format, in the order offered."""
+
+_HANDLERS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
+    "search_references": _search_references,
+    "get_reference": _get_reference,
+    "list_references": _list_references,
+}
+
+
+def run_tool_call(call: Mapping[str, Any]) -> str:
+    """Runs one tool call and returns the text of its `tool` message.
+
+    Args:
+        call: One entry of an assistant message's `tool_calls`:
+            `{"id", "type": "function", "function": {"name", "arguments": <JSON text>}}`.
+
+    Returns:
+        JSON text of the result, or `TOOL_ERROR_PREFIX` and a one-line reason;
+        at most `MAX_TOOL_OUTPUT_CHARS` characters.
+    """
+    function = call.get("function") or {}
+    name = function.get("name")
+    try:
+        handler = _HANDLERS.get(name)  # type: ignore[arg-type]
+        if handler is None:
+            raise ToolInputError(f"unknown tool {name!r}")
+        try:
+            args = json.loads(function.get("arguments") or "{}")
+        except json.JSONDecodeError as exc:
+            raise ToolInputError(f"arguments are not valid JSON: {exc.msg}") from None
+        if not isinstance(args, dict):
+            raise ToolInputError("arguments must be a JSON object")
+        text = json.dumps(handler(args), ensure_ascii=False, sort_keys=True)
+    except ToolInputError as exc:
+        text = f"{TOOL_ERROR_PREFIX}{exc}"
+    if len(text) > MAX_TOOL_OUTPUT_CHARS:
+        text = text[: MAX_TOOL_OUTPUT_CHARS - 20] + " ...[output cut]"
+    return text
+
+
+def tools_node(state: Mapping[str, Any]) -> dict[str, Any]:
+    """The **tools** node: answers every tool call of the latest assistant message.
+
+    Returns:
+        `{"messages": [...]}` with one `tool` message per call, in call order, each
+        carrying the call's `tool_call_id` unchanged (INVARIANTS I6).
+    """
+    last = state["messages"][-1]
+    calls = (last.get("tool_calls") or []) if last.get("role") == "assistant" else []
+    return {
+        "messages": [
+            {"role": "tool", "tool_call_id": call["id"], "content": run_tool_call(call)}
+            for call in calls
+        ]
+    }
