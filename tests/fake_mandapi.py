@@ -1,0 +1,125 @@
+"""A fake MandAPI server on 127.0.0.1 for tests: records every request, then answers.
+
+Each request is appended to a JSON-lines log and fsync'd *before* the answer is sent,
+so a test that kills the client can still count exactly what reached the server.
+Answers follow the offline demo's script (a tool call first, an answer once a tool
+result is present), or always a tool call with `never_finish`. Run it as a process:
+
+  python -m tests.fake_mandapi --log requests.jsonl --port-file port.txt [--hold 2] [--status 500]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+
+class FakeMandApi:
+    """Serves chat completions on 127.0.0.1 in a background thread.
+
+    Args:
+        log: JSON-lines file; one line per request received, fsync'd before answering.
+        hold_s: Seconds to hold each request before answering (to kill clients mid-request).
+        status: HTTP status to answer with (200 for a normal answer).
+        never_finish: Always answer with a tool call.
+    """
+
+    def __init__(self, log: Path, *, hold_s: float = 0.0, status: int = 200,
+                 never_finish: bool = False) -> None:
+        self.log = log
+        self.hold_s = hold_s
+        self.status = status
+        self.never_finish = never_finish
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                length = int(self.headers.get("Content-Length", 0))
+                body = self.rfile.read(length)
+                server._record(self.path, dict(self.headers), body)
+                if server.hold_s:
+                    time.sleep(server.hold_s)
+                status, payload = server._answer(json.loads(body))
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+
+    def _record(self, path: str, headers: dict[str, str], body: bytes) -> None:
+        line = json.dumps({"path": path, "headers": headers, "body": json.loads(body),
+                           "at": time.time()})
+        with self._lock, open(self.log, "a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def _answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        if self.status != 200:
+            return self.status, {"error": {"message": "fake failure"}}
+        messages = body["messages"]
+        tools_seen = [m for m in messages if m["role"] == "tool"]
+        if self.never_finish or not tools_seen:
+            turn = sum(1 for m in messages if m["role"] == "assistant") + 1
+            task = next(m["content"] for m in messages if m["role"] == "user")
+            message = {"role": "assistant", "content": None, "tool_calls": [{
+                "id": f"call_{turn}", "type": "function",
+                "function": {"name": "search_references", "arguments": json.dumps({"query": task})},
+            }]}
+        else:
+            hits = json.loads(tools_seen[-1]["content"]).get("hits") or [{"id": "none", "text": "?"}]
+            message = {"role": "assistant", "content": f"{hits[0]['text']} [{hits[0]['id']}]"}
+        return 200, {"choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                     "usage": {"prompt_tokens": 30, "completion_tokens": 10, "total_tokens": 40}}
+
+    def requests(self) -> list[dict[str, Any]]:
+        """Every request received so far, in arrival order."""
+        if not self.log.exists():
+            return []
+        return [json.loads(line) for line in self.log.read_text().splitlines() if line.strip()]
+
+    def __enter__(self) -> FakeMandApi:
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--log", type=Path, required=True)
+    parser.add_argument("--port-file", type=Path, required=True)
+    parser.add_argument("--hold", type=float, default=0.0)
+    parser.add_argument("--status", type=int, default=200)
+    parser.add_argument("--never-finish", action="store_true")
+    parser.add_argument("--lifetime", type=float, default=600.0, help="stop by itself after this")
+    args = parser.parse_args()
+    fake = FakeMandApi(args.log, hold_s=args.hold, status=args.status,
+                       never_finish=args.never_finish)
+    tmp = args.port_file.with_suffix(".tmp")
+    tmp.write_text(str(fake.port))
+    tmp.rename(args.port_file)
+    with fake:
+        time.sleep(args.lifetime)
+
+
+if __name__ == "__main__":
+    main()

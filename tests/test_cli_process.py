@@ -1,0 +1,77 @@
+"""The command run as a real process, the way a scheduler calls it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from tests.conftest import PYTHON, ROOT, ledger_row, subprocess_env
+from tests.fake_mandapi import FakeMandApi
+
+TASK = "How long does shipping take at the demo shop?"
+
+
+def cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None):
+    return subprocess.run([PYTHON, "-m", "graph.run", *args], capture_output=True, text=True,
+                          env=env or subprocess_env(), cwd=cwd, timeout=120)
+
+
+def test_two_offline_processes_share_the_thread_through_the_checkpoint(tmp_path: Path) -> None:
+    first = cli("--thread", "task_abc", "--task", TASK, "--once", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert "ready (attempts 1/4" in first.stdout
+    assert ledger_row(tmp_path / "checkpoints.sqlite", "task_abc") == (1, 1, 4)
+    second = cli("--thread", "task_abc", "--once", "--json", cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    out = json.loads(second.stdout)
+    assert (out["status"], out["attempts"]) == ("done", 2)
+    assert "[ship-01]" in out["answer"]
+
+
+def test_live_process_against_a_loopback_fake_server_keeps_the_key_private(tmp_path: Path) -> None:
+    key = "sk-marker-process-91"
+    with FakeMandApi(tmp_path / "requests.jsonl") as fake:
+        env = subprocess_env(MANDAPI_API_KEY=key, MANDAPI_MODEL_ID="mandapi-large",
+                             MANDAPI_BASE_URL=fake.base_url)
+        runs = [cli("--thread", "live1", "--task", TASK, "--live", "--db", "live.sqlite", env=env,
+                    cwd=tmp_path)]
+        requests = fake.requests()
+    assert runs[0].returncode == 0, runs[0].stderr
+    assert "done (attempts 2/4, model mandapi-large)" in runs[0].stdout
+    assert len(requests) == 2 == ledger_row(tmp_path / "live.sqlite", "live1")[1]
+    assert all(r["headers"]["Authorization"] == f"Bearer {key}" for r in requests)
+    with FakeMandApi(tmp_path / "failed.jsonl", status=503) as failing:
+        env["MANDAPI_BASE_URL"] = failing.base_url
+        failed = cli("--thread", "live2", "--task", TASK, "--live", "--db", "live.sqlite",
+                     "--json", env=env, cwd=tmp_path)
+    assert failed.returncode == 6
+    assert json.loads(failed.stdout)["error_code"] == "http_status"
+    for path in tmp_path.iterdir():
+        if path.name.startswith("live.sqlite"):
+            assert key.encode() not in path.read_bytes(), path
+    for run in [*runs, failed]:
+        assert key not in run.stdout and key not in run.stderr
+
+
+def test_json_output_is_one_object_for_usage_errors(tmp_path: Path) -> None:
+    for args in (["--json"], ["--thread", "a b", "--json"], ["--thread", "x", "--json", "--bogus"]):
+        result = cli(*args, cwd=tmp_path)
+        assert result.returncode == 2, args
+        lines = result.stdout.strip().splitlines()
+        assert len(lines) == 1
+        assert json.loads(lines[0])["error_code"] == "usage"
+
+
+def test_help_documents_the_exit_codes() -> None:
+    result = cli("--help")
+    assert result.returncode == 0
+    assert "exit codes" in result.stdout and "--once" in result.stdout
+
+
+def test_readme_exit_code_table_matches_the_code() -> None:
+    from graph.exitcodes import ExitCode
+
+    readme = (ROOT / "README.md").read_text()
+    for code in ExitCode:
+        assert f"| {int(code)} |" in readme, code

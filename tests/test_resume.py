@@ -1,0 +1,118 @@
+"""Re-runs, replays and forks never send a request without its own counted attempt (I1, I2)."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from graph.factory import build_graph
+from graph.settings import Settings
+from graph.storage import open_store
+from nodes.context import StepContext
+from tests.conftest import ledger_row, run_cli
+from tests.fakes import NeverFinishes, ScriptedModel, answer_reply, tool_call_reply
+
+TASK = "How long does shipping take at the demo shop?"
+
+
+def factory(model):
+    return lambda model_id, settings: model
+
+
+class Boom(RuntimeError):
+    """A bug in reason after the request went out (for example in parsing)."""
+
+
+def test_reason_that_raised_after_sending_is_not_rerun_without_a_new_count(db: Path) -> None:
+    model = ScriptedModel([Boom("parse bug"), tool_call_reply("c1"), answer_reply("ok [ship-01]")])
+    with pytest.raises(Boom):
+        run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", str(db)],
+                model_factory=factory(model))
+    assert len(model.requests) == 1 and ledger_row(db, "t1") == (1, 1, 4)
+    out = run_cli(["--thread", "t1", "--once", "--db", str(db)], model_factory=factory(model))
+    # The resume went back through budget: a second request, with its own count.
+    assert (out["attempts"], len(model.requests)) == (2, 2)
+    assert ledger_row(db, "t1") == (2, 2, 4)
+    out = run_cli(["--thread", "t1", "--once", "--db", str(db)], model_factory=factory(model))
+    assert (out["status"], out["attempts"], len(model.requests)) == ("done", 3, 3)
+
+
+def test_langgraph_rerun_of_failed_reason_sends_nothing_even_without_the_driver(db: Path) -> None:
+    """Invoke the compiled graph directly, as a notebook would, after reason raised."""
+    model = ScriptedModel([Boom("after send")])
+    with pytest.raises(Boom):
+        run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", str(db)],
+                model_factory=factory(model))
+    with open_store(str(db), create=False) as store:
+        graph = build_graph(store.checkpointer)
+        config = {"configurable": {"thread_id": "t1"}}
+        assert graph.get_state(config).next == ("reason",)
+        ctx = StepContext("t1", store.ledger, model)
+        graph.invoke(None, config, context=ctx, durability="sync")
+        state = graph.get_state(config)
+    assert len(model.requests) == 1, "LangGraph's re-run of reason must not send"
+    assert state.values["progress"]["outcome"] == "not_sent"
+    assert state.next == ("budget",)
+    assert ledger_row(db, "t1") == (1, 1, 4)
+
+
+def test_counted_but_unsent_attempt_is_used_not_counted_twice(db: Path) -> None:
+    """A crash between the budget commit and the claim wastes nothing."""
+    run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", str(db)])
+    with sqlite3.connect(db) as conn:  # as if budget counted attempt 2, then the process died
+        conn.execute("UPDATE attempt_ledger SET attempts = 2 WHERE thread_id = 't1'")
+    out = run_cli(["--thread", "t1", "--once", "--db", str(db)])
+    assert (out["status"], out["attempts"]) == ("done", 2)
+    assert ledger_row(db, "t1") == (2, 2, 4)
+
+
+def test_replaying_an_older_checkpoint_cannot_lower_the_count_or_pass_the_maximum(db: Path) -> None:
+    model = NeverFinishes()
+    run_cli(["--thread", "t1", "--task", TASK, "--db", str(db)], model_factory=factory(model))
+    assert len(model.requests) == 4
+    with open_store(str(db), create=False) as store:
+        graph = build_graph(store.checkpointer)
+        history = list(graph.get_state_history({"configurable": {"thread_id": "t1"}}))
+        ctx = StepContext("t1", store.ledger, model)
+        for snapshot in history:  # fork from every checkpoint, including ones at attempts 0..3
+            if snapshot.next:
+                graph.invoke(None, snapshot.config, context=ctx, durability="sync")
+    assert len(model.requests) == 4
+    assert ledger_row(db, "t1") == (4, 4, 4)
+
+
+def test_update_state_cannot_lower_the_ledger(db: Path) -> None:
+    model = NeverFinishes()
+    run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", str(db)], model_factory=factory(model))
+    with open_store(str(db), create=False) as store:
+        graph = build_graph(store.checkpointer)
+        config = {"configurable": {"thread_id": "t1"}}
+        graph.update_state(config, {"progress": {"attempts": 0, "status": "ready"}}, as_node="budget")
+        ctx = StepContext("t1", store.ledger, model)
+        for _ in range(6):
+            graph.invoke(None, config, context=ctx, durability="sync")
+            if not graph.get_state(config).next:
+                break
+            graph.update_state(config, {"progress": {"attempts": 0, "status": "ready"}},
+                               as_node="budget")
+    assert len(model.requests) <= 4
+    assert ledger_row(db, "t1")[0] <= 4 and ledger_row(db, "t1")[1] == len(model.requests)
+
+
+def test_ledger_rows_refuse_to_decrease(db: Path) -> None:
+    run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", str(db)])
+    with sqlite3.connect(db) as conn:
+        for sql in (
+            "UPDATE attempt_ledger SET attempts = 0, claimed = 0",
+            "UPDATE attempt_ledger SET claimed = 0",
+            "UPDATE attempt_ledger SET max_attempts = 9",
+        ):
+            with pytest.raises(sqlite3.DatabaseError):
+                conn.execute(sql)
+    assert ledger_row(db, "t1") == (1, 1, 4)
+
+
+def test_settings_repr_never_shows_the_key() -> None:
+    assert "sk-secret" not in repr(Settings(db="x", live=True, api_key="sk-secret"))
