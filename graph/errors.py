@@ -44,3 +44,8 @@ class BusyError(RunError):
 
     exit_code = ExitCode.BUSY
     error_code = "busy"
+
+    @classmethod
+    def for_thread(cls, thread_id: str) -> BusyError:
+        """The error for a thread whose writer lock another process holds."""
+        return cls(f"thread {thread_id!r} is busy: another process is working on it")

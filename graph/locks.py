@@ -59,9 +59,7 @@ class ThreadLocks:
             self._set(fcntl.F_WRLCK, thread_id)
         except OSError as exc:
             if exc.errno in (errno.EAGAIN, errno.EACCES):
-                raise BusyError(
-                    f"thread {thread_id!r} is busy: another process is working on it"
-                ) from None
+                raise BusyError.for_thread(thread_id) from None
             raise
         try:
             yield

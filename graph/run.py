@@ -24,6 +24,7 @@ import argparse
 import signal
 import sys
 from typing import Any, NoReturn
+from urllib.parse import urlsplit
 
 from graph.errors import RunError, UsageError
 from graph.exitcodes import ExitCode
@@ -79,6 +80,10 @@ def run(argv: list[str] | None = None, **step_kwargs: Any) -> Outcome:
         from graph.settings import check_thread_id, resolve_settings
 
         thread_id = check_thread_id(args.thread)
+        if args.db and "://" in args.db and urlsplit(args.db).password:
+            print("warning: a password in --db is visible in the process list; "
+                  "put the URL in GRAPH_DB or the password in PGPASSWORD or ~/.pgpass",
+                  file=sys.stderr)
         settings = resolve_settings(db=args.db, live=args.live, timeout_s=args.timeout)
         from graph.step import StepRequest, advance
         from graph.storage import open_store

@@ -19,7 +19,8 @@ from typing import Any
 
 from graph.errors import RefusedError
 from graph.locks import ThreadLocks
-from graph.sqlite_ledger import LEDGER_DDL, SqliteLedger
+from graph.serde import make_serde
+from graph.ledger import SQLITE_LEDGER_DDL, SqlLedger
 
 BUSY_TIMEOUT_MS = 30_000
 """How long a writer waits for SQLite's database lock before failing (milliseconds)."""
@@ -86,7 +87,7 @@ class SqliteStore:
 
     location: str
     checkpointer: Any
-    ledger: SqliteLedger
+    ledger: SqlLedger
     locks: ThreadLocks
     _conns: tuple[sqlite3.Connection, ...]
 
@@ -128,10 +129,10 @@ def open_sqlite(path: Path, *, create: bool) -> Iterator[SqliteStore]:
         saver_conn = _connect(path)
         ledger_conn = _connect(path, isolation_level=None)
         locks = ThreadLocks(path.with_name(path.name + ".lock"))
-        ledger_conn.executescript(LEDGER_DDL)
-        checkpointer = SqliteSaver(saver_conn)
+        ledger_conn.executescript(SQLITE_LEDGER_DDL)
+        checkpointer = SqliteSaver(saver_conn, serde=make_serde())
         checkpointer.setup()
-    store = SqliteStore(str(path), checkpointer, SqliteLedger(ledger_conn), locks, (saver_conn, ledger_conn))
+    store = SqliteStore(str(path), checkpointer, SqlLedger(ledger_conn), locks, (saver_conn, ledger_conn))
     try:
         yield store
     finally:

@@ -1,19 +1,21 @@
-"""The attempt ledger on SQLite: one row per thread, one committed transaction per change.
+"""The attempt ledger: one row per thread, one committed statement per change.
 
 The row is the budget (INVARIANTS I1, I2): `attempts` is counted before a request is
 allowed, `claimed` is raised just before it is sent, and neither ever decreases: a
-trigger refuses any update that would lower them, so no fork, replay or
-`update_state` of the graph can bring back a lower count.
+trigger refuses any update that would lower them or change the maximum, so no fork,
+replay or `update_state` of the graph can bring back a lower count. Each method is a
+single statement on an autocommit connection, so it is committed (on SQLite with
+`synchronous=FULL`, on PostgreSQL with `synchronous_commit` on) before it returns.
 """
 
 from __future__ import annotations
 
-import sqlite3
 from datetime import UTC, datetime
+from typing import Any
 
 from nodes.context import LedgerEntry
 
-LEDGER_DDL = """
+_TABLE = """
 CREATE TABLE IF NOT EXISTS attempt_ledger (
     thread_id    TEXT PRIMARY KEY,
     attempts     INTEGER NOT NULL CHECK (attempts >= 0),
@@ -22,6 +24,9 @@ CREATE TABLE IF NOT EXISTS attempt_ledger (
     created_at   TEXT NOT NULL,
     updated_at   TEXT NOT NULL
 );
+"""
+
+SQLITE_LEDGER_DDL = _TABLE + """
 CREATE TRIGGER IF NOT EXISTS attempt_ledger_never_decreases
 BEFORE UPDATE ON attempt_ledger
 WHEN NEW.attempts < OLD.attempts OR NEW.claimed < OLD.claimed
@@ -31,39 +36,44 @@ BEGIN
 END;
 """
 
+POSTGRES_LEDGER_DDL = _TABLE + """
+CREATE OR REPLACE FUNCTION attempt_ledger_never_decreases() RETURNS trigger AS $$
+BEGIN
+    IF NEW.attempts < OLD.attempts OR NEW.claimed < OLD.claimed
+       OR NEW.max_attempts <> OLD.max_attempts THEN
+        RAISE EXCEPTION 'attempt ledger never decreases';
+    END IF;
+    RETURN NEW;
+END $$ LANGUAGE plpgsql;
+CREATE OR REPLACE TRIGGER attempt_ledger_never_decreases
+BEFORE UPDATE ON attempt_ledger
+FOR EACH ROW EXECUTE FUNCTION attempt_ledger_never_decreases();
+"""
+
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
-class SqliteLedger:
-    """Attempt ledger over its own autocommit connection to the checkpoint database.
+class SqlLedger:
+    """The attempt ledger over a DB-API connection in autocommit mode.
 
     Args:
-        conn: A connection with `isolation_level=None`, `synchronous=FULL` and a busy
-            timeout; each method runs one `BEGIN IMMEDIATE` transaction and commits
-            before returning, so a count is on disk before the request leaves.
+        conn: A `sqlite3` connection with `isolation_level=None`, or a psycopg
+            connection with `autocommit=True` (tuple rows).
+        placeholder: The driver's parameter marker: `?` (sqlite3) or `%s` (psycopg).
     """
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: Any, *, placeholder: str = "?") -> None:
         self._conn = conn
+        self._ph = placeholder
 
-    def _tx(self, *statements: tuple[str, tuple]) -> int:
-        cur = self._conn.cursor()
-        cur.execute("BEGIN IMMEDIATE")
-        try:
-            changed = 0
-            for sql, params in statements:
-                changed += cur.execute(sql, params).rowcount
-            cur.execute("COMMIT")
-        except BaseException:
-            cur.execute("ROLLBACK")
-            raise
-        return changed
+    def _run(self, sql: str, params: tuple) -> Any:
+        return self._conn.execute(sql.replace("?", self._ph), params)
 
     def read(self, thread_id: str) -> LedgerEntry | None:
         """Returns the thread's entry, or None when the ledger has no row for it."""
-        row = self._conn.execute(
+        row = self._run(
             "SELECT attempts, claimed, max_attempts FROM attempt_ledger WHERE thread_id = ?",
             (thread_id,),
         ).fetchone()
@@ -76,12 +86,9 @@ class SqliteLedger:
             The row after the call (check `max_attempts` and `attempts` on reuse).
         """
         now = _now()
-        self._tx(
-            (
-                "INSERT INTO attempt_ledger VALUES (?, 0, 0, ?, ?, ?) "
-                "ON CONFLICT (thread_id) DO NOTHING",
-                (thread_id, max_attempts, now, now),
-            )
+        self._run(
+            "INSERT INTO attempt_ledger VALUES (?, 0, 0, ?, ?, ?) ON CONFLICT (thread_id) DO NOTHING",
+            (thread_id, max_attempts, now, now),
         )
         entry = self.read(thread_id)
         assert entry is not None
@@ -96,12 +103,10 @@ class SqliteLedger:
         Raises:
             LookupError: The ledger has no row for the thread.
         """
-        self._tx(
-            (
-                "UPDATE attempt_ledger SET attempts = attempts + 1, updated_at = ? "
-                "WHERE thread_id = ? AND claimed = attempts AND attempts < max_attempts",
-                (_now(), thread_id),
-            )
+        self._run(
+            "UPDATE attempt_ledger SET attempts = attempts + 1, updated_at = ? "
+            "WHERE thread_id = ? AND claimed = attempts AND attempts < max_attempts",
+            (_now(), thread_id),
         )
         entry = self.read(thread_id)
         if entry is None:
@@ -109,14 +114,10 @@ class SqliteLedger:
         return entry
 
     def claim(self, thread_id: str, attempt: int) -> bool:
-        """Marks counted attempt `attempt` as sent; True exactly once per attempt."""
-        return (
-            self._tx(
-                (
-                    "UPDATE attempt_ledger SET claimed = ?, updated_at = ? "
-                    "WHERE thread_id = ? AND claimed = ? AND attempts >= ?",
-                    (attempt, _now(), thread_id, attempt - 1, attempt),
-                )
-            )
-            == 1
+        """Marks counted attempt `attempt` (1-based) as sent; True exactly once per attempt."""
+        cur = self._run(
+            "UPDATE attempt_ledger SET claimed = ?, updated_at = ? "
+            "WHERE thread_id = ? AND claimed = ? AND attempts >= ?",
+            (attempt, _now(), thread_id, attempt - 1, attempt),
         )
+        return cur.rowcount == 1

@@ -1,0 +1,145 @@
+"""Opens a PostgreSQL checkpoint database: LangGraph's `PostgresSaver`, our ledger and locks.
+
+Three promises need care on PostgreSQL:
+
+* Schema setup runs once even when many workers start on an empty database at the
+  same moment: concurrent `PostgresSaver.setup()` calls fail with unique violations,
+  so setup is serialized by a session-level advisory lock (not a transaction: its
+  migrations use `CREATE INDEX CONCURRENTLY`, which cannot run inside one).
+* One writer per thread across machines: a session-level advisory lock per thread on
+  a dedicated "control" connection with TCP keepalives, so the lock dies with its
+  process, and within about a minute with a machine that lost power or network. The
+  ledger runs on the same connection: if the connection (and so the lock) is lost,
+  the claim before sending fails too, and nothing is sent.
+* A password in the URL never appears in output or errors (`redact`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from graph.errors import BusyError, UsageError
+from graph.ledger import POSTGRES_LEDGER_DDL, SqlLedger
+
+KEEPALIVES = {"keepalives": 1, "keepalives_idle": 20, "keepalives_interval": 5,
+              "keepalives_count": 4}
+"""libpq TCP keepalive settings of the control connection (seconds, probes)."""
+CONNECT_TIMEOUT_S = 10
+
+
+def _key(name: str) -> int:
+    """A signed 64-bit advisory-lock key for `name`."""
+    return int.from_bytes(hashlib.sha256(f"mandapi-resume:{name}".encode()).digest()[:8],
+                          "big", signed=True)
+
+
+SETUP_LOCK_KEY = _key("schema-setup")
+
+
+def redact(url: str) -> str:
+    """Returns `url` with any password replaced by `***`."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)
+    user = (parts.username or "") + ":***"
+    return urlunsplit(parts._replace(netloc=f"{user}@{netloc[-1]}"))
+
+
+class AdvisoryThreadLocks:
+    """Per-thread session-level advisory locks (`pg_try_advisory_lock`).
+
+    Args:
+        conn: The control connection; a lock lives as long as this session.
+    """
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    @contextmanager
+    def hold(self, thread_id: str) -> Iterator[None]:
+        """Holds the thread's lock for the block; fails at once if another session has it.
+
+        Raises:
+            BusyError: Another session holds the lock (exit 5).
+        """
+        key = _key(f"thread:{thread_id}")
+        if not self._conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
+            raise BusyError.for_thread(thread_id)
+        try:
+            yield
+        finally:
+            if not self._conn.closed:
+                self._conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+
+@dataclass
+class PostgresStore:
+    """An open PostgreSQL checkpoint database.
+
+    Attributes:
+        location: The URL with its password redacted, for messages.
+        checkpointer: LangGraph's `PostgresSaver` on its own connection.
+        ledger: The attempt ledger on the control connection.
+        locks: Per-thread advisory locks on the control connection.
+    """
+
+    location: str
+    checkpointer: Any
+    ledger: SqlLedger
+    locks: AdvisoryThreadLocks
+    _conns: tuple[Any, ...]
+
+    def close(self) -> None:
+        """Closes both connections, releasing every advisory lock."""
+        for conn in self._conns:
+            conn.close()
+
+
+@contextmanager
+def open_postgres(url: str) -> Iterator[PostgresStore]:
+    """Connects, sets the schema up once (serialized), and yields the store.
+
+    Raises:
+        UsageError: The server cannot be reached or refuses the login (exit 2).
+    """
+    import psycopg
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from psycopg.rows import dict_row
+
+    from graph.serde import make_serde
+
+    location = redact(url)
+    try:
+        saver_conn = psycopg.connect(url, autocommit=True, prepare_threshold=0,
+                                     row_factory=dict_row, connect_timeout=CONNECT_TIMEOUT_S)
+        control = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
+                                  application_name="mandapi-resume", **KEEPALIVES)
+    except psycopg.OperationalError as exc:
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        detail = lines[0] if lines else type(exc).__name__
+        password = urlsplit(url).password
+        if password:
+            detail = detail.replace(password, "***")
+        raise UsageError(f"cannot connect to PostgreSQL at {location}: {detail}",
+                         error_code="db_unreachable") from None
+    conns = (saver_conn, control)
+    try:
+        checkpointer = PostgresSaver(saver_conn, serde=make_serde())
+        control.execute("SELECT pg_advisory_lock(%s)", (SETUP_LOCK_KEY,))
+        try:
+            checkpointer.setup()
+            control.execute(POSTGRES_LEDGER_DDL)
+        finally:
+            control.execute("SELECT pg_advisory_unlock(%s)", (SETUP_LOCK_KEY,))
+        store = PostgresStore(location, checkpointer, SqlLedger(control, placeholder="%s"),
+                              AdvisoryThreadLocks(control), conns)
+        yield store
+    finally:
+        for conn in conns:
+            conn.close()
