@@ -1,4 +1,9 @@
-"""Shared fixtures: a clean environment, a private working folder, and thread helpers."""
+"""Shared fixtures: a clean environment, and every behaviour test on SQLite and PostgreSQL.
+
+PostgreSQL tests read the server's URL from `GRAPH_TEST_POSTGRES_URL` and get a fresh
+database each; without the variable they skip with a message saying how to enable
+them, and with `GRAPH_REQUIRE_POSTGRES=1` (set by `.ci/run`) a skip is a failure.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +12,19 @@ import json
 import os
 import sqlite3
 import sys
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
 _CLEARED = ("MANDAPI_API_KEY", "MANDAPI_MODEL_ID", "MANDAPI_BASE_URL", "MANDAPI_TIMEOUT", "GRAPH_DB")
+_OUR_TABLES = ("attempt_ledger",)
+_PG_HOWTO = ("PostgreSQL tests skipped: set GRAPH_TEST_POSTGRES_URL, for example "
+             "GRAPH_TEST_POSTGRES_URL=postgresql://postgres@127.0.0.1:5432/test")
 
 
 @pytest.fixture(autouse=True)
@@ -25,8 +36,133 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     return tmp_path
 
 
+def postgres_admin_url() -> str:
+    """The test server's URL, or a skip (a failure under GRAPH_REQUIRE_POSTGRES=1)."""
+    url = os.environ.get("GRAPH_TEST_POSTGRES_URL")
+    if not url:
+        if os.environ.get("GRAPH_REQUIRE_POSTGRES") == "1":
+            pytest.fail("GRAPH_REQUIRE_POSTGRES=1 but GRAPH_TEST_POSTGRES_URL is not set")
+        pytest.skip(_PG_HOWTO)
+    return url
+
+
+class SqliteBackend:
+    """A checkpoint file in the test's folder."""
+
+    name = "sqlite"
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.db = str(path)
+
+    def _conn(self) -> sqlite3.Connection:
+        return sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)
+
+    def ledger_row(self, thread_id: str) -> tuple[int, int, int] | None:
+        """(attempts, claimed, max_attempts) read straight from the database."""
+        with self._conn() as conn:
+            return conn.execute(
+                "SELECT attempts, claimed, max_attempts FROM attempt_ledger WHERE thread_id = ?",
+                (thread_id,),
+            ).fetchone()
+
+    def fingerprint(self) -> str:
+        """A hash of every row of every table (logical content), for 'unchanged' checks."""
+        digest = hashlib.sha256()
+        with self._conn() as conn:
+            tables = [r[0] for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+            for table in tables:
+                digest.update(table.encode())
+                for row in sorted(repr(r) for r in conn.execute(f'SELECT * FROM "{table}"')):
+                    digest.update(row.encode())
+        return digest.hexdigest()
+
+    def execute(self, sql: str, params: tuple = ()) -> None:
+        with sqlite3.connect(self.path) as conn:
+            conn.execute(sql, params)
+
+    def dump(self) -> bytes:
+        """Every byte stored: the database file, its WAL and its lock file."""
+        return b"".join(p.read_bytes() for p in sorted(self.path.parent.iterdir())
+                        if p.name.startswith(self.path.name))
+
+
+class PostgresBackend:
+    """A fresh PostgreSQL database on the test server, dropped afterwards."""
+
+    name = "postgres"
+
+    def __init__(self, admin_url: str) -> None:
+        import psycopg
+
+        self._psycopg = psycopg
+        self.admin_url = admin_url
+        self.dbname = f"mr_test_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{self.dbname}"')
+        base = admin_url.rsplit("/", 1)[0]
+        self.db = f"{base}/{self.dbname}"
+
+    def drop(self) -> None:
+        with self._psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{self.dbname}" WITH (FORCE)')
+
+    def ledger_row(self, thread_id: str) -> tuple[int, int, int] | None:
+        with self._psycopg.connect(self.db, autocommit=True) as conn:
+            exists = conn.execute("SELECT to_regclass('attempt_ledger')").fetchone()[0]
+            if exists is None:
+                return None
+            return conn.execute(
+                "SELECT attempts, claimed, max_attempts FROM attempt_ledger WHERE thread_id = %s",
+                (thread_id,),
+            ).fetchone()
+
+    def fingerprint(self) -> str:
+        digest = hashlib.sha256()
+        with self._psycopg.connect(self.db, autocommit=True) as conn:
+            tables = [r[0] for r in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY 1")]
+            for table in tables:
+                digest.update(table.encode())
+                rows = conn.execute(f'SELECT * FROM "{table}"').fetchall()
+                for row in sorted(repr(r) for r in rows):
+                    digest.update(row.encode())
+        return digest.hexdigest()
+
+    def execute(self, sql: str, params: tuple = ()) -> None:
+        with self._psycopg.connect(self.db, autocommit=True) as conn:
+            conn.execute(sql.replace("?", "%s"), params)
+
+    def dump(self) -> bytes:
+        """Every row of every table, as text and raw bytes."""
+        out = []
+        with self._psycopg.connect(self.db, autocommit=True) as conn:
+            for (table,) in conn.execute(
+                    "SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall():
+                for row in conn.execute(f'SELECT * FROM "{table}"').fetchall():
+                    for value in row:
+                        out.append(bytes(value) if isinstance(value, (bytes, memoryview))
+                                   else str(value).encode())
+        return b"\n".join(out)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """Each behaviour test runs on a SQLite file and on a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        yield SqliteBackend(tmp_path / "checkpoints.sqlite")
+        return
+    pg = PostgresBackend(postgres_admin_url())
+    try:
+        yield pg
+    finally:
+        pg.drop()
+
+
 @pytest.fixture
-def db(tmp_path: Path) -> Path:
+def sqlite_db(tmp_path: Path) -> Path:
+    """A SQLite checkpoint path, for tests about files themselves."""
     return tmp_path / "checkpoints.sqlite"
 
 
@@ -40,32 +176,9 @@ def run_cli(argv: list[str], **kwargs: Any) -> dict[str, Any]:
     return data
 
 
-def ledger_row(db: Path, thread_id: str) -> tuple[int, int, int] | None:
-    """(attempts, claimed, max_attempts) read straight from the file."""
-    with sqlite3.connect(db) as conn:
-        return conn.execute(
-            "SELECT attempts, claimed, max_attempts FROM attempt_ledger WHERE thread_id = ?",
-            (thread_id,),
-        ).fetchone()
-
-
-def db_fingerprint(db: Path) -> str:
-    """A hash of every row of every table (logical content), for 'unchanged' checks."""
-    digest = hashlib.sha256()
-    with sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True) as conn:
-        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
-        for table in tables:
-            digest.update(table.encode())
-            for row in sorted(repr(r) for r in conn.execute(f'SELECT * FROM "{table}"')):
-                digest.update(row.encode())
-    return digest.hexdigest()
-
-
 def subprocess_env(**extra: str) -> dict[str, str]:
+    """The environment for a CLI subprocess: ours, cleared of MandAPI and DB variables."""
     env = {k: v for k, v in os.environ.items() if k not in _CLEARED}
     env["PYTHONPATH"] = str(ROOT)
     env.update(extra)
     return env
-
-
-PYTHON = sys.executable

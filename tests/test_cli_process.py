@@ -6,7 +6,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from tests.conftest import PYTHON, ROOT, ledger_row, subprocess_env
+from tests.conftest import PYTHON, ROOT, SqliteBackend, subprocess_env
 from tests.fake_mandapi import FakeMandApi
 
 TASK = "How long does shipping take at the demo shop?"
@@ -21,7 +21,7 @@ def test_two_offline_processes_share_the_thread_through_the_checkpoint(tmp_path:
     first = cli("--thread", "task_abc", "--task", TASK, "--once", cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     assert "ready (attempts 1/4" in first.stdout
-    assert ledger_row(tmp_path / "checkpoints.sqlite", "task_abc") == (1, 1, 4)
+    assert SqliteBackend(tmp_path / "checkpoints.sqlite").ledger_row("task_abc") == (1, 1, 4)
     second = cli("--thread", "task_abc", "--once", "--json", cwd=tmp_path)
     assert second.returncode == 0, second.stderr
     out = json.loads(second.stdout)
@@ -29,27 +29,27 @@ def test_two_offline_processes_share_the_thread_through_the_checkpoint(tmp_path:
     assert "[ship-01]" in out["answer"]
 
 
-def test_live_process_against_a_loopback_fake_server_keeps_the_key_private(tmp_path: Path) -> None:
+def test_live_process_against_a_loopback_fake_server_keeps_the_key_private(
+    tmp_path: Path, backend
+) -> None:
     key = "sk-marker-process-91"
     with FakeMandApi(tmp_path / "requests.jsonl") as fake:
         env = subprocess_env(MANDAPI_API_KEY=key, MANDAPI_MODEL_ID="mandapi-large",
                              MANDAPI_BASE_URL=fake.base_url)
-        runs = [cli("--thread", "live1", "--task", TASK, "--live", "--db", "live.sqlite", env=env,
+        runs = [cli("--thread", "live1", "--task", TASK, "--live", "--db", backend.db, env=env,
                     cwd=tmp_path)]
         requests = fake.requests()
     assert runs[0].returncode == 0, runs[0].stderr
     assert "done (attempts 2/4, model mandapi-large)" in runs[0].stdout
-    assert len(requests) == 2 == ledger_row(tmp_path / "live.sqlite", "live1")[1]
+    assert len(requests) == 2 == backend.ledger_row("live1")[1]
     assert all(r["headers"]["Authorization"] == f"Bearer {key}" for r in requests)
     with FakeMandApi(tmp_path / "failed.jsonl", status=503) as failing:
         env["MANDAPI_BASE_URL"] = failing.base_url
-        failed = cli("--thread", "live2", "--task", TASK, "--live", "--db", "live.sqlite",
+        failed = cli("--thread", "live2", "--task", TASK, "--live", "--db", backend.db,
                      "--json", env=env, cwd=tmp_path)
     assert failed.returncode == 6
     assert json.loads(failed.stdout)["error_code"] == "http_status"
-    for path in tmp_path.iterdir():
-        if path.name.startswith("live.sqlite"):
-            assert key.encode() not in path.read_bytes(), path
+    assert key.encode() not in backend.dump()
     for run in [*runs, failed]:
         assert key not in run.stdout and key not in run.stderr
 

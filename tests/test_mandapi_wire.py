@@ -12,7 +12,7 @@ from graph.models import make_model
 from nodes.errors import ModelRequestError
 from nodes.mandapi import MandApiModel, parse_reply
 from nodes.prompts import SYSTEM_PROMPT
-from tests.conftest import ROOT, ledger_row, run_cli
+from tests.conftest import ROOT, run_cli
 from tests.fakes import chat_completion
 
 KEY = "sk-marker-7c1e55"
@@ -32,18 +32,14 @@ def via(handler):
                                                  transport=httpx.MockTransport(handler))
 
 
-def all_bytes(folder: Path) -> bytes:
-    return b"".join(p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file())
-
-
-def test_request_has_one_system_message_tools_and_bearer_auth(db: Path, live_env) -> None:
+def test_request_has_one_system_message_tools_and_bearer_auth(backend, live_env) -> None:
     seen: list[httpx.Request] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
         seen.append(request)
         return httpx.Response(200, json=chat_completion({"role": "assistant", "content": "ok [ship-01]"}))
 
-    out = run_cli(["--thread", "t1", "--task", TASK, "--live", "--db", str(db)],
+    out = run_cli(["--thread", "t1", "--task", TASK, "--live", "--db", backend.db],
                   model_factory=via(handler))
     assert (out["status"], out["model"]) == ("done", "mandapi-large")
     (request,) = seen
@@ -56,7 +52,7 @@ def test_request_has_one_system_message_tools_and_bearer_auth(db: Path, live_env
     assert body["messages"][0]["content"] == SYSTEM_PROMPT
     assert {t["function"]["name"] for t in body["tools"]} == {
         "search_references", "get_reference", "list_references"}
-    assert KEY.encode() not in all_bytes(db.parent)
+    assert KEY.encode() not in backend.dump()
 
 
 @pytest.mark.parametrize(
@@ -72,7 +68,7 @@ def test_request_has_one_system_message_tools_and_bearer_auth(db: Path, live_env
     ],
 )
 def test_failed_request_is_counted_reported_and_not_retried(
-    db: Path, live_env, raise_or_respond, error_code, capsys
+    backend, live_env, raise_or_respond, error_code, capsys
 ) -> None:
     calls = []
 
@@ -82,16 +78,16 @@ def test_failed_request_is_counted_reported_and_not_retried(
             raise raise_or_respond
         return raise_or_respond
 
-    out = run_cli(["--thread", "t1", "--task", TASK, "--live", "--db", str(db)],
+    out = run_cli(["--thread", "t1", "--task", TASK, "--live", "--db", backend.db],
                   model_factory=via(handler))
     assert (out["exit_code"], out["error_code"], out["status"]) == (6, error_code, "ready")
     assert len(calls) == 1, "no retries"
-    assert ledger_row(db, "t1") == (1, 1, 4)
+    assert backend.ledger_row("t1") == (1, 1, 4)
     assert KEY not in out["error"] and KEY not in capsys.readouterr().out
-    assert KEY.encode() not in all_bytes(db.parent)
+    assert KEY.encode() not in backend.dump()
 
 
-def test_recorded_responses_replay_through_the_real_client(db: Path, live_env) -> None:
+def test_recorded_responses_replay_through_the_real_client(backend, live_env) -> None:
     recording = json.loads((ROOT / "tests/fixtures/mandapi_replay.json").read_text())
     responses = list(recording["responses"])
     bodies = []
@@ -100,7 +96,7 @@ def test_recorded_responses_replay_through_the_real_client(db: Path, live_env) -
         bodies.append(json.loads(request.content))
         return httpx.Response(200, json=responses.pop(0))
 
-    argv = ["--thread", "r1", "--live", "--once", "--db", str(db)]
+    argv = ["--thread", "r1", "--live", "--once", "--db", backend.db]
     outs = [run_cli([*argv, "--task", recording["task"]], model_factory=via(handler))]
     while outs[-1]["status"] == "ready":
         outs.append(run_cli(argv, model_factory=via(handler)))

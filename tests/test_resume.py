@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -11,7 +10,7 @@ from graph.factory import build_graph
 from graph.settings import Settings
 from graph.storage import open_store
 from nodes.context import StepContext
-from tests.conftest import ledger_row, run_cli
+from tests.conftest import run_cli
 from tests.fakes import NeverFinishes, ScriptedModel, answer_reply, tool_call_reply
 
 TASK = "How long does shipping take at the demo shop?"
@@ -25,27 +24,27 @@ class Boom(RuntimeError):
     """A bug in reason after the request went out (for example in parsing)."""
 
 
-def test_reason_that_raised_after_sending_is_not_rerun_without_a_new_count(db: Path) -> None:
+def test_reason_that_raised_after_sending_is_not_rerun_without_a_new_count(backend) -> None:
     model = ScriptedModel([Boom("parse bug"), tool_call_reply("c1"), answer_reply("ok [ship-01]")])
     with pytest.raises(Boom):
-        run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", str(db)],
+        run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", backend.db],
                 model_factory=factory(model))
-    assert len(model.requests) == 1 and ledger_row(db, "t1") == (1, 1, 4)
-    out = run_cli(["--thread", "t1", "--once", "--db", str(db)], model_factory=factory(model))
+    assert len(model.requests) == 1 and backend.ledger_row("t1") == (1, 1, 4)
+    out = run_cli(["--thread", "t1", "--once", "--db", backend.db], model_factory=factory(model))
     # The resume went back through budget: a second request, with its own count.
     assert (out["attempts"], len(model.requests)) == (2, 2)
-    assert ledger_row(db, "t1") == (2, 2, 4)
-    out = run_cli(["--thread", "t1", "--once", "--db", str(db)], model_factory=factory(model))
+    assert backend.ledger_row("t1") == (2, 2, 4)
+    out = run_cli(["--thread", "t1", "--once", "--db", backend.db], model_factory=factory(model))
     assert (out["status"], out["attempts"], len(model.requests)) == ("done", 3, 3)
 
 
-def test_langgraph_rerun_of_failed_reason_sends_nothing_even_without_the_driver(db: Path) -> None:
+def test_langgraph_rerun_of_failed_reason_sends_nothing_even_without_the_driver(backend) -> None:
     """Invoke the compiled graph directly, as a notebook would, after reason raised."""
     model = ScriptedModel([Boom("after send")])
     with pytest.raises(Boom):
-        run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", str(db)],
+        run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", backend.db],
                 model_factory=factory(model))
-    with open_store(str(db), create=False) as store:
+    with open_store(backend.db, create=False) as store:
         graph = build_graph(store.checkpointer)
         config = {"configurable": {"thread_id": "t1"}}
         assert graph.get_state(config).next == ("reason",)
@@ -55,24 +54,24 @@ def test_langgraph_rerun_of_failed_reason_sends_nothing_even_without_the_driver(
     assert len(model.requests) == 1, "LangGraph's re-run of reason must not send"
     assert state.values["progress"]["outcome"] == "not_sent"
     assert state.next == ("budget",)
-    assert ledger_row(db, "t1") == (1, 1, 4)
+    assert backend.ledger_row("t1") == (1, 1, 4)
 
 
-def test_counted_but_unsent_attempt_is_used_not_counted_twice(db: Path) -> None:
+def test_counted_but_unsent_attempt_is_used_not_counted_twice(backend) -> None:
     """A crash between the budget commit and the claim wastes nothing."""
-    run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", str(db)])
-    with sqlite3.connect(db) as conn:  # as if budget counted attempt 2, then the process died
-        conn.execute("UPDATE attempt_ledger SET attempts = 2 WHERE thread_id = 't1'")
-    out = run_cli(["--thread", "t1", "--once", "--db", str(db)])
+    run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", backend.db])
+    # As if budget counted attempt 2, then the process died before reason claimed it.
+    backend.execute("UPDATE attempt_ledger SET attempts = 2 WHERE thread_id = 't1'")
+    out = run_cli(["--thread", "t1", "--once", "--db", backend.db])
     assert (out["status"], out["attempts"]) == ("done", 2)
-    assert ledger_row(db, "t1") == (2, 2, 4)
+    assert backend.ledger_row("t1") == (2, 2, 4)
 
 
-def test_replaying_an_older_checkpoint_cannot_lower_the_count_or_pass_the_maximum(db: Path) -> None:
+def test_replaying_an_older_checkpoint_cannot_lower_the_count_or_pass_the_maximum(backend) -> None:
     model = NeverFinishes()
-    run_cli(["--thread", "t1", "--task", TASK, "--db", str(db)], model_factory=factory(model))
+    run_cli(["--thread", "t1", "--task", TASK, "--db", backend.db], model_factory=factory(model))
     assert len(model.requests) == 4
-    with open_store(str(db), create=False) as store:
+    with open_store(backend.db, create=False) as store:
         graph = build_graph(store.checkpointer)
         history = list(graph.get_state_history({"configurable": {"thread_id": "t1"}}))
         ctx = StepContext("t1", store.ledger, model)
@@ -80,13 +79,13 @@ def test_replaying_an_older_checkpoint_cannot_lower_the_count_or_pass_the_maximu
             if snapshot.next:
                 graph.invoke(None, snapshot.config, context=ctx, durability="sync")
     assert len(model.requests) == 4
-    assert ledger_row(db, "t1") == (4, 4, 4)
+    assert backend.ledger_row("t1") == (4, 4, 4)
 
 
-def test_update_state_cannot_lower_the_ledger(db: Path) -> None:
+def test_update_state_cannot_lower_the_ledger(backend) -> None:
     model = NeverFinishes()
-    run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", str(db)], model_factory=factory(model))
-    with open_store(str(db), create=False) as store:
+    run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", backend.db], model_factory=factory(model))
+    with open_store(backend.db, create=False) as store:
         graph = build_graph(store.checkpointer)
         config = {"configurable": {"thread_id": "t1"}}
         graph.update_state(config, {"progress": {"attempts": 0, "status": "ready"}}, as_node="budget")
@@ -98,20 +97,19 @@ def test_update_state_cannot_lower_the_ledger(db: Path) -> None:
             graph.update_state(config, {"progress": {"attempts": 0, "status": "ready"}},
                                as_node="budget")
     assert len(model.requests) <= 4
-    assert ledger_row(db, "t1")[0] <= 4 and ledger_row(db, "t1")[1] == len(model.requests)
+    assert backend.ledger_row("t1")[0] <= 4 and backend.ledger_row("t1")[1] == len(model.requests)
 
 
-def test_ledger_rows_refuse_to_decrease(db: Path) -> None:
-    run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", str(db)])
-    with sqlite3.connect(db) as conn:
-        for sql in (
-            "UPDATE attempt_ledger SET attempts = 0, claimed = 0",
-            "UPDATE attempt_ledger SET claimed = 0",
-            "UPDATE attempt_ledger SET max_attempts = 9",
-        ):
-            with pytest.raises(sqlite3.DatabaseError):
-                conn.execute(sql)
-    assert ledger_row(db, "t1") == (1, 1, 4)
+def test_ledger_rows_refuse_to_decrease(backend) -> None:
+    run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", backend.db])
+    for sql in (
+        "UPDATE attempt_ledger SET attempts = 0, claimed = 0",
+        "UPDATE attempt_ledger SET claimed = 0",
+        "UPDATE attempt_ledger SET max_attempts = 9",
+    ):
+        with pytest.raises(Exception, match="never decreases"):
+            backend.execute(sql)
+    assert backend.ledger_row("t1") == (1, 1, 4)
 
 
 def test_settings_repr_never_shows_the_key() -> None:

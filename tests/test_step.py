@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.conftest import db_fingerprint, ledger_row, run_cli
+from tests.conftest import SqliteBackend, run_cli
 from tests.fakes import NeverFinishes, ScriptedModel, answer_reply, timeout_error, tool_call_reply
 
 TASK = "How long does shipping take at the demo shop?"
@@ -14,100 +14,100 @@ def factory(model):
     return lambda model_id, settings: model
 
 
-def test_demo_task_is_done_in_two_once_invocations(db: Path) -> None:
-    first = run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", str(db)])
+def test_demo_task_is_done_in_two_once_invocations(backend) -> None:
+    first = run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", backend.db])
     assert (first["status"], first["attempts"], first["exit_code"]) == ("ready", 1, 0)
     assert first["answer"] is None and first["review_required"] is False
-    second = run_cli(["--thread", "t1", "--once", "--db", str(db)])
+    second = run_cli(["--thread", "t1", "--once", "--db", backend.db])
     assert (second["status"], second["attempts"], second["exit_code"]) == ("done", 2, 0)
     assert "[ship-01]" in second["answer"] and second["review_required"] is True
-    assert ledger_row(db, "t1") == (2, 2, 4)
+    assert backend.ledger_row("t1") == (2, 2, 4)
 
 
-def test_without_once_steps_until_done(db: Path) -> None:
-    out = run_cli(["--thread", "t1", "--task", TASK, "--db", str(db)])
+def test_without_once_steps_until_done(backend) -> None:
+    out = run_cli(["--thread", "t1", "--task", TASK, "--db", backend.db])
     assert (out["status"], out["attempts"]) == ("done", 2)
 
 
-def test_never_finishing_model_stops_at_exactly_four_requests(db: Path) -> None:
+def test_never_finishing_model_stops_at_exactly_four_requests(backend) -> None:
     model = NeverFinishes()
     codes = []
     for i in range(6):
-        argv = ["--thread", "t1", "--once", "--db", str(db)] + (["--task", TASK] if i == 0 else [])
+        argv = ["--thread", "t1", "--once", "--db", backend.db] + (["--task", TASK] if i == 0 else [])
         out = run_cli(argv, model_factory=factory(model))
         codes.append(out["exit_code"])
     assert len(model.requests) == 4
     assert codes == [0, 0, 0, 3, 3, 3]
     assert out["status"] == "exhausted" and out["stop_reason"] == "budget"
-    assert ledger_row(db, "t1") == (4, 4, 4)
+    assert backend.ledger_row("t1") == (4, 4, 4)
 
 
-def test_exhausted_thread_makes_no_request_without_once(db: Path) -> None:
+def test_exhausted_thread_makes_no_request_without_once(backend) -> None:
     model = NeverFinishes()
-    out = run_cli(["--thread", "t1", "--task", TASK, "--db", str(db)], model_factory=factory(model))
+    out = run_cli(["--thread", "t1", "--task", TASK, "--db", backend.db], model_factory=factory(model))
     assert (out["status"], out["exit_code"], len(model.requests)) == ("exhausted", 3, 4)
-    out = run_cli(["--thread", "t1", "--db", str(db)], model_factory=factory(model))
+    out = run_cli(["--thread", "t1", "--db", backend.db], model_factory=factory(model))
     assert (out["exit_code"], len(model.requests)) == (3, 4)
 
 
-def test_timeout_counts_the_attempt_and_next_run_counts_a_new_one(db: Path) -> None:
+def test_timeout_counts_the_attempt_and_next_run_counts_a_new_one(backend) -> None:
     model = ScriptedModel([timeout_error(), tool_call_reply("c1"), answer_reply("done [ship-01]")])
-    out = run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", str(db)],
+    out = run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", backend.db],
                   model_factory=factory(model))
     assert (out["exit_code"], out["error_code"], out["status"]) == (6, "timeout", "ready")
     # Reloaded from disk by a fresh store: the failed request is counted.
-    assert ledger_row(db, "t1") == (1, 1, 4)
-    assert run_cli(["--thread", "t1", "--once", "--db", str(db)],
+    assert backend.ledger_row("t1") == (1, 1, 4)
+    assert run_cli(["--thread", "t1", "--once", "--db", backend.db],
                    model_factory=factory(model))["attempts"] == 2
-    assert ledger_row(db, "t1") == (2, 2, 4)
-    out = run_cli(["--thread", "t1", "--once", "--db", str(db)], model_factory=factory(model))
+    assert backend.ledger_row("t1") == (2, 2, 4)
+    out = run_cli(["--thread", "t1", "--once", "--db", backend.db], model_factory=factory(model))
     assert (out["status"], out["attempts"]) == ("done", 3)
-    assert len(model.requests) <= ledger_row(db, "t1")[0]
+    assert len(model.requests) <= backend.ledger_row("t1")[0]
 
 
-def test_failed_last_attempt_exhausts_the_thread_at_once(db: Path) -> None:
+def test_failed_last_attempt_exhausts_the_thread_at_once(backend) -> None:
     model = ScriptedModel([timeout_error()] * 4)
     for i in range(4):
-        argv = ["--thread", "t1", "--once", "--db", str(db)] + (["--task", TASK] if i == 0 else [])
+        argv = ["--thread", "t1", "--once", "--db", backend.db] + (["--task", TASK] if i == 0 else [])
         out = run_cli(argv, model_factory=factory(model))
     assert (out["status"], out["exit_code"], out["error_code"]) == ("exhausted", 3, "timeout")
     assert len(model.requests) == 4
 
 
-def test_task_mismatch_is_refused_and_changes_nothing(db: Path) -> None:
-    run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", str(db)])
-    before = db_fingerprint(db)
-    out = run_cli(["--thread", "t1", "--task", "Another task", "--once", "--db", str(db)])
+def test_task_mismatch_is_refused_and_changes_nothing(backend) -> None:
+    run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", backend.db])
+    before = backend.fingerprint()
+    out = run_cli(["--thread", "t1", "--task", "Another task", "--once", "--db", backend.db])
     assert (out["exit_code"], out["error_code"]) == (4, "identity_mismatch")
-    assert db_fingerprint(db) == before
+    assert backend.fingerprint() == before
 
 
-def test_model_mismatch_is_refused_and_changes_nothing(db: Path, monkeypatch) -> None:
-    run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", str(db)])
-    before = db_fingerprint(db)
-    out = run_cli(["--thread", "t1", "--model", "other-model", "--once", "--db", str(db)])
+def test_model_mismatch_is_refused_and_changes_nothing(backend, monkeypatch) -> None:
+    run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", backend.db])
+    before = backend.fingerprint()
+    out = run_cli(["--thread", "t1", "--model", "other-model", "--once", "--db", backend.db])
     assert (out["exit_code"], out["error_code"]) == (4, "identity_mismatch")
     monkeypatch.setenv("MANDAPI_API_KEY", "sk-test")
     monkeypatch.setenv("MANDAPI_MODEL_ID", "mandapi-large")
-    out = run_cli(["--thread", "t1", "--live", "--once", "--db", str(db)])
+    out = run_cli(["--thread", "t1", "--live", "--once", "--db", backend.db])
     assert (out["exit_code"], out["error_code"]) == (4, "identity_mismatch")
-    assert db_fingerprint(db) == before
+    assert backend.fingerprint() == before
 
 
-def test_same_task_on_an_existing_thread_resumes_and_never_restarts(db: Path) -> None:
-    run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", str(db)])
-    out = run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", str(db)])
+def test_same_task_on_an_existing_thread_resumes_and_never_restarts(backend) -> None:
+    run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", backend.db])
+    out = run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", backend.db])
     assert (out["status"], out["attempts"]) == ("done", 2)
-    out = run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", str(db)])
+    out = run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", backend.db])
     assert (out["status"], out["attempts"]) == ("done", 2)
-    assert ledger_row(db, "t1") == (2, 2, 4)
+    assert backend.ledger_row("t1") == (2, 2, 4)
 
 
-def test_resuming_a_missing_thread_is_refused(db: Path) -> None:
-    run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", str(db)])
-    out = run_cli(["--thread", "nope", "--once", "--db", str(db)])
+def test_resuming_a_missing_thread_is_refused(backend) -> None:
+    run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", backend.db])
+    out = run_cli(["--thread", "nope", "--once", "--db", backend.db])
     assert (out["exit_code"], out["error_code"]) == (4, "no_such_thread")
-    assert ledger_row(db, "nope") is None
+    assert backend.ledger_row("nope") is None
 
 
 def test_resuming_in_a_missing_file_does_not_create_it(tmp_path: Path) -> None:
@@ -117,10 +117,10 @@ def test_resuming_in_a_missing_file_does_not_create_it(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-def test_paid_model_without_live_is_a_usage_error_and_counts_nothing(db: Path) -> None:
-    out = run_cli(["--thread", "t1", "--task", TASK, "--model", "mandapi-large", "--db", str(db)])
+def test_paid_model_without_live_is_a_usage_error_and_counts_nothing(backend) -> None:
+    out = run_cli(["--thread", "t1", "--task", TASK, "--model", "mandapi-large", "--db", backend.db])
     assert (out["exit_code"], out["error_code"]) == (2, "usage")
-    assert ledger_row(db, "t1") is None
+    assert backend.ledger_row("t1") is None
 
 
 def test_live_without_key_is_a_usage_error_before_anything_is_created(tmp_path: Path) -> None:
@@ -130,23 +130,23 @@ def test_live_without_key_is_a_usage_error_before_anything_is_created(tmp_path: 
     assert not (tmp_path / "x.sqlite").exists()
 
 
-def test_live_thread_cannot_continue_without_live(db: Path, monkeypatch) -> None:
+def test_live_thread_cannot_continue_without_live(backend, monkeypatch) -> None:
     monkeypatch.setenv("MANDAPI_API_KEY", "sk-test")
     model = ScriptedModel([tool_call_reply("c1")])
     run_cli(["--thread", "t1", "--task", TASK, "--live", "--model", "mandapi-large", "--once",
-             "--db", str(db)], model_factory=factory(model))
-    before = db_fingerprint(db)
-    out = run_cli(["--thread", "t1", "--once", "--db", str(db)])
+             "--db", backend.db], model_factory=factory(model))
+    before = backend.fingerprint()
+    out = run_cli(["--thread", "t1", "--once", "--db", backend.db])
     assert (out["exit_code"], out["error_code"]) == (2, "usage")
-    assert db_fingerprint(db) == before and ledger_row(db, "t1") == (1, 1, 4)
+    assert backend.fingerprint() == before and backend.ledger_row("t1") == (1, 1, 4)
 
 
-def test_bad_thread_ids_are_usage_errors(db: Path) -> None:
-    for bad in ["", "a b", "x" * 129, "a/b", "ä", "a;b"]:
-        out = run_cli(["--thread", bad, "--task", TASK, "--db", str(db)])
+def test_bad_thread_ids_are_usage_errors(sqlite_db: Path) -> None:
+    for bad in ["", "a b", "x" * 129, "a/b", "ä", "a;b", "a\nb"]:
+        out = run_cli(["--thread", bad, "--task", TASK, "--db", str(sqlite_db)])
         assert (out["exit_code"], out["error_code"]) == (2, "usage"), bad
-    assert not db.exists()
-    ok = run_cli(["--thread", "A.b_c:d-" + "x" * 120, "--task", TASK, "--once", "--db", str(db)])
+    assert not sqlite_db.exists()
+    ok = run_cli(["--thread", "A.b_c:d-" + "x" * 120, "--task", TASK, "--once", "--db", str(sqlite_db)])
     assert ok["exit_code"] == 0
 
 
@@ -154,10 +154,10 @@ def test_database_location_comes_from_graph_db(tmp_path: Path, monkeypatch) -> N
     target = tmp_path / "from-env.sqlite"
     monkeypatch.setenv("GRAPH_DB", str(target))
     assert run_cli(["--thread", "t1", "--task", TASK, "--once"])["exit_code"] == 0
-    assert ledger_row(target, "t1") == (1, 1, 4)
+    assert SqliteBackend(target).ledger_row("t1") == (1, 1, 4)
 
 
-def test_new_database_files_are_private(db: Path) -> None:
-    run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", str(db)])
-    for path in db.parent.iterdir():
+def test_new_database_files_are_private(sqlite_db: Path) -> None:
+    run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", str(sqlite_db)])
+    for path in sqlite_db.parent.iterdir():
         assert path.stat().st_mode & 0o077 == 0, path
