@@ -17,6 +17,7 @@ Three promises need care on PostgreSQL:
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -101,6 +102,40 @@ class PostgresStore:
             conn.close()
 
 
+def _schema_ready(conn: Any, migrations: int) -> bool:
+    """True when LangGraph's migrations and our ledger are all in place (no lock needed)."""
+    row = conn.execute(
+        "SELECT to_regclass('attempt_ledger') IS NOT NULL, to_regclass('checkpoint_migrations')"
+    ).fetchone()
+    if not row[0] or row[1] is None:
+        return False
+    latest = conn.execute("SELECT max(v) FROM checkpoint_migrations").fetchone()[0]
+    return latest == migrations - 1
+
+
+def _setup_serialized(control: Any, checkpointer: Any, timeout_s: float = 120.0) -> None:
+    """Runs `PostgresSaver.setup()` and our DDL while holding the setup advisory lock.
+
+    The lock is taken with `pg_try_advisory_lock` in a polling loop, not the blocking
+    `pg_advisory_lock`: a session blocked inside a statement keeps a snapshot open, and
+    `CREATE INDEX CONCURRENTLY` in the holder's migrations waits for every older
+    snapshot to finish, so blocking waiters and the holder would wait on each other.
+
+    Raises:
+        TimeoutError: Another process held the setup lock for `timeout_s` seconds.
+    """
+    deadline = time.monotonic() + timeout_s
+    while not control.execute("SELECT pg_try_advisory_lock(%s)", (SETUP_LOCK_KEY,)).fetchone()[0]:
+        if time.monotonic() > deadline:
+            raise TimeoutError("PostgreSQL schema setup lock held too long by another process")
+        time.sleep(0.05)
+    try:
+        checkpointer.setup()
+        control.execute(POSTGRES_LEDGER_DDL)
+    finally:
+        control.execute("SELECT pg_advisory_unlock(%s)", (SETUP_LOCK_KEY,))
+
+
 @contextmanager
 def open_postgres(url: str) -> Iterator[PostgresStore]:
     """Connects, sets the schema up once (serialized), and yields the store.
@@ -131,12 +166,8 @@ def open_postgres(url: str) -> Iterator[PostgresStore]:
     conns = (saver_conn, control)
     try:
         checkpointer = PostgresSaver(saver_conn, serde=make_serde())
-        control.execute("SELECT pg_advisory_lock(%s)", (SETUP_LOCK_KEY,))
-        try:
-            checkpointer.setup()
-            control.execute(POSTGRES_LEDGER_DDL)
-        finally:
-            control.execute("SELECT pg_advisory_unlock(%s)", (SETUP_LOCK_KEY,))
+        if not _schema_ready(control, len(PostgresSaver.MIGRATIONS)):
+            _setup_serialized(control, checkpointer)
         store = PostgresStore(location, checkpointer, SqlLedger(control, placeholder="%s"),
                               AdvisoryThreadLocks(control), conns)
         yield store

@@ -20,6 +20,11 @@ from pathlib import Path
 from typing import Any
 
 
+def task_of(body: dict[str, Any]) -> str:
+    """The task text of a request: its first user message."""
+    return next((m["content"] for m in body.get("messages", []) if m["role"] == "user"), "")
+
+
 class FakeMandApi:
     """Serves chat completions on 127.0.0.1 in a background thread.
 
@@ -37,6 +42,8 @@ class FakeMandApi:
         self.status = status
         self.never_finish = never_finish
         self._lock = threading.Lock()
+        self._hold_marker: str | None = None
+        self._released = threading.Event()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -49,6 +56,7 @@ class FakeMandApi:
                 server._record(self.path, dict(self.headers), body)
                 if server.hold_s:
                     time.sleep(server.hold_s)
+                server._maybe_hold(json.loads(body))
                 status, payload = server._answer(json.loads(body))
                 data = json.dumps(payload).encode()
                 self.send_response(status)
@@ -57,7 +65,11 @@ class FakeMandApi:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                pass  # a client killed mid-request is expected here
+
+        self.httpd = Server(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
@@ -69,6 +81,26 @@ class FakeMandApi:
             fh.write(line + "\n")
             fh.flush()
             os.fsync(fh.fileno())
+
+    def hold(self, marker: str) -> None:
+        """Holds the next request whose task contains `marker` until `release()` (60 s at most)."""
+        self._released.clear()
+        self._hold_marker = marker
+
+    def release(self) -> None:
+        """Lets a held request be answered."""
+        self._hold_marker = None
+        self._released.set()
+
+    def _maybe_hold(self, body: dict[str, Any]) -> None:
+        marker = self._hold_marker
+        if marker is not None and marker in task_of(body):
+            self._hold_marker = None
+            self._released.wait(60)
+
+    def requests_for(self, marker: str) -> list[dict[str, Any]]:
+        """The requests whose task contains `marker`."""
+        return [r for r in self.requests() if marker in task_of(r["body"])]
 
     def _answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         if self.status != 200:

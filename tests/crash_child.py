@@ -1,0 +1,73 @@
+"""Runs `graph.run` in a child process that SIGKILLs itself at a chosen point.
+
+Children are forked from a `multiprocessing` forkserver that has already imported the
+project, so a kill/resume cycle costs milliseconds instead of an interpreter start.
+Each is still a real process, killed with a real SIGKILL: by itself at a fixed point,
+or by the test at a random instant or while the fake server holds its request.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+KILL_POINTS = ("before_count", "after_count", "after_claim", "after_answer")
+"""Fixed points: before the count commits, after it commits, after the claim (before
+sending), and after the answer arrived but before its checkpoint is written."""
+
+PRELOAD = ["graph.run", "graph.step", "graph.storage", "graph.sqlite_store",
+           "graph.postgres_store", "nodes.mandapi", "langgraph.checkpoint.sqlite",
+           "langgraph.checkpoint.postgres", "psycopg", "httpx", "tests.crash_child"]
+
+
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _patch(kill_at: str) -> None:
+    from graph.ledger import SqlLedger
+    from nodes.mandapi import MandApiModel
+
+    count, claim, complete = SqlLedger.count, SqlLedger.claim, MandApiModel.complete
+
+    def patched_count(self: Any, thread_id: str) -> Any:
+        if kill_at == "before_count":
+            _die()
+        entry = count(self, thread_id)
+        if kill_at == "after_count":
+            _die()
+        return entry
+
+    def patched_claim(self: Any, thread_id: str, attempt: int) -> bool:
+        ok = claim(self, thread_id, attempt)
+        if ok and kill_at == "after_claim":
+            _die()
+        return ok
+
+    def patched_complete(self: Any, messages: Any, tools: Any) -> Any:
+        reply = complete(self, messages, tools)
+        if kill_at == "after_answer":
+            _die()
+        return reply
+
+    SqlLedger.count, SqlLedger.claim = patched_count, patched_claim  # type: ignore[method-assign]
+    MandApiModel.complete = patched_complete  # type: ignore[method-assign]
+
+
+def child_main(argv: list[str], kill_at: str | None, env: dict[str, str], cwd: str,
+               out_path: str) -> None:
+    """Process target: runs `graph.run.main(argv)` with stdout in `out_path`."""
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    if kill_at in KILL_POINTS:
+        _patch(kill_at)
+    from graph.run import main
+
+    code = main(argv)
+    os.fsync(1)
+    os._exit(code)

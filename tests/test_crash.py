@@ -1,0 +1,140 @@
+"""SIGKILL at any point never leads to an uncounted request (INVARIANTS I1, I2, I7).
+
+Real processes, real kills, on SQLite and PostgreSQL, against a loopback fake MandAPI
+server that fsyncs each request to its log before answering.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import random
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from graph.factory import build_graph
+from graph.storage import open_store
+from tests.conftest import subprocess_env
+from tests.crash_child import KILL_POINTS, PRELOAD, child_main
+from tests.fake_mandapi import FakeMandApi
+
+pytestmark = pytest.mark.slow
+
+KILL_THREADS = 30
+"""Threads per backend; each goes through several kill/resume cycles (>= 100 kills)."""
+SCHEDULE = (*KILL_POINTS, "during_request", "random", None)
+
+
+@pytest.fixture(scope="session")
+def forkserver() -> Any:
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    return ctx
+
+
+def wait_for(predicate, timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.005)
+    return False
+
+
+class Runner:
+    """Starts `graph.run` children and kills them as scheduled."""
+
+    def __init__(self, ctx: Any, fake: FakeMandApi, backend: Any, tmp_path: Path) -> None:
+        self.ctx, self.fake, self.backend, self.tmp_path = ctx, fake, backend, tmp_path
+        self.env = subprocess_env(MANDAPI_API_KEY="sk-kill-test", MANDAPI_MODEL_ID="mandapi-kill",
+                                  MANDAPI_BASE_URL=fake.base_url)
+        self.runs = 0
+
+    def run(self, tag: str, argv: list[str], kill_at: str | None, rng: random.Random
+            ) -> tuple[bool, dict[str, Any] | None]:
+        """Returns (killed, JSON outcome of a run that finished)."""
+        self.runs += 1
+        out = self.tmp_path / f"out-{self.runs}.txt"
+        before = len(self.fake.requests_for(tag))
+        if kill_at == "during_request":
+            self.fake.hold(tag)
+        proc = self.ctx.Process(target=child_main,
+                                args=(argv, kill_at, self.env, str(self.tmp_path), str(out)))
+        proc.start()
+        try:
+            if kill_at == "during_request":
+                wait_for(lambda: len(self.fake.requests_for(tag)) > before
+                         or proc.exitcode is not None)
+                if proc.exitcode is None:
+                    os.kill(proc.pid, signal.SIGKILL)
+            elif kill_at == "random":
+                time.sleep(rng.uniform(0.0, 0.12))
+                if proc.exitcode is None:
+                    os.kill(proc.pid, signal.SIGKILL)
+            proc.join(60)
+        finally:
+            self.fake.release()
+        assert proc.exitcode is not None, "child hung"
+        if proc.exitcode == -signal.SIGKILL:
+            return True, None
+        lines = [line for line in out.read_text().splitlines() if line.startswith("{")]
+        assert len(lines) == 1, out.read_text()
+        return False, json.loads(lines[0])
+
+    def check(self, tag: str, thread_id: str) -> tuple[int, int, int] | None:
+        received = len(self.fake.requests_for(tag))
+        row = self.backend.ledger_row(thread_id)
+        if row is None:
+            assert received == 0
+        else:
+            attempts, claimed, maximum = row
+            assert received <= claimed <= attempts <= maximum == 4, (thread_id, received, row)
+        return row
+
+
+def test_sigkill_at_any_point_never_sends_an_uncounted_request(
+    backend, tmp_path: Path, forkserver
+) -> None:
+    rng = random.Random(20261129)
+    kills: Counter[str] = Counter()
+    finals: dict[str, str] = {}
+    with FakeMandApi(tmp_path / "requests.jsonl") as fake:
+        runner = Runner(forkserver, fake, backend, tmp_path)
+        for i in range(KILL_THREADS):
+            thread_id, tag = f"k{i}", f"[k{i}]"
+            task = f"{tag} How long does shipping take at the demo shop?"
+            # Like a scheduler: the same --task on every call, --once, --live.
+            argv = ["--thread", thread_id, "--task", task, "--db", backend.db, "--live",
+                    "--once", "--json"]
+            for round_ in range(40):
+                kill_at = SCHEDULE[(i + round_) % len(SCHEDULE)]
+                if round_ >= 14:
+                    kill_at = None
+                killed, outcome = runner.run(tag, argv, kill_at, rng)
+                runner.check(tag, thread_id)
+                if killed:
+                    kills[kill_at or "none"] += 1
+                elif outcome["status"] in ("done", "exhausted"):
+                    finals[thread_id] = outcome["status"]
+                    break
+            assert thread_id in finals, f"{thread_id} never finished"
+    total = sum(kills.values())
+    assert total >= 100, kills
+    assert set(kills) >= {*KILL_POINTS, "during_request", "random"}, kills
+    assert set(finals.values()) <= {"done", "exhausted"}
+    # Never silently restarted: one input checkpoint per thread, its task intact.
+    with open_store(backend.db, create=False) as store:
+        graph = build_graph(store.checkpointer)
+        for i in range(KILL_THREADS):
+            config = {"configurable": {"thread_id": f"k{i}"}}
+            history = list(graph.get_state_history(config))
+            assert [h.metadata["source"] for h in history].count("input") == 1
+            assert graph.get_state(config).values["thread"]["task"].startswith(f"[k{i}]")
+    print(f"\n{backend.name}: {total} kills {dict(kills)}, {runner.runs} runs, "
+          f"finals {Counter(finals.values())}")
