@@ -1,20 +1,125 @@
-"""The checkpoint serializer: LangGraph's `JsonPlusSerializer` in strict mode.
+"""The checkpoint serializer: strict LangGraph msgpack with a content checksum.
 
-Strict msgpack (no module allowlist: only LangGraph's safe types are revived), no
-pickle fallback and no JSON constructor revival, whatever `LANGGRAPH_STRICT_MSGPACK`
-says (CVE-2026-28277: a crafted checkpoint could otherwise import and call code).
-Our state holds only JSON-friendly values, so nothing else is ever needed.
+`ChecksummedSerializer` subclasses LangGraph's `JsonPlusSerializer`, so LangGraph
+keeps treating it as allowlist-capable (a wrapper that is not a `JsonPlusSerializer`
+silently turns the strict msgpack allowlist off; verified with langgraph-checkpoint
+4.3.2). On top of LangGraph's strict mode it:
+
+* refuses, instead of warning and returning raw data, any msgpack extension type
+  outside `ALLOWED_EXT_TYPES` (CVE-2026-28277: a crafted checkpoint could otherwise
+  import and call code; our state is plain JSON values and needs no extension type),
+* turns off pickle and JSON constructor revival,
+* prefixes every stored value with `MAGIC` and a SHA-256 of its type tag and bytes, and
+  refuses a value whose checksum does not match or that has none.
+
+What the checksum covers: on SQLite, each checkpoint (all channel values) and each
+pending write; on PostgreSQL, each channel value stored as a blob (our state keeps
+all of its values, scalars included, in the dict-valued channels `thread`,
+`messages` and `progress`, so all of them are blobs) and each pending write. It does
+not cover LangGraph's metadata column, the PostgreSQL checkpoint row's JSON (ids and
+channel versions), or the ledger table. It detects corruption and edits made without
+this program; it is no seal against someone who can write the database, who can
+recompute it.
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
+import ormsgpack
+from langgraph.checkpoint.serde.jsonplus import (
+    EXT_CONSTRUCTOR_KW_ARGS,
+    EXT_CONSTRUCTOR_POS_ARGS,
+    EXT_CONSTRUCTOR_SINGLE_ARG,
+    JsonPlusSerializer,
+    _create_msgpack_ext_hook,
+)
 
-def make_serde() -> Any:
-    """Returns a strict `JsonPlusSerializer` for the checkpointers."""
-    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+MAGIC = b"MRC1"
+"""Marks a value written by this serializer (format 1: magic, 32-byte SHA-256, data)."""
+_DIGEST = 32
 
-    return JsonPlusSerializer(
-        pickle_fallback=False, allowed_json_modules=None, allowed_msgpack_modules=None
-    )
+ALLOWED_EXT_TYPES = frozenset({("langgraph.types", "Interrupt")})
+"""The only msgpack extension types ever revived (LangGraph's own interrupt record)."""
+
+
+class CheckpointIntegrityError(Exception):
+    """A stored value failed its checksum or holds a forbidden type.
+
+    Attributes:
+        error_code: `damaged` (checksum, decoding) or `incompatible` (a value written
+            without this program's checksum format).
+    """
+
+    def __init__(self, message: str, error_code: str = "damaged") -> None:
+        super().__init__(message)
+        self.error_code = error_code
+
+
+def _digest(type_: str, data: bytes) -> bytes:
+    return hashlib.sha256(type_.encode() + b"\0" + data).digest()
+
+
+def _strict_ext_hook() -> Any:
+    revive = _create_msgpack_ext_hook(None)
+
+    def hook(code: int, data: bytes) -> Any:
+        if code not in (EXT_CONSTRUCTOR_SINGLE_ARG, EXT_CONSTRUCTOR_POS_ARGS,
+                        EXT_CONSTRUCTOR_KW_ARGS):
+            raise CheckpointIntegrityError(f"stored value holds msgpack extension {code}")
+        tup = ormsgpack.unpackb(data, ext_hook=hook, option=ormsgpack.OPT_NON_STR_KEYS)
+        if not isinstance(tup, (list, tuple)) or (tup[0], tup[1]) not in ALLOWED_EXT_TYPES:
+            name = f"{tup[0]}.{tup[1]}" if isinstance(tup, (list, tuple)) else "?"
+            raise CheckpointIntegrityError(f"stored value names a forbidden type {name}")
+        return revive(code, data)
+
+    return hook
+
+
+class ChecksummedSerializer(JsonPlusSerializer):
+    """LangGraph's serializer, strict, with a per-value SHA-256 checksum (see module doc)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            pickle_fallback=False,
+            allowed_json_modules=None,
+            allowed_msgpack_modules=None,
+            __unpack_ext_hook__=_strict_ext_hook(),
+        )
+
+    def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+        """Serializes like LangGraph, then prefixes `MAGIC` and the checksum."""
+        type_, data = super().dumps_typed(obj)
+        return type_, MAGIC + _digest(type_, bytes(data)) + bytes(data)
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any:
+        """Verifies the checksum, then deserializes strictly.
+
+        Raises:
+            CheckpointIntegrityError: No checksum (`incompatible`), a mismatch, a
+                forbidden type or undecodable bytes (`damaged`).
+        """
+        type_, raw = data
+        raw = bytes(raw or b"")
+        if not raw.startswith(MAGIC) or len(raw) < len(MAGIC) + _DIGEST:
+            raise CheckpointIntegrityError(
+                f"a stored {type_!r} value has no checksum: written by another program "
+                "or a pre-release build", error_code="incompatible")
+        digest, payload = raw[len(MAGIC):len(MAGIC) + _DIGEST], raw[len(MAGIC) + _DIGEST:]
+        if _digest(type_, payload) != digest:
+            raise CheckpointIntegrityError(f"a stored {type_!r} value fails its checksum")
+        if type_ not in ("msgpack", "null"):
+            raise CheckpointIntegrityError(f"a stored value has type {type_!r}, never written here")
+        try:
+            return super().loads_typed((type_, payload))
+        except CheckpointIntegrityError:
+            raise
+        except Exception as exc:
+            raise CheckpointIntegrityError(
+                f"a stored value cannot be decoded ({type(exc).__name__})") from None
+
+
+def make_serde() -> ChecksummedSerializer:
+    """Returns the serializer both checkpointers use."""
+    return ChecksummedSerializer()
