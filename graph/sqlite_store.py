@@ -49,29 +49,51 @@ def _connect(path: Path, **kwargs: Any) -> sqlite3.Connection:
     return conn
 
 
-def check_readable(path: Path) -> None:
-    """Refuses a file that is not a SQLite database, without writing to it.
+SQLITE_HEADER = b"SQLite format 3\x00"
+OUR_TABLES = frozenset({"checkpoints", "writes", "attempt_ledger"})
 
-    Opens the file read-only and reads its schema. Deeper checks are in
-    `graph.integrity`.
+
+def check_database(path: Path) -> None:
+    """Refuses a file that is not an intact checkpoint database, without writing to it.
+
+    A bounded check that keeps start-up fast however large the file: the SQLite
+    header, our tables in the schema, and the page count against the file size
+    (truncation). Deeper damage is caught by SQLite when a page is read, and by the
+    checksums when a value is read; `python -m graph.verify` runs SQLite's full
+    `integrity_check`.
 
     Raises:
-        RefusedError: `no_such_file` when missing, `damaged` when not a database.
+        RefusedError: `no_such_file` when missing; `damaged` otherwise.
     """
+
+    def refuse(why: str) -> RefusedError:
+        return RefusedError(f"{path}: {why}", error_code="damaged")
+
     if not path.exists():
         raise RefusedError(f"no such checkpoint file: {path}", error_code="no_such_file")
     if not path.is_file():
-        raise RefusedError(f"{path} is not a regular file", error_code="damaged")
+        raise refuse("is not a regular file")
+    with open(path, "rb") as fh:
+        header = fh.read(100)
+    if len(header) < 100 or not header.startswith(SQLITE_HEADER):
+        raise refuse("is not a SQLite database" + (" (empty file)" if not header else ""))
     try:
         conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
         try:
-            conn.execute("SELECT name FROM sqlite_master").fetchall()
+            tables = {r[0] for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+            pages = conn.execute("PRAGMA page_count").fetchone()[0]
+            page_size = conn.execute("PRAGMA page_size").fetchone()[0]
         finally:
             conn.close()
     except sqlite3.DatabaseError as exc:
-        raise RefusedError(
-            f"{path} is not a readable SQLite database ({exc})", error_code="damaged"
-        ) from None
+        raise refuse(f"is not a readable SQLite database ({exc})") from None
+    if not OUR_TABLES <= tables:
+        raise refuse(f"is a SQLite database but not a mandapi-resume checkpoint database "
+                     f"(tables: {', '.join(sorted(tables)) or 'none'})")
+    wal = path.with_name(path.name + "-wal")
+    if (not wal.exists() or wal.stat().st_size == 0) and path.stat().st_size < pages * page_size:
+        raise refuse(f"is truncated ({path.stat().st_size} bytes, {pages} pages of {page_size})")
 
 
 @dataclass
@@ -98,6 +120,37 @@ class SqliteStore:
         self.locks.close()
 
 
+def _setup_schema(saver_conn: sqlite3.Connection, ledger_conn: sqlite3.Connection) -> Any:
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    ledger_conn.executescript(SQLITE_LEDGER_DDL)
+    checkpointer = SqliteSaver(saver_conn, serde=make_serde())
+    checkpointer.setup()
+    return checkpointer
+
+
+def _create_atomically(path: Path) -> None:
+    """Creates a complete, empty checkpoint database at `path`, or leaves an existing one.
+
+    The database is built under a temporary name and hard-linked into place, so a
+    process killed during creation never leaves a half-made file that later runs
+    would have to refuse.
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.creating")
+    with _private_files():
+        conn = _connect(tmp, isolation_level=None)
+        try:
+            _setup_schema(conn, conn)
+        finally:
+            conn.close()
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        pass  # another process created it first; use theirs
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 @contextmanager
 def open_sqlite(path: Path, *, create: bool) -> Iterator[SqliteStore]:
     """Opens (and with `create`, creates) a checkpoint database file.
@@ -111,28 +164,25 @@ def open_sqlite(path: Path, *, create: bool) -> Iterator[SqliteStore]:
         The open store; closed on exit.
 
     Raises:
-        RefusedError: `no_such_file` or `damaged` (see `check_readable`).
+        RefusedError: `no_such_file` or `damaged` (see `check_database`).
     """
-    from langgraph.checkpoint.sqlite import SqliteSaver
-
-    existed = path.exists()
-    if existed or not create:
-        check_readable(path)
-        mode = path.stat().st_mode
-        if mode & (stat.S_IRWXG | stat.S_IRWXO):
-            print(
-                f"warning: {path} is readable by other users (mode {stat.filemode(mode)}); "
-                "it holds private task data: chmod 600 it",
-                file=sys.stderr,
-            )
+    if create and not path.exists():
+        _create_atomically(path)
+    check_database(path)
+    mode = path.stat().st_mode
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        print(
+            f"warning: {path} is readable by other users (mode {stat.filemode(mode)}); "
+            "it holds private task data: chmod 600 it",
+            file=sys.stderr,
+        )
     with _private_files():
         saver_conn = _connect(path)
         ledger_conn = _connect(path, isolation_level=None)
         locks = ThreadLocks(path.with_name(path.name + ".lock"))
-        ledger_conn.executescript(SQLITE_LEDGER_DDL)
-        checkpointer = SqliteSaver(saver_conn, serde=make_serde())
-        checkpointer.setup()
-    store = SqliteStore(str(path), checkpointer, SqlLedger(ledger_conn), locks, (saver_conn, ledger_conn))
+        checkpointer = _setup_schema(saver_conn, ledger_conn)
+    store = SqliteStore(str(path), checkpointer, SqlLedger(ledger_conn), locks,
+                        (saver_conn, ledger_conn))
     try:
         yield store
     finally:

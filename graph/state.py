@@ -11,8 +11,12 @@ from typing import Annotated, Any
 
 from typing_extensions import TypedDict
 
-SCHEMA_VERSION = 1
-"""Version of this state layout; stored in `thread.schema_version`."""
+SCHEMA_VERSION = 2
+"""Version of this state layout; stored in `thread.schema_version`.
+
+History: v1 (first release); v2 adds `thread.graph`. Older versions migrate on load
+(`graph.migrations`); each version has a fixture database in `tests/fixtures/`.
+"""
 
 STATUSES = ("ready", "done", "exhausted", "awaiting_approval", "cancelled")
 """Every thread status. `ready` can continue; `done`, `exhausted` and `cancelled` are final."""
@@ -33,6 +37,8 @@ class ThreadInfo(TypedDict):
     """Maximum model requests for the thread (attempts)."""
     created_at: str
     """Creation time, UTC, ISO 8601."""
+    graph: str
+    """Signature of the node and tool set that created the thread (`graph_signature`)."""
 
 
 class Usage(TypedDict):
@@ -82,6 +88,18 @@ class ThreadState(TypedDict):
     """Status, attempts, answer, errors and token usage."""
 
 
+def graph_signature() -> str:
+    """The node and tool set of this program's graph, as stored in `thread.graph`.
+
+    A thread whose stored signature differs was written by a graph this program cannot
+    continue (unless a migration maps it), and is refused as `incompatible`.
+    """
+    from nodes.tools import TOOL_SPECS
+
+    tools = sorted(spec["function"]["name"] for spec in TOOL_SPECS)
+    return f"nodes=budget,reason,tools;tools={','.join(tools)}"
+
+
 def initial_state(*, task: str, model: str, max_attempts: int, created_at: str) -> ThreadState:
     """Returns the input that creates a thread: its identity and the task as a user message."""
     return ThreadState(
@@ -91,6 +109,7 @@ def initial_state(*, task: str, model: str, max_attempts: int, created_at: str) 
             model=model,
             max_attempts=max_attempts,
             created_at=created_at,
+            graph=graph_signature(),
         ),
         messages=[{"role": "user", "content": task}],
         progress=Progress(

@@ -21,7 +21,8 @@ from graph.factory import build_graph
 from graph.models import make_model
 from graph.outcome import Outcome
 from graph.settings import DEFAULT_MAX_ATTEMPTS, Settings, model_for_new_thread
-from graph.state import FINAL_STATUSES, initial_state
+from graph.loading import load_thread
+from graph.state import FINAL_STATUSES, SCHEMA_VERSION, initial_state
 from nodes.context import ChatModel, StepContext
 
 
@@ -64,6 +65,34 @@ def _check_identity(values: dict[str, Any], request: StepRequest, settings: Sett
             )
 
 
+_WRITER_OF_NEXT = {("tools",): "reason", ("reason",): "budget", ("budget",): "tools"}
+"""For a checkpoint's next node, a node whose edges lead there (for `update_state`)."""
+
+
+def _check_ledger(entry: Any, values: dict[str, Any], thread_id: str, location: str) -> None:
+    where = f"{location}: thread {thread_id!r}"
+    if entry is None:
+        raise RefusedError(f"{where} has no attempt-ledger row; refusing to resume without "
+                           "its counted attempts", error_code="damaged")
+    if entry.max_attempts != values["thread"]["max_attempts"]:
+        raise RefusedError(f"{where}: the ledger's maximum ({entry.max_attempts}) differs from "
+                           f"the checkpoint's ({values['thread']['max_attempts']})",
+                           error_code="damaged")
+    if entry.attempts < values["progress"]["attempts"]:
+        raise RefusedError(f"{where}: the ledger counts {entry.attempts} attempt(s), fewer than "
+                           f"the checkpoint's {values['progress']['attempts']}",
+                           error_code="damaged")
+
+
+def _store_migrated(graph: Any, config: dict[str, Any], loaded: Any) -> None:
+    """Writes the migrated `thread` channel as the thread's next checkpoint."""
+    writer = _WRITER_OF_NEXT.get(tuple(loaded.snapshot.next))
+    if writer is None:
+        raise RefusedError("cannot migrate a thread that is not between steps",
+                           error_code="incompatible")
+    graph.update_state(config, {"thread": loaded.values["thread"]}, as_node=writer)
+
+
 def advance(
     store: Any,
     request: StepRequest,
@@ -98,9 +127,9 @@ def advance(
     config = {"configurable": {"thread_id": thread_id}}
     with store.locks.hold(thread_id):
         graph = build_graph(store.checkpointer)
-        snapshot = graph.get_state(config)
+        loaded = load_thread(graph, thread_id, store.location)
         entry = store.ledger.read(thread_id)
-        if not snapshot.values:
+        if loaded is None:
             if entry is not None and entry.attempts > 0:
                 raise RefusedError(
                     f"{store.location}: thread {thread_id!r} has {entry.attempts} counted "
@@ -123,18 +152,15 @@ def advance(
             )
             max_attempts = request.max_attempts
         else:
-            values = snapshot.values
+            values = loaded.values
             _check_identity(values, request, settings)
             max_attempts = values["thread"]["max_attempts"]
-            if entry is None or entry.max_attempts != max_attempts:
-                raise RefusedError(
-                    f"{store.location}: thread {thread_id!r} has no matching attempt-ledger row; "
-                    "refusing to resume without its counted attempts",
-                    error_code="damaged",
-                )
+            _check_ledger(entry, values, thread_id, store.location)
             if values["progress"]["status"] in FINAL_STATUSES:
-                return Outcome.from_state(thread_id, values, snapshot.next)
+                return Outcome.from_state(thread_id, values, loaded.snapshot.next)
             model = model_factory(values["thread"]["model"], settings)
+            if loaded.stored_version != SCHEMA_VERSION:
+                _store_migrated(graph, config, loaded)
             graph_input = None
         try:
             return _invoke_steps(graph, config, store, StepContext(thread_id, store.ledger, model),

@@ -1,0 +1,162 @@
+"""Checks that stored state is exactly what this program writes, before anything uses it.
+
+Refusals raise `RefusedError` with `damaged` (wrong shape, types, roles, pairing) or
+`incompatible` (another graph); nothing is defaulted, dropped or repaired here
+(INVARIANTS I4, I5, I6).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from graph.errors import RefusedError
+from graph.state import STATUSES, graph_signature
+
+_THREAD_KEYS = {"schema_version": int, "task": str, "model": str, "max_attempts": int,
+                "created_at": str, "graph": str}
+_PROGRESS_KEYS: dict[str, tuple[type, ...]] = {
+    "status": (str,), "attempts": (int,), "outcome": (str, type(None)),
+    "answer": (str, type(None)), "stop_reason": (str, type(None)),
+    "last_error": (dict, type(None)), "usage": (dict,),
+}
+_OUTCOMES = (None, "tool_calls", "answer", "error", "not_sent")
+_USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
+GRAPH_NODES = frozenset({"budget", "reason", "tools"})
+
+
+def _bad(why: str) -> RefusedError:
+    return RefusedError(f"stored state is damaged: {why}", error_code="damaged")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_keys(name: str, value: Any, allowed: set[str], required: set[str]) -> None:
+    if not isinstance(value, dict):
+        raise _bad(f"{name} is {type(value).__name__}, not an object")
+    extra, missing = set(value) - allowed, required - set(value)
+    if extra:
+        raise _bad(f"{name} has unknown key(s) {sorted(extra)}")
+    if missing:
+        raise _bad(f"{name} lacks key(s) {sorted(missing)}")
+
+
+def _check_thread(thread: Any) -> None:
+    _check_keys("thread", thread, set(_THREAD_KEYS), set(_THREAD_KEYS))
+    for key, kind in _THREAD_KEYS.items():
+        if not isinstance(thread[key], kind) or (kind is int and not _is_int(thread[key])):
+            raise _bad(f"thread.{key} is {type(thread[key]).__name__}, not {kind.__name__}")
+    if thread["max_attempts"] < 1:
+        raise _bad("thread.max_attempts is below 1")
+    if thread["graph"] != graph_signature():
+        raise RefusedError(
+            f"written by another graph ({thread['graph']}); this program runs "
+            f"{graph_signature()} and has no migration between them", error_code="incompatible")
+
+
+def _check_progress(progress: Any, max_attempts: int) -> None:
+    _check_keys("progress", progress, set(_PROGRESS_KEYS), set(_PROGRESS_KEYS))
+    for key, kinds in _PROGRESS_KEYS.items():
+        value = progress[key]
+        if not isinstance(value, kinds) or (kinds == (int,) and not _is_int(value)):
+            raise _bad(f"progress.{key} has type {type(value).__name__}")
+    if progress["status"] not in STATUSES:
+        raise _bad(f"progress.status {progress['status']!r} is not a known status")
+    if progress["outcome"] not in _OUTCOMES:
+        raise _bad(f"progress.outcome {progress['outcome']!r} is not a known outcome")
+    if not 0 <= progress["attempts"] <= max_attempts:
+        raise _bad(f"progress.attempts {progress['attempts']} is outside 0..{max_attempts}")
+    usage = progress["usage"]
+    if set(usage) != set(_USAGE_KEYS) or not all(_is_int(usage[k]) and usage[k] >= 0
+                                                 for k in _USAGE_KEYS):
+        raise _bad("progress.usage is not three non-negative token counts")
+    error = progress["last_error"]
+    if error is not None and set(error) != {"attempt", "error_code", "message"}:
+        raise _bad("progress.last_error has the wrong keys")
+    if progress["status"] == "done" and not isinstance(progress["answer"], str):
+        raise _bad("a done thread has no answer")
+
+
+def _check_tool_call(call: Any, where: str) -> str:
+    if not isinstance(call, dict) or set(call) != {"id", "type", "function"}:
+        raise _bad(f"{where} is not a tool call")
+    function = call["function"]
+    if (not isinstance(call["id"], str) or not call["id"] or call["type"] != "function"
+            or not isinstance(function, dict) or set(function) != {"name", "arguments"}
+            or not isinstance(function["name"], str)
+            or not isinstance(function["arguments"], str)):
+        raise _bad(f"{where} is malformed")
+    return call["id"]
+
+
+def check_messages(messages: Any, task: str) -> None:
+    """Checks roles, keys and tool-call pairing of a stored conversation.
+
+    The first message is the task as a `user` message. Every `tool` message answers
+    a call of the latest assistant message with calls, once; an assistant message's
+    calls must all be answered before another assistant message (the latest one may
+    still be waiting for its results: the tools node runs next).
+
+    Raises:
+        RefusedError: `damaged`, naming the message index and what is wrong; a
+            `system` message is always refused (INVARIANTS I5).
+    """
+    if not isinstance(messages, list) or not messages:
+        raise _bad("messages is not a non-empty list")
+    if messages[0] != {"role": "user", "content": task}:
+        raise _bad("the first message is not the thread's task")
+    open_calls: set[str] = set()
+    seen_ids: set[str] = set()
+    for index, msg in enumerate(messages):
+        where = f"message {index}"
+        role = msg.get("role") if isinstance(msg, dict) else None
+        if role == "system":
+            raise _bad(f"{where} has the system role; system instructions come only from code")
+        if role == "user":
+            _check_keys(where, msg, {"role", "content"}, {"role", "content"})
+            if not isinstance(msg["content"], str):
+                raise _bad(f"{where} content is not text")
+        elif role == "assistant":
+            _check_keys(where, msg, {"role", "content", "tool_calls"}, {"role", "content"})
+            if open_calls:
+                raise _bad(f"{where} follows tool call(s) {sorted(open_calls)} left unanswered")
+            if msg["content"] is not None and not isinstance(msg["content"], str):
+                raise _bad(f"{where} content is not text")
+            calls = msg.get("tool_calls", [])
+            if not isinstance(calls, list):
+                raise _bad(f"{where} tool_calls is not a list")
+            for n, call in enumerate(calls):
+                call_id = _check_tool_call(call, f"{where} tool call {n}")
+                if call_id in seen_ids:
+                    raise _bad(f"{where} reuses tool call id {call_id!r}")
+                seen_ids.add(call_id)
+                open_calls.add(call_id)
+        elif role == "tool":
+            _check_keys(where, msg, {"role", "content", "tool_call_id"},
+                        {"role", "content", "tool_call_id"})
+            if msg["tool_call_id"] not in open_calls:
+                raise _bad(f"{where} answers tool call {msg['tool_call_id']!r}, "
+                           "which no earlier assistant message left open")
+            if not isinstance(msg["content"], str):
+                raise _bad(f"{where} content is not text")
+            open_calls.discard(msg["tool_call_id"])
+        else:
+            raise _bad(f"{where} has unknown role {role!r}")
+
+
+def validate_state(values: Any, next_nodes: tuple[str, ...] = ()) -> None:
+    """Checks migrated state values and the checkpoint's next nodes.
+
+    Raises:
+        RefusedError: `damaged` or `incompatible` (see module doc).
+    """
+    _check_keys("state", values, {"thread", "messages", "progress"},
+                {"thread", "messages", "progress"})
+    _check_thread(values["thread"])
+    _check_progress(values["progress"], values["thread"]["max_attempts"])
+    check_messages(values["messages"], values["thread"]["task"])
+    unknown = set(next_nodes) - GRAPH_NODES
+    if unknown:
+        raise RefusedError(f"the checkpoint continues at unknown node(s) {sorted(unknown)}",
+                           error_code="incompatible")

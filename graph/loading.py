@@ -1,0 +1,79 @@
+"""Reads a thread's checkpoint fail-closed: checksums, strict decoding, migration, validation.
+
+Used by every entry point that reads a thread, so the CLI, history and notebooks all
+refuse exactly the same stored data.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+from graph.errors import RefusedError
+from graph.integrity import validate_state
+from graph.migrations import migrate
+from graph.serde import CheckpointIntegrityError
+
+
+@dataclass(frozen=True)
+class LoadedThread:
+    """A thread's latest checkpoint, checked and migrated.
+
+    Attributes:
+        snapshot: LangGraph's `StateSnapshot` (its `values` are as stored).
+        values: The migrated, validated state values.
+        stored_version: The schema version the checkpoint was written with.
+    """
+
+    snapshot: Any
+    values: dict[str, Any]
+    stored_version: int
+
+
+def read_snapshot(graph: Any, config: dict[str, Any], where: str) -> Any:
+    """`graph.get_state(config)`, with storage and checksum failures refused.
+
+    Raises:
+        RefusedError: `damaged` or `incompatible`, prefixed with `where`.
+    """
+    try:
+        return graph.get_state(config)
+    except CheckpointIntegrityError as exc:
+        raise RefusedError(f"{where}: {exc}", error_code=exc.error_code) from None
+    except sqlite3.DatabaseError as exc:
+        raise RefusedError(f"{where}: the database is damaged ({exc})",
+                           error_code="damaged") from None
+
+
+def check_values(values: Any, next_nodes: tuple[str, ...], where: str) -> tuple[dict, int]:
+    """Migrates and validates stored values; returns them with their stored version.
+
+    Raises:
+        RefusedError: `damaged` or `incompatible`, prefixed with `where`.
+    """
+    try:
+        migrated, version = migrate(values)
+        validate_state(migrated, next_nodes)
+    except RefusedError as exc:
+        raise RefusedError(f"{where}: {exc.message}", error_code=exc.error_code) from None
+    return migrated, version
+
+
+def load_thread(graph: Any, thread_id: str, location: str) -> LoadedThread | None:
+    """Loads the latest checkpoint of `thread_id`.
+
+    Returns:
+        None when the thread has no checkpoint; otherwise the checked thread.
+
+    Raises:
+        RefusedError: The checkpoint cannot be read exactly as written (see module doc).
+    """
+    where = f"{location}: thread {thread_id!r}"
+    snapshot = read_snapshot(graph, {"configurable": {"thread_id": thread_id}}, where)
+    if not snapshot.values:
+        if snapshot.config and snapshot.config.get("configurable", {}).get("checkpoint_id"):
+            raise RefusedError(f"{where}: the checkpoint has no state", error_code="damaged")
+        return None
+    values, version = check_values(snapshot.values, tuple(snapshot.next), where)
+    return LoadedThread(snapshot, values, version)

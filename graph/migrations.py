@@ -1,0 +1,59 @@
+"""Explicit, step-by-step migrations of stored state to the current schema version.
+
+Migrations run in memory on load; `graph.step` writes the migrated `thread` channel
+with the thread's next checkpoint, and older checkpoints stay as written (history
+migrates them again when it reads them). A version newer than `SCHEMA_VERSION`, or
+one with no migration path, is refused as `incompatible`, never defaulted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from graph.errors import RefusedError
+from graph.state import SCHEMA_VERSION
+
+V1_GRAPH = "nodes=budget,reason,tools;tools=get_reference,list_references,search_references"
+"""The node and tool set of every schema v1 thread (v1 stored no signature)."""
+
+
+def _v1_to_v2(values: dict[str, Any]) -> dict[str, Any]:
+    """v2 stores the graph signature; every v1 thread ran the v1 graph."""
+    return {**values, "thread": {**values["thread"], "schema_version": 2, "graph": V1_GRAPH}}
+
+
+STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
+"""`STEPS[n]` turns version n into version n + 1."""
+
+
+def migrate(values: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """Brings stored values to `SCHEMA_VERSION`.
+
+    Returns:
+        The migrated values (a new dict; the input is not changed) and the version
+        they were stored with.
+
+    Raises:
+        RefusedError: `incompatible` for a missing, non-integer, newer or unknown
+            version, `damaged` when the values are not even a dict with a `thread`.
+    """
+    thread = values.get("thread") if isinstance(values, dict) else None
+    if not isinstance(thread, dict):
+        raise RefusedError("stored state has no thread identity", error_code="damaged")
+    version = thread.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise RefusedError(f"stored schema version {version!r} is not a known version",
+                           error_code="incompatible")
+    if version > SCHEMA_VERSION:
+        raise RefusedError(
+            f"written by schema version {version}; this program knows versions up to "
+            f"{SCHEMA_VERSION}: upgrade mandapi-resume", error_code="incompatible")
+    stored, current = version, values
+    while version < SCHEMA_VERSION:
+        if version not in STEPS:
+            raise RefusedError(f"no migration from schema version {version}",
+                               error_code="incompatible")
+        current = STEPS[version](current)
+        version += 1
+    return current, stored
