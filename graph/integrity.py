@@ -21,7 +21,7 @@ _PROGRESS_KEYS: dict[str, tuple[type, ...]] = {
 }
 _OUTCOMES = (None, "tool_calls", "answer", "error", "not_sent")
 _USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
-GRAPH_NODES = frozenset({"budget", "reason", "tools"})
+GRAPH_NODES = frozenset({"__start__", "budget", "reason", "tools"})
 
 
 def _bad(why: str) -> RefusedError:

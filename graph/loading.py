@@ -64,16 +64,39 @@ def load_thread(graph: Any, thread_id: str, location: str) -> LoadedThread | Non
     """Loads the latest checkpoint of `thread_id`.
 
     Returns:
-        None when the thread has no checkpoint; otherwise the checked thread.
+        None when the thread has no checkpoint, or only an input checkpoint whose input
+        was never saved (a process killed while creating it); otherwise the checked
+        thread.
 
     Raises:
         RefusedError: The checkpoint cannot be read exactly as written (see module doc).
     """
     where = f"{location}: thread {thread_id!r}"
-    snapshot = read_snapshot(graph, {"configurable": {"thread_id": thread_id}}, where)
-    if not snapshot.values:
+    config = {"configurable": {"thread_id": thread_id}}
+    snapshot = read_snapshot(graph, config, where)
+    stored = snapshot.values
+    if tuple(snapshot.next) == ("__start__",):
+        stored = pending_input(graph, config, where)
+        if not stored:
+            return None  # killed before LangGraph saved the input: creation never happened
+    if not stored:
         if snapshot.config and snapshot.config.get("configurable", {}).get("checkpoint_id"):
             raise RefusedError(f"{where}: the checkpoint has no state", error_code="damaged")
         return None
-    values, version = check_values(snapshot.values, tuple(snapshot.next), where)
+    values, version = check_values(stored, tuple(snapshot.next), where)
     return LoadedThread(snapshot, values, version)
+
+
+def pending_input(graph: Any, config: dict[str, Any], where: str) -> dict[str, Any]:
+    """The input of a thread whose process died right after LangGraph saved it.
+
+    LangGraph saves a thread's input as pending writes of its first (`__start__`)
+    checkpoint; state values appear only in the next checkpoint. Resuming with `None`
+    applies them, so such a thread is checked by its pending input.
+    """
+    try:
+        saved = graph.checkpointer.get_tuple(config)
+    except CheckpointIntegrityError as exc:
+        raise RefusedError(f"{where}: {exc}", error_code=exc.error_code) from None
+    return {channel: value for _, channel, value in (saved.pending_writes or [])
+            if channel in ("thread", "messages", "progress")}

@@ -25,6 +25,7 @@ recompute it.
 from __future__ import annotations
 
 import hashlib
+import threading
 from typing import Any
 
 import ormsgpack
@@ -61,17 +62,27 @@ def _digest(type_: str, data: bytes) -> bytes:
     return hashlib.sha256(type_.encode() + b"\0" + data).digest()
 
 
-def _strict_ext_hook() -> Any:
+def _strict_ext_hook(refusals: threading.local) -> Any:
+    """An ext hook that raises on any type outside `ALLOWED_EXT_TYPES`.
+
+    ormsgpack replaces an exception raised in a hook by a bare `ValueError`, so the
+    refusal is also recorded in `refusals.error` for `loads_typed` to report.
+    """
     revive = _create_msgpack_ext_hook(None)
+
+    def refuse(why: str) -> CheckpointIntegrityError:
+        refusals.error = CheckpointIntegrityError(why)
+        return refusals.error
 
     def hook(code: int, data: bytes) -> Any:
         if code not in (EXT_CONSTRUCTOR_SINGLE_ARG, EXT_CONSTRUCTOR_POS_ARGS,
                         EXT_CONSTRUCTOR_KW_ARGS):
-            raise CheckpointIntegrityError(f"stored value holds msgpack extension {code}")
+            raise refuse(f"a stored value holds msgpack extension {code}")
         tup = ormsgpack.unpackb(data, ext_hook=hook, option=ormsgpack.OPT_NON_STR_KEYS)
-        if not isinstance(tup, (list, tuple)) or (tup[0], tup[1]) not in ALLOWED_EXT_TYPES:
-            name = f"{tup[0]}.{tup[1]}" if isinstance(tup, (list, tuple)) else "?"
-            raise CheckpointIntegrityError(f"stored value names a forbidden type {name}")
+        if not isinstance(tup, (list, tuple)) or len(tup) < 3 or (
+                (tup[0], tup[1]) not in ALLOWED_EXT_TYPES):
+            name = f"{tup[0]}.{tup[1]}" if isinstance(tup, (list, tuple)) and len(tup) > 1 else "?"
+            raise refuse(f"a stored value names a forbidden type {name}")
         return revive(code, data)
 
     return hook
@@ -81,11 +92,12 @@ class ChecksummedSerializer(JsonPlusSerializer):
     """LangGraph's serializer, strict, with a per-value SHA-256 checksum (see module doc)."""
 
     def __init__(self) -> None:
+        self._refusals = threading.local()
         super().__init__(
             pickle_fallback=False,
             allowed_json_modules=None,
             allowed_msgpack_modules=None,
-            __unpack_ext_hook__=_strict_ext_hook(),
+            __unpack_ext_hook__=_strict_ext_hook(self._refusals),
         )
 
     def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
@@ -111,11 +123,13 @@ class ChecksummedSerializer(JsonPlusSerializer):
             raise CheckpointIntegrityError(f"a stored {type_!r} value fails its checksum")
         if type_ not in ("msgpack", "null"):
             raise CheckpointIntegrityError(f"a stored value has type {type_!r}, never written here")
+        self._refusals.error = None
         try:
             return super().loads_typed((type_, payload))
-        except CheckpointIntegrityError:
-            raise
         except Exception as exc:
+            refusal = self._refusals.error
+            if refusal is not None:
+                raise refusal from None
             raise CheckpointIntegrityError(
                 f"a stored value cannot be decoded ({type(exc).__name__})") from None
 

@@ -78,7 +78,7 @@ def check_database(path: Path) -> None:
     if len(header) < 100 or not header.startswith(SQLITE_HEADER):
         raise refuse("is not a SQLite database" + (" (empty file)" if not header else ""))
     try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
         try:
             tables = {r[0] for r in conn.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table'")}

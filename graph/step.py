@@ -10,7 +10,9 @@ starts, and with `None` input for an existing thread so it is never restarted
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -87,10 +89,20 @@ def _check_ledger(entry: Any, values: dict[str, Any], thread_id: str, location: 
 def _store_migrated(graph: Any, config: dict[str, Any], loaded: Any) -> None:
     """Writes the migrated `thread` channel as the thread's next checkpoint."""
     writer = _WRITER_OF_NEXT.get(tuple(loaded.snapshot.next))
-    if writer is None:
-        raise RefusedError("cannot migrate a thread that is not between steps",
-                           error_code="incompatible")
-    graph.update_state(config, {"thread": loaded.values["thread"]}, as_node=writer)
+    if writer is not None:  # at __start__ the stored input is migrated again next load
+        graph.update_state(config, {"thread": loaded.values["thread"]}, as_node=writer)
+
+
+@contextmanager
+def _storage_damage_refused(location: str) -> Iterator[None]:
+    """Reports SQLite's own corruption errors (malformed pages) as refusals (exit 4)."""
+    try:
+        yield
+    except sqlite3.DatabaseError as exc:
+        if isinstance(exc, sqlite3.OperationalError):
+            raise
+        raise RefusedError(f"{location}: the database is damaged ({exc})",
+                           error_code="damaged") from None
 
 
 def advance(
@@ -125,7 +137,7 @@ def advance(
     """
     thread_id = request.thread_id
     config = {"configurable": {"thread_id": thread_id}}
-    with store.locks.hold(thread_id):
+    with store.locks.hold(thread_id), _storage_damage_refused(store.location):
         graph = build_graph(store.checkpointer)
         loaded = load_thread(graph, thread_id, store.location)
         entry = store.ledger.read(thread_id)
@@ -185,7 +197,7 @@ def _invoke_steps(
     for _ in range(2 * max_attempts + 2):
         if graph_input is None:
             snapshot = graph.get_state(config)
-            if not snapshot.next:
+            if not snapshot.next and not snapshot.tasks:
                 raise RefusedError(
                     f"{store.location}: thread {thread_id!r} is not finished but has no next step",
                     error_code="damaged",

@@ -82,6 +82,32 @@ class SqliteBackend:
         with sqlite3.connect(self.path) as conn:
             conn.execute(sql, params)
 
+    def _latest(self, conn: sqlite3.Connection, thread_id: str) -> tuple[str, str, bytes]:
+        return conn.execute(
+            "SELECT checkpoint_id, type, checkpoint FROM checkpoints WHERE thread_id = ? "
+            "AND checkpoint_ns = '' ORDER BY checkpoint_id DESC LIMIT 1", (thread_id,)).fetchone()
+
+    def get_raw(self, thread_id: str, channel: str) -> tuple[str, bytes]:
+        """The stored (type, bytes) holding `channel` (on SQLite: the whole checkpoint)."""
+        with sqlite3.connect(self.path) as conn:
+            _, type_, blob = self._latest(conn, thread_id)
+        return type_, bytes(blob)
+
+    def set_raw(self, thread_id: str, channel: str, type_: str, data: bytes) -> None:
+        with sqlite3.connect(self.path) as conn:
+            checkpoint_id, _, _ = self._latest(conn, thread_id)
+            conn.execute("UPDATE checkpoints SET type = ?, checkpoint = ? WHERE thread_id = ? "
+                         "AND checkpoint_id = ?", (type_, data, thread_id, checkpoint_id))
+
+    def edit_values(self, thread_id: str, edit: Any) -> None:
+        """Applies `edit(channel_values)` to the latest checkpoint, with valid checksums."""
+        from graph.serde import make_serde
+
+        serde = make_serde()
+        checkpoint = serde.loads_typed(self.get_raw(thread_id, ""))
+        edit(checkpoint["channel_values"])
+        self.set_raw(thread_id, "", *serde.dumps_typed(checkpoint))
+
     def dump(self) -> bytes:
         """Every byte stored: the database file, its WAL and its lock file."""
         return b"".join(p.read_bytes() for p in sorted(self.path.parent.iterdir())
@@ -133,6 +159,43 @@ class PostgresBackend:
     def execute(self, sql: str, params: tuple = ()) -> None:
         with self._psycopg.connect(self.db, autocommit=True) as conn:
             conn.execute(sql.replace("?", "%s"), params)
+
+    def _blob_key(self, conn: Any, thread_id: str, channel: str) -> tuple[str, str]:
+        version = conn.execute(
+            "SELECT checkpoint -> 'channel_versions' ->> %s FROM checkpoints WHERE thread_id = %s "
+            "AND checkpoint_ns = '' ORDER BY checkpoint_id DESC LIMIT 1",
+            (channel, thread_id)).fetchone()[0]
+        return thread_id, version
+
+    def get_raw(self, thread_id: str, channel: str) -> tuple[str, bytes]:
+        """The stored (type, bytes) of `channel`'s latest blob."""
+        with self._psycopg.connect(self.db, autocommit=True) as conn:
+            tid, version = self._blob_key(conn, thread_id, channel)
+            type_, blob = conn.execute(
+                "SELECT type, blob FROM checkpoint_blobs WHERE thread_id = %s AND channel = %s "
+                "AND version = %s", (tid, channel, version)).fetchone()
+        return type_, bytes(blob)
+
+    def set_raw(self, thread_id: str, channel: str, type_: str, data: bytes) -> None:
+        with self._psycopg.connect(self.db, autocommit=True) as conn:
+            tid, version = self._blob_key(conn, thread_id, channel)
+            conn.execute("UPDATE checkpoint_blobs SET type = %s, blob = %s WHERE thread_id = %s "
+                         "AND channel = %s AND version = %s", (type_, data, tid, channel, version))
+
+    def edit_values(self, thread_id: str, edit: Any) -> None:
+        """Applies `edit(values)` to the latest channel blobs, with valid checksums."""
+        from graph.serde import make_serde
+
+        serde = make_serde()
+        channels = ("thread", "messages", "progress")
+        values = {c: serde.loads_typed(self.get_raw(thread_id, c)) for c in channels}
+        before = {c: repr(values[c]) for c in channels}
+        edit(values)
+        for channel in channels:
+            if channel not in values:
+                raise ValueError("cannot remove a channel on PostgreSQL")
+            if repr(values[channel]) != before[channel]:
+                self.set_raw(thread_id, channel, *serde.dumps_typed(values[channel]))
 
     def dump(self) -> bytes:
         """Every row of every table, as text and raw bytes."""

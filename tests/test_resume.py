@@ -114,3 +114,36 @@ def test_ledger_rows_refuse_to_decrease(backend) -> None:
 
 def test_settings_repr_never_shows_the_key() -> None:
     assert "sk-secret" not in repr(Settings(db="x", live=True, api_key="sk-secret"))
+
+
+def _keep_only_input_checkpoint(backend, keep_input_writes: bool) -> None:
+    """Leaves the database as a kill just after LangGraph saved the thread's input."""
+    with open_store(backend.db, create=False) as store:
+        history = list(build_graph(store.checkpointer).get_state_history(
+            {"configurable": {"thread_id": "t1"}}))
+    first = history[-1].config["configurable"]["checkpoint_id"]
+    writes = "writes" if backend.name == "sqlite" else "checkpoint_writes"
+    backend.execute("DELETE FROM checkpoints WHERE thread_id = 't1' AND checkpoint_id > ?",
+                    (first,))
+    op = ">" if keep_input_writes else ">="
+    backend.execute(f"DELETE FROM {writes} WHERE thread_id = 't1' AND checkpoint_id {op} ?",
+                    (first,))
+
+
+@pytest.mark.parametrize("input_saved", [True, False])
+def test_thread_killed_right_after_its_input_checkpoint_resumes(backend, input_saved) -> None:
+    """LangGraph saves the input checkpoint, then the input as its pending writes."""
+    run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", backend.db])
+    _keep_only_input_checkpoint(backend, keep_input_writes=input_saved)
+    backend.execute("DELETE FROM attempt_ledger")
+    backend.execute("INSERT INTO attempt_ledger VALUES ('t1', 0, 0, 4, 'x', 'x')")
+    if input_saved:
+        out = run_cli(["--thread", "t1", "--task", "Other task", "--once", "--db", backend.db])
+        assert (out["exit_code"], out["error_code"]) == (4, "identity_mismatch")
+    out = run_cli(["--thread", "t1", "--once", "--db", backend.db])
+    if not input_saved:  # the thread was never created: nothing to resume, --task creates it
+        assert (out["exit_code"], out["error_code"]) == (4, "no_such_thread")
+        out = run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", backend.db])
+    assert (out["status"], out["attempts"]) == ("ready", 1), out
+    out = run_cli(["--thread", "t1", "--once", "--db", backend.db])
+    assert (out["status"], out["attempts"]) == ("done", 2)
