@@ -1,0 +1,110 @@
+"""Check a whole checkpoint database: SQLite's full integrity check and every thread.
+
+  python -m graph.verify [--db PATH_OR_URL] [--json]
+
+Reads only. On SQLite it runs `PRAGMA integrity_check` (slow on large files, which is
+why ordinary steps do only a bounded check), then loads every thread's latest
+checkpoint the way `graph.run` does: checksums, strict decoding, schema, identity
+and ledger. Exit 0 when everything is intact, 4 when anything is refused (each
+problem is listed), 2 for usage errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Any
+
+from graph.errors import RefusedError, RunError, UsageError
+from graph.exitcodes import ExitCode
+
+
+def verify(db: str) -> list[str]:
+    """Returns one line per problem found in database `db` (empty when intact).
+
+    Raises:
+        RefusedError: The file is missing or not a checkpoint database at all.
+    """
+    from graph.factory import build_graph
+    from graph.loading import load_thread
+    from graph.storage import is_postgres, open_store
+
+    problems: list[str] = []
+    if not is_postgres(db):
+        from graph.sqlite_store import check_database
+
+        path = Path(db)
+        check_database(path)
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            rows = [r[0] for r in conn.execute("PRAGMA integrity_check")]
+        except sqlite3.DatabaseError as exc:
+            rows = [str(exc)]
+        finally:
+            conn.close()
+        problems += [f"{db}: integrity_check: {row}" for row in rows if row != "ok"]
+        if problems:
+            return problems
+    with open_store(db, create=False) as store:
+        graph = build_graph(store.checkpointer)
+        thread_ids = _thread_ids(store)
+        for thread_id in thread_ids:
+            try:
+                loaded = load_thread(graph, thread_id, store.location)
+                entry = store.ledger.read(thread_id)
+                if loaded is not None and (entry is None or entry.attempts
+                                           < loaded.values["progress"]["attempts"]):
+                    problems.append(f"{store.location}: thread {thread_id!r}: ledger row "
+                                    "missing or lower than the checkpoint")
+            except RefusedError as exc:
+                problems.append(exc.message)
+            except sqlite3.DatabaseError as exc:
+                problems.append(f"{store.location}: thread {thread_id!r}: {exc}")
+    return problems
+
+
+def _thread_ids(store: Any) -> list[str]:
+    """Every thread id in the checkpoint and ledger tables, sorted."""
+    ids = {item.config["configurable"]["thread_id"] for item in store.checkpointer.list(None)}
+    ledger_conn = store.ledger._conn
+    ids |= {row[0] for row in ledger_conn.execute("SELECT thread_id FROM attempt_ledger")}
+    return sorted(ids)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:
+        raise UsageError(message)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the check and prints the problems; returns the exit code."""
+    from graph.settings import DB_ENV, DEFAULT_DB
+
+    parser = _Parser(prog="python -m graph.verify", description=__doc__,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--db", help=f"SQLite file or postgresql:// URL (default: ${DB_ENV})")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    as_json = "--json" in (sys.argv[1:] if argv is None else argv)
+    try:
+        args = parser.parse_args(argv)
+        import os
+
+        db = args.db or os.environ.get(DB_ENV) or DEFAULT_DB
+        problems = verify(db)
+        code = ExitCode.REFUSED if problems else ExitCode.OK
+        error = None
+    except RunError as exc:
+        problems, code, error = [exc.message], exc.exit_code, exc.error_code
+    if as_json:
+        print(json.dumps({"ok": not problems, "problems": problems, "error_code": error,
+                          "exit_code": int(code)}))
+    else:
+        print("\n".join(problems) if problems else "ok: every thread reads back intact")
+    return int(code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

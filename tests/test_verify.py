@@ -1,0 +1,30 @@
+"""`python -m graph.verify` finds damage that a step's bounded check does not read."""
+
+from __future__ import annotations
+
+from graph.verify import main, verify
+from tests.conftest import run_cli
+
+TASK = "How long does shipping take at the demo shop?"
+
+
+def test_intact_database_verifies_clean(backend, capsys) -> None:
+    for thread in ("a", "b"):
+        run_cli(["--thread", thread, "--task", TASK, "--db", backend.db])
+    assert verify(backend.db) == []
+    assert main(["--db", backend.db]) == 0
+    assert "ok" in capsys.readouterr().out
+
+
+def test_verify_lists_every_damaged_thread_and_changes_nothing(backend) -> None:
+    for thread in ("a", "b", "c"):
+        run_cli(["--thread", thread, "--task", TASK, "--db", backend.db])
+    backend.edit_values("b", lambda v: v["progress"].update(status="running"))
+    backend.execute("DELETE FROM attempt_ledger WHERE thread_id = 'c'")
+    before = backend.fingerprint()
+    problems = verify(backend.db)
+    assert len(problems) == 2
+    assert "'b'" in problems[0] and "status" in problems[0]
+    assert "'c'" in problems[1]
+    assert main(["--db", backend.db]) == 4
+    assert backend.fingerprint() == before
