@@ -32,8 +32,11 @@ class UsageError(RunError):
 
 
 class RefusedError(RunError):
-    """Stored data refused (exit 4): `identity_mismatch`, `no_such_thread`,
-    `no_such_file`, `damaged`, `incompatible`, ... Stored data is left as it was."""
+    """Stored data refused (exit 4); the stored data is left as it was.
+
+    Error codes: `identity_mismatch`, `no_such_thread`, `no_such_file`, `damaged`,
+    `incompatible`.
+    """
 
     exit_code = ExitCode.REFUSED
     error_code = "damaged"

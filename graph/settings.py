@@ -92,8 +92,9 @@ def resolve_settings(
 
 
 def model_for_new_thread(model_flag: str | None, settings: Settings) -> str:
-    """Picks a new thread's model: `--model`, else `MANDAPI_MODEL_ID` with `--live`,
-    else `offline-demo`.
+    """Picks a new thread's model.
+
+    Precedence: `--model`, else `MANDAPI_MODEL_ID` with `--live`, else `offline-demo`.
 
     Raises:
         UsageError: A model other than `offline-demo` without `--live`.

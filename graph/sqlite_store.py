@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from graph.errors import RefusedError
+from graph.ledger import SQLITE_LEDGER_DDL, SqlLedger
 from graph.locks import ThreadLocks
 from graph.serde import make_serde
-from graph.ledger import SQLITE_LEDGER_DDL, SqlLedger
 
 BUSY_TIMEOUT_MS = 30_000
 """How long a writer waits for SQLite's database lock before failing (milliseconds)."""

@@ -20,10 +20,10 @@ from typing import Any
 from graph.errors import RefusedError
 from graph.exitcodes import ExitCode
 from graph.factory import build_graph
+from graph.loading import load_thread
 from graph.models import make_model
 from graph.outcome import Outcome
 from graph.settings import DEFAULT_MAX_ATTEMPTS, Settings, model_for_new_thread
-from graph.loading import load_thread
 from graph.state import FINAL_STATUSES, SCHEMA_VERSION, initial_state
 from nodes.context import ChatModel, StepContext
 

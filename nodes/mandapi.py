@@ -18,7 +18,6 @@ from nodes.errors import ModelRequestError
 from nodes.mandapi_defaults import DEFAULT_BASE_URL
 
 
-
 def parse_reply(payload: Any) -> ModelReply:
     """Checks an OpenAI-style chat-completions answer and extracts the assistant message.
 
