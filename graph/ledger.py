@@ -121,3 +121,15 @@ class SqlLedger:
             (attempt, _now(), thread_id, attempt - 1, attempt),
         )
         return cur.rowcount == 1
+
+    def touch(self, thread_id: str) -> None:
+        """Sets the row's `updated_at` to now (a status change without an attempt)."""
+        self._run("UPDATE attempt_ledger SET updated_at = ? WHERE thread_id = ?", (_now(), thread_id))
+
+    def updated_at(self) -> dict[str, str]:
+        """`updated_at` (UTC, ISO 8601) of every thread in the ledger, by thread id."""
+        return dict(self._run("SELECT thread_id, updated_at FROM attempt_ledger", ()).fetchall())
+
+    def delete(self, thread_id: str) -> None:
+        """Deletes the thread's row: only retention and `--restart-pruned` do this."""
+        self._run("DELETE FROM attempt_ledger WHERE thread_id = ?", (thread_id,))

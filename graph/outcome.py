@@ -40,9 +40,13 @@ class Outcome:
         """Reads the reported fields from a thread's state values."""
         progress, thread = values["progress"], values["thread"]
         status = progress["status"]
+        exit_code = {"exhausted": ExitCode.EXHAUSTED, "cancelled": ExitCode.REFUSED}.get(
+            status, ExitCode.OK)
         return cls(
             thread_id=thread_id,
-            exit_code=ExitCode.EXHAUSTED if status == "exhausted" else ExitCode.OK,
+            exit_code=exit_code,
+            error_code="cancelled" if status == "cancelled" else None,
+            error=f"thread {thread_id!r} was cancelled" if status == "cancelled" else None,
             status=status,
             attempts=progress["attempts"],
             max_attempts=thread["max_attempts"],

@@ -25,7 +25,9 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from graph.errors import BusyError, UsageError
+from graph.attempt_log import POSTGRES_LOG_DDL, SqlAttemptLog
 from graph.ledger import POSTGRES_LEDGER_DDL, SqlLedger
+from graph.tombstones import TOMBSTONE_DDL, SqlTombstones
 
 KEEPALIVES = {"keepalives": 1, "keepalives_idle": 20, "keepalives_interval": 5,
               "keepalives_count": 4}
@@ -87,13 +89,18 @@ class PostgresStore:
         location: The URL with its password redacted, for messages.
         checkpointer: LangGraph's `PostgresSaver` on its own connection.
         ledger: The attempt ledger on the control connection.
+        log: The attempt log, on the control connection.
+        tombstones: Tombstones of pruned threads, on the control connection.
         locks: Per-thread advisory locks on the control connection.
     """
 
     location: str
     checkpointer: Any
     ledger: SqlLedger
+    log: SqlAttemptLog
+    tombstones: SqlTombstones
     locks: AdvisoryThreadLocks
+    conn: Any
     _conns: tuple[Any, ...]
 
     def close(self) -> None:
@@ -105,7 +112,8 @@ class PostgresStore:
 def _schema_ready(conn: Any, migrations: int) -> bool:
     """True when LangGraph's migrations and our ledger are all in place (no lock needed)."""
     row = conn.execute(
-        "SELECT to_regclass('attempt_ledger') IS NOT NULL, to_regclass('checkpoint_migrations')"
+        "SELECT to_regclass('attempt_ledger') IS NOT NULL AND to_regclass('attempt_log') IS NOT NULL"
+        " AND to_regclass('thread_tombstones') IS NOT NULL, to_regclass('checkpoint_migrations')"
     ).fetchone()
     if not row[0] or row[1] is None:
         return False
@@ -131,14 +139,17 @@ def _setup_serialized(control: Any, checkpointer: Any, timeout_s: float = 120.0)
         time.sleep(0.05)
     try:
         checkpointer.setup()
-        control.execute(POSTGRES_LEDGER_DDL)
+        control.execute(POSTGRES_LEDGER_DDL + POSTGRES_LOG_DDL + TOMBSTONE_DDL)
     finally:
         control.execute("SELECT pg_advisory_unlock(%s)", (SETUP_LOCK_KEY,))
 
 
 @contextmanager
-def open_postgres(url: str) -> Iterator[PostgresStore]:
+def open_postgres(url: str, *, read_only: bool = False) -> Iterator[PostgresStore]:
     """Connects, sets the schema up once (serialized), and yields the store.
+
+    With `read_only`, both sessions run with `default_transaction_read_only` and the
+    schema set-up is skipped.
 
     Raises:
         UsageError: The server cannot be reached or refuses the login (exit 2).
@@ -150,11 +161,13 @@ def open_postgres(url: str) -> Iterator[PostgresStore]:
     from graph.serde import make_serde
 
     location = redact(url)
+    extra = {"options": "-c default_transaction_read_only=on"} if read_only else {}
     try:
         saver_conn = psycopg.connect(url, autocommit=True, prepare_threshold=0,
-                                     row_factory=dict_row, connect_timeout=CONNECT_TIMEOUT_S)
+                                     row_factory=dict_row, connect_timeout=CONNECT_TIMEOUT_S,
+                                     **extra)
         control = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
-                                  application_name="mandapi-resume", **KEEPALIVES)
+                                  application_name="mandapi-resume", **KEEPALIVES, **extra)
     except psycopg.OperationalError as exc:
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
         detail = lines[0] if lines else type(exc).__name__
@@ -166,10 +179,12 @@ def open_postgres(url: str) -> Iterator[PostgresStore]:
     conns = (saver_conn, control)
     try:
         checkpointer = PostgresSaver(saver_conn, serde=make_serde())
-        if not _schema_ready(control, len(PostgresSaver.MIGRATIONS)):
+        if not read_only and not _schema_ready(control, len(PostgresSaver.MIGRATIONS)):
             _setup_serialized(control, checkpointer)
         store = PostgresStore(location, checkpointer, SqlLedger(control, placeholder="%s"),
-                              AdvisoryThreadLocks(control), conns)
+                              SqlAttemptLog(control, placeholder="%s"),
+                              SqlTombstones(control, placeholder="%s"),
+                              AdvisoryThreadLocks(control), control, conns)
         yield store
     finally:
         for conn in conns:

@@ -52,6 +52,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=float, metavar="SECONDS",
                         help="MandAPI request timeout (default: $MANDAPI_TIMEOUT, else 60)")
     parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    parser.add_argument("--cancel", action="store_true",
+                        help="mark the thread cancelled: no request is ever made for it again")
+    parser.add_argument("--restart-pruned", action="store_true",
+                        help="start a pruned thread anew, with a fresh budget (needs --task)")
     return parser
 
 
@@ -88,8 +92,9 @@ def run(argv: list[str] | None = None, **step_kwargs: Any) -> Outcome:
         from graph.step import StepRequest, advance
         from graph.storage import open_store
 
-        request = StepRequest(thread_id=thread_id, task=args.task, model=args.model, once=args.once)
-        with open_store(settings.db, create=args.task is not None) as store:
+        request = StepRequest(thread_id=thread_id, task=args.task, model=args.model, once=args.once,
+                              cancel=args.cancel, restart_pruned=args.restart_pruned)
+        with open_store(settings.db, create=args.task is not None and not args.cancel) as store:
             return advance(store, request, settings, **step_kwargs)
     except RunError as exc:
         return Outcome.from_error(thread_id, exc)

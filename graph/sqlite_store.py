@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from graph.errors import RefusedError
+from graph.attempt_log import SQLITE_LOG_DDL, SqlAttemptLog
 from graph.ledger import SQLITE_LEDGER_DDL, SqlLedger
 from graph.locks import ThreadLocks
 from graph.serde import make_serde
+from graph.tombstones import TOMBSTONE_DDL, SqlTombstones
 
 BUSY_TIMEOUT_MS = 30_000
 """How long a writer waits for SQLite's database lock before failing (milliseconds)."""
@@ -104,26 +106,32 @@ class SqliteStore:
         location: The database path, for messages.
         checkpointer: LangGraph's `SqliteSaver` on its own connection.
         ledger: The attempt ledger on a second, autocommit connection.
-        locks: Per-thread writer locks (`<db>.lock`).
+        log: The attempt log, on the ledger's connection.
+        tombstones: Tombstones of pruned threads, on the ledger's connection.
+        locks: Per-thread writer locks (`<db>.lock`); None when opened read-only.
     """
 
     location: str
     checkpointer: Any
     ledger: SqlLedger
-    locks: ThreadLocks
+    log: SqlAttemptLog
+    tombstones: SqlTombstones
+    locks: ThreadLocks | None
+    conn: sqlite3.Connection
     _conns: tuple[sqlite3.Connection, ...]
 
     def close(self) -> None:
         """Closes both connections and the lock file."""
         for conn in self._conns:
             conn.close()
-        self.locks.close()
+        if self.locks is not None:
+            self.locks.close()
 
 
 def _setup_schema(saver_conn: sqlite3.Connection, ledger_conn: sqlite3.Connection) -> Any:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    ledger_conn.executescript(SQLITE_LEDGER_DDL)
+    ledger_conn.executescript(SQLITE_LEDGER_DDL + SQLITE_LOG_DDL + TOMBSTONE_DDL)
     checkpointer = SqliteSaver(saver_conn, serde=make_serde())
     checkpointer.setup()
     return checkpointer
@@ -152,13 +160,15 @@ def _create_atomically(path: Path) -> None:
 
 
 @contextmanager
-def open_sqlite(path: Path, *, create: bool) -> Iterator[SqliteStore]:
+def open_sqlite(path: Path, *, create: bool, read_only: bool = False) -> Iterator[SqliteStore]:
     """Opens (and with `create`, creates) a checkpoint database file.
 
     Args:
         path: The database file.
         create: Allow creating a new file; when False a missing file is refused and
             nothing is created.
+        read_only: Open both connections read-only (`mode=ro`), skip schema set-up and
+            lock files: for history and listing, which never write.
 
     Yields:
         The open store; closed on exit.
@@ -166,7 +176,7 @@ def open_sqlite(path: Path, *, create: bool) -> Iterator[SqliteStore]:
     Raises:
         RefusedError: `no_such_file` or `damaged` (see `check_database`).
     """
-    if create and not path.exists():
+    if create and not read_only and not path.exists():
         _create_atomically(path)
     check_database(path)
     mode = path.stat().st_mode
@@ -176,13 +186,26 @@ def open_sqlite(path: Path, *, create: bool) -> Iterator[SqliteStore]:
             "it holds private task data: chmod 600 it",
             file=sys.stderr,
         )
-    with _private_files():
-        saver_conn = _connect(path)
-        ledger_conn = _connect(path, isolation_level=None)
-        locks = ThreadLocks(path.with_name(path.name + ".lock"))
-        checkpointer = _setup_schema(saver_conn, ledger_conn)
-    store = SqliteStore(str(path), checkpointer, SqlLedger(ledger_conn), locks,
-                        (saver_conn, ledger_conn))
+    if read_only:
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        uri = f"{path.resolve().as_uri()}?mode=ro"
+        saver_conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        ledger_conn = sqlite3.connect(uri, uri=True, check_same_thread=False,
+                                      isolation_level=None)
+        for conn in (saver_conn, ledger_conn):
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        checkpointer = SqliteSaver(saver_conn, serde=make_serde())
+        checkpointer.is_setup = True  # its setup() writes; the tables were checked above
+        locks = None
+    else:
+        with _private_files():
+            saver_conn = _connect(path)
+            ledger_conn = _connect(path, isolation_level=None)
+            locks = ThreadLocks(path.with_name(path.name + ".lock"))
+            checkpointer = _setup_schema(saver_conn, ledger_conn)
+    store = SqliteStore(str(path), checkpointer, SqlLedger(ledger_conn), SqlAttemptLog(ledger_conn),
+                        SqlTombstones(ledger_conn), locks, ledger_conn, (saver_conn, ledger_conn))
     try:
         yield store
     finally:

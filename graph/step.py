@@ -11,13 +11,14 @@ starts, and with `None` input for an existing thread so it is never restarted
 from __future__ import annotations
 
 import sqlite3
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from graph.errors import RefusedError
+from graph.errors import RefusedError, UsageError
 from graph.exitcodes import ExitCode
 from graph.factory import build_graph
 from graph.loading import load_thread
@@ -38,6 +39,8 @@ class StepRequest:
         model: `--model`; must match the stored model when resuming.
         once: Stop after one graph invocation (at most one model request).
         max_attempts: The maximum for a new thread (attempts).
+        cancel: Mark the thread `cancelled` instead of advancing it.
+        restart_pruned: Start a pruned thread anew, with a fresh budget, on purpose.
     """
 
     thread_id: str
@@ -45,6 +48,8 @@ class StepRequest:
     model: str | None = None
     once: bool = True
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    cancel: bool = False
+    restart_pruned: bool = False
 
 
 def _utc_now() -> str:
@@ -105,6 +110,46 @@ def _storage_damage_refused(location: str) -> Iterator[None]:
                            error_code="damaged") from None
 
 
+def _check_tombstone(store: Any, request: StepRequest) -> None:
+    """Refuses a pruned thread (exit 4, `pruned`) unless it is restarted on purpose."""
+    tombstone = store.tombstones.get(request.thread_id)
+    if tombstone is None:
+        return
+    if not request.restart_pruned:
+        raise RefusedError(
+            f"thread {request.thread_id!r} was pruned on {tombstone.pruned_at} (status "
+            f"{tombstone.final_status}); --restart-pruned starts it anew with a fresh budget",
+            error_code="pruned")
+    if request.task is None:
+        raise UsageError("--restart-pruned needs --task: the pruned thread's task is gone")
+    store.checkpointer.delete_thread(request.thread_id)  # leftovers of an interrupted prune
+    store.ledger.delete(request.thread_id)
+    store.tombstones.remove(request.thread_id)
+    print(f"note: starting pruned thread {request.thread_id!r} anew with a fresh budget",
+          file=sys.stderr)
+
+
+def _cancel(graph: Any, config: dict[str, Any], store: Any, loaded: Any, thread_id: str) -> Outcome:
+    """Marks a thread `cancelled`: no request is ever made for it again."""
+    if loaded is None:
+        raise RefusedError(f"no such thread {thread_id!r} in {store.location}",
+                           error_code="no_such_thread")
+    values = loaded.values
+    if values["progress"]["status"] in FINAL_STATUSES:
+        outcome = Outcome.from_state(thread_id, values, loaded.snapshot.next)
+        if values["progress"]["status"] == "cancelled":
+            outcome.exit_code, outcome.error, outcome.error_code = ExitCode.OK, None, None
+        return outcome
+    # Written as if by reason, whose router sends a cancelled thread to END from any point.
+    graph.update_state(config, {"progress": {"status": "cancelled", "stop_reason": "cancelled"}},
+                       as_node="reason")
+    store.ledger.touch(thread_id)
+    snapshot = graph.get_state(config)
+    outcome = Outcome.from_state(thread_id, snapshot.values, snapshot.next)
+    outcome.exit_code, outcome.error, outcome.error_code = ExitCode.OK, None, None
+    return outcome
+
+
 def advance(
     store: Any,
     request: StepRequest,
@@ -138,9 +183,12 @@ def advance(
     thread_id = request.thread_id
     config = {"configurable": {"thread_id": thread_id}}
     with store.locks.hold(thread_id), _storage_damage_refused(store.location):
+        _check_tombstone(store, request)
         graph = build_graph(store.checkpointer)
         loaded = load_thread(graph, thread_id, store.location)
         entry = store.ledger.read(thread_id)
+        if request.cancel:
+            return _cancel(graph, config, store, loaded, thread_id)
         if loaded is None:
             if entry is not None and entry.attempts > 0:
                 raise RefusedError(
@@ -175,7 +223,7 @@ def advance(
                 _store_migrated(graph, config, loaded)
             graph_input = None
         try:
-            return _invoke_steps(graph, config, store, StepContext(thread_id, store.ledger, model),
+            return _invoke_steps(graph, config, store, StepContext(thread_id, store.ledger, model, store.log),
                                  graph_input, once=request.once, max_attempts=max_attempts)
         finally:
             close = getattr(model, "close", None)

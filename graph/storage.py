@@ -16,16 +16,18 @@ def is_postgres(db: str) -> bool:
 
 
 @contextmanager
-def open_store(db: str, *, create: bool) -> Iterator[Any]:
+def open_store(db: str, *, create: bool, read_only: bool = False) -> Iterator[Any]:
     """Opens the checkpoint store named by `db`.
 
     Args:
         db: A SQLite file path, or a `postgresql://` URL.
         create: Whether a missing SQLite file may be created (only when a new thread
             is being created); resuming never creates a database.
+        read_only: Never write: no schema set-up, no lock files (history, listing).
 
     Yields:
-        A store with `location`, `checkpointer`, `ledger` and `locks`.
+        A store with `location`, `checkpointer`, `ledger`, `log`, `tombstones`,
+        `locks` and `conn` (the autocommit connection of ledger, log and tombstones).
 
     Raises:
         graph.errors.RefusedError: The database is missing or unusable (exit 4).
@@ -33,10 +35,10 @@ def open_store(db: str, *, create: bool) -> Iterator[Any]:
     if is_postgres(db):
         from graph.postgres_store import open_postgres
 
-        with open_postgres(db) as store:
+        with open_postgres(db, read_only=read_only) as store:
             yield store
     else:
         from graph.sqlite_store import open_sqlite
 
-        with open_sqlite(Path(db), create=create) as store:
+        with open_sqlite(Path(db), create=create, read_only=read_only) as store:
             yield store

@@ -25,8 +25,11 @@ def budget_node(state: Mapping[str, Any], runtime: Runtime[StepContext]) -> dict
     Returns:
         A `progress` update: `status` `ready` with the attempt number to send, or
         `status` `exhausted` with `stop_reason` `budget` when the maximum is spent.
-        Running out of budget is a normal route to END, not an exception.
+        Running out of budget is a normal route to END, not an exception. A
+        `cancelled` thread gets no update and routes to END without counting.
     """
+    if state["progress"]["status"] == "cancelled":
+        return {}  # a cancelled thread never counts or sends again
     ctx = runtime.context
     entry = ctx.ledger.count(ctx.thread_id)
     if entry.spent:

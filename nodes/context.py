@@ -64,6 +64,21 @@ class AttemptLedger(Protocol):
         ...
 
 
+class AttemptLog(Protocol):
+    """Append-only record of what each attempt produced; each call commits."""
+
+    def record(self, thread_id: str, attempt: int, kind: str, payload: dict[str, Any]) -> None:
+        """Appends one row: `kind` is `reason` (an attempt's outcome) or `tool` (a tool result)."""
+        ...
+
+
+class NoAttemptLog:
+    """An attempt log that keeps nothing (for graphs run without a database log)."""
+
+    def record(self, thread_id: str, attempt: int, kind: str, payload: dict[str, Any]) -> None:
+        """Does nothing."""
+
+
 class Usage(TypedDict):
     """Token counts reported by the model service (tokens)."""
 
@@ -109,8 +124,10 @@ class StepContext:
         thread_id: The thread being advanced (for the ledger).
         ledger: The durable attempt ledger of the thread's database.
         model: The chat model serving this thread (offline demo or MandAPI).
+        log: Where each attempt's outcome and each tool result is recorded.
     """
 
     thread_id: str
     ledger: AttemptLedger
     model: ChatModel
+    log: AttemptLog = field(default_factory=NoAttemptLog)

@@ -78,6 +78,7 @@ def reason_node(state: Mapping[str, Any], runtime: Runtime[StepContext]) -> dict
             raise ModelRequestError("bad_response", "the model returned neither text nor a tool call")
     except ModelRequestError as exc:
         error = {"attempt": attempt, "error_code": exc.error_code, "message": exc.message}
+        ctx.log.record(ctx.thread_id, attempt, "reason", {"outcome": "error", **error})
         return {"progress": {"outcome": "error", "last_error": error, **spent}}
     update: dict[str, Any] = {
         "messages": [message],
@@ -89,4 +90,12 @@ def reason_node(state: Mapping[str, Any], runtime: Runtime[StepContext]) -> dict
         update["progress"].update(
             outcome="answer", status="done", answer=message["content"], last_error=None
         )
+    ctx.log.record(ctx.thread_id, attempt, "reason", {
+        "outcome": update["progress"]["outcome"],
+        "thought": message.get("content"),
+        "tool_calls": [{"id": c["id"], "name": c["function"]["name"],
+                        "arguments": c["function"]["arguments"]}
+                       for c in message.get("tool_calls") or []],
+        "usage": dict(reply.usage),
+    })
     return update

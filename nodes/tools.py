@@ -12,7 +12,10 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from langgraph.runtime import Runtime
+
 from nodes import references
+from nodes.context import StepContext
 from nodes.prompts import TOOL_ERROR_PREFIX
 
 MAX_TOOL_OUTPUT_CHARS = 8_000
@@ -127,18 +130,23 @@ def run_tool_call(call: Mapping[str, Any]) -> str:
     return text
 
 
-def tools_node(state: Mapping[str, Any]) -> dict[str, Any]:
+def tools_node(state: Mapping[str, Any], runtime: Runtime[StepContext]) -> dict[str, Any]:
     """The **tools** node: answers every tool call of the latest assistant message.
+
+    Each result is also appended to the attempt log (whole, for history).
 
     Returns:
         `{"messages": [...]}` with one `tool` message per call, in call order, each
         carrying the call's `tool_call_id` unchanged (INVARIANTS I6).
     """
+    ctx = runtime.context
     last = state["messages"][-1]
     calls = (last.get("tool_calls") or []) if last.get("role") == "assistant" else []
-    return {
-        "messages": [
-            {"role": "tool", "tool_call_id": call["id"], "content": run_tool_call(call)}
-            for call in calls
-        ]
-    }
+    results = []
+    for call in calls:
+        text = run_tool_call(call)
+        ctx.log.record(ctx.thread_id, int(state["progress"]["attempts"]), "tool", {
+            "tool_call_id": call["id"], "name": (call.get("function") or {}).get("name"),
+            "arguments": (call.get("function") or {}).get("arguments"), "observation": text})
+        results.append({"role": "tool", "tool_call_id": call["id"], "content": text})
+    return {"messages": results}

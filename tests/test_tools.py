@@ -63,7 +63,13 @@ def test_tools_node_answers_every_call_in_order_with_ids_unchanged() -> None:
     msg = {"role": "assistant", "content": None, "tool_calls": [
         {**call("get_reference", '{"ref_id": "ret-01"}'), "id": "call_b"},
         {**call("nope", "{}"), "id": "call_a"}]}
-    out = tools_node({"messages": [{"role": "user", "content": "q"}, msg]})
+    from types import SimpleNamespace
+
+    from nodes.context import StepContext
+
+    runtime = SimpleNamespace(context=StepContext("t", None, None))  # type: ignore[arg-type]
+    out = tools_node({"messages": [{"role": "user", "content": "q"}, msg],
+                      "progress": {"attempts": 1}}, runtime)
     assert [m["tool_call_id"] for m in out["messages"]] == ["call_b", "call_a"]
     assert all(m["role"] == "tool" for m in out["messages"])
 

@@ -1,0 +1,76 @@
+"""The append-only attempt log: what each model attempt and each tool call produced.
+
+Kept in the checkpoint database beside the ledger and written as each attempt ends,
+so the step log in `graph.history` survives conversation compaction and the pruning
+of old checkpoints. Rows are never updated (a trigger refuses it); retention deletes
+a thread's rows with the thread.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+_COLUMNS = """
+    thread_id  TEXT NOT NULL,
+    attempt    INTEGER NOT NULL,
+    kind       TEXT NOT NULL CHECK (kind IN ('reason', 'tool')),
+    payload    TEXT NOT NULL,
+    created_at TEXT NOT NULL
+"""
+
+SQLITE_LOG_DDL = f"""
+CREATE TABLE IF NOT EXISTS attempt_log (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,{_COLUMNS});
+CREATE INDEX IF NOT EXISTS attempt_log_thread ON attempt_log (thread_id, id);
+CREATE TRIGGER IF NOT EXISTS attempt_log_append_only BEFORE UPDATE ON attempt_log
+BEGIN SELECT RAISE(ABORT, 'attempt log is append-only'); END;
+"""
+
+POSTGRES_LOG_DDL = f"""
+CREATE TABLE IF NOT EXISTS attempt_log (
+    id BIGSERIAL PRIMARY KEY,{_COLUMNS});
+CREATE INDEX IF NOT EXISTS attempt_log_thread ON attempt_log (thread_id, id);
+CREATE OR REPLACE FUNCTION attempt_log_append_only() RETURNS trigger AS $$
+BEGIN RAISE EXCEPTION 'attempt log is append-only'; END $$ LANGUAGE plpgsql;
+CREATE OR REPLACE TRIGGER attempt_log_append_only BEFORE UPDATE ON attempt_log
+FOR EACH ROW EXECUTE FUNCTION attempt_log_append_only();
+"""
+
+
+class SqlAttemptLog:
+    """Appends and reads attempt-log rows over an autocommit DB-API connection.
+
+    Args:
+        conn: As for `graph.ledger.SqlLedger`.
+        placeholder: `?` (sqlite3) or `%s` (psycopg).
+    """
+
+    def __init__(self, conn: Any, *, placeholder: str = "?") -> None:
+        self._conn = conn
+        self._ph = placeholder
+
+    def record(self, thread_id: str, attempt: int, kind: str, payload: dict[str, Any]) -> None:
+        """Appends one row, committed before it returns (`kind`: `reason` or `tool`)."""
+        sql = ("INSERT INTO attempt_log (thread_id, attempt, kind, payload, created_at) "
+               "VALUES (?, ?, ?, ?, ?)").replace("?", self._ph)
+        self._conn.execute(sql, (thread_id, attempt, kind, json.dumps(payload, ensure_ascii=False),
+                                 datetime.now(UTC).isoformat(timespec="seconds")))
+
+    def rows(self, thread_id: str) -> list[dict[str, Any]]:
+        """The thread's rows, oldest first: `attempt`, `kind`, `payload` (dict), `created_at`.
+
+        Returns an empty list for a database written before the log existed.
+        """
+        sql = ("SELECT attempt, kind, payload, created_at FROM attempt_log WHERE thread_id = ? "
+               "ORDER BY id").replace("?", self._ph)
+        try:
+            found = self._conn.execute(sql, (thread_id,)).fetchall()
+        except Exception as exc:  # noqa: BLE001 - only a missing table is expected here
+            if "attempt_log" in str(exc) and ("no such table" in str(exc)
+                                              or "does not exist" in str(exc)):
+                return []
+            raise
+        return [{"attempt": a, "kind": k, "payload": json.loads(p), "created_at": t}
+                for a, k, p, t in found]

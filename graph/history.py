@@ -1,0 +1,96 @@
+"""Show what a thread did, or list every thread. Reads only; never counts an attempt.
+
+  python -m graph.history --thread ID [--db PATH_OR_URL] [--checkpoints N] [--json]
+  python -m graph.history --list [--db PATH_OR_URL] [--json]
+
+Exit 0, or 4 when the thread does not exist or fails its checks, 2 for usage errors.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from graph.cli import Parser, resolve_db
+from graph.errors import RunError
+from graph.outcome import REVIEW_REMINDER
+
+
+def _short(text: Any, width: int) -> str:
+    text = "" if text is None else " ".join(str(text).split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def render(history: dict[str, Any]) -> str:
+    """The text report of `graph.thread_history.thread_history`."""
+    h = history["header"]
+    usage = h["usage"]
+    lines = [
+        f"thread   {h['thread_id']}",
+        f"task     {h['task']}",
+        f"model    {h['model']}",
+        f"status   {h['status']}" + (f" ({h['stop_reason']})" if h["stop_reason"] else ""),
+        f"attempts {h['attempts']}/{h['max_attempts']}",
+        f"tokens   {usage['total_tokens']} (prompt {usage['prompt_tokens']}, "
+        f"completion {usage['completion_tokens']})",
+        f"created  {h['created_at']}",
+        f"updated  {h['updated_at']}",
+    ]
+    if h["answer"] is not None:
+        lines += [f"answer   {h['answer']}", REVIEW_REMINDER]
+    lines += ["", "step  outcome     tokens  completed_at               thought / tool call → observation"]
+    for step in history["steps"]:
+        head = (f"{step['step']:>4}  {step['outcome']:<10}  {step['tokens']:>6}  "
+                f"{step['completed_at'] or '-':<25}  ")
+        detail = step["error"] if step["outcome"] in ("error", "no record") else step["thought"]
+        lines.append(head + _short(detail, 60))
+        for call in step["tool_calls"]:
+            lines.append(" " * 54 + _short(f"{call['name']}({call['arguments']}) → "
+                                           f"{call['observation']}", 70))
+    lines += ["", "checkpoint                              step  written_by    next      attempts"]
+    for cp in history["checkpoints"]:
+        lines.append(f"{cp['checkpoint_id']:<38}  {cp['step']:>4}  {cp['written_by']:<12}  "
+                     f"{','.join(cp['next']) or '-':<8}  {cp['attempts'] if cp['attempts'] is not None else '-'}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Prints one thread's history or the thread list; returns the exit code."""
+    argv = sys.argv[1:] if argv is None else argv
+    parser = Parser("python -m graph.history", __doc__)
+    parser.add_db()
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--thread", help="the thread to show")
+    which.add_argument("--list", action="store_true", help="list every thread")
+    parser.add_argument("--checkpoints", type=int, default=50, metavar="N",
+                        help="show the latest N checkpoints (default 50)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    as_json = "--json" in argv
+    try:
+        args = parser.parse_args(argv)
+        from graph.storage import open_store
+        from graph.thread_history import list_threads, thread_history
+
+        with open_store(resolve_db(args.db), create=False, read_only=True) as store:
+            if args.list:
+                data: Any = {"threads": list_threads(store)}
+                text = "\n".join(f"{t['thread_id']:<24} {t['status'] or '-':<12} "
+                                 f"{t['attempts']}/{t['max_attempts']}  {t['updated_at']}  "
+                                 f"{_short(t['task'], 50)}" for t in data["threads"])
+            else:
+                data = thread_history(store, args.thread, args.checkpoints)
+                text = render(data)
+    except RunError as exc:
+        if as_json:
+            print(json.dumps({"error": exc.message, "error_code": exc.error_code,
+                              "exit_code": int(exc.exit_code)}))
+        else:
+            print(f"error ({exc.error_code}): {exc.message}", file=sys.stderr)
+        return int(exc.exit_code)
+    print(json.dumps(data, ensure_ascii=False, indent=2) if as_json else text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""Delete finished threads after an age; threads that can continue are never deleted.
+
+  python -m graph.prune [--db PATH_OR_URL] [--completed 24h] [--failed 7d] [--dry-run] [--json]
+
+`done` threads older than --completed and `exhausted` or `cancelled` threads older
+than --failed (measured from their last update) are deleted with their ledger rows
+and attempt log, leaving a tombstone: a later `graph.run` on that thread id is
+refused (exit 4, `pruned`) unless it passes --restart-pruned. Ages: 90s, 30m, 24h, 7d
+(0s selects every finished thread). Exit 0, 2 for usage errors, 4 for a refused
+database.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from graph.cli import Parser, resolve_db
+from graph.errors import RunError
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Selects and (unless --dry-run) deletes threads; returns the exit code."""
+    argv = sys.argv[1:] if argv is None else argv
+    parser = Parser("python -m graph.prune", __doc__)
+    parser.add_db()
+    parser.add_argument("--completed", default="24h", help="age for done threads (default 24h)")
+    parser.add_argument("--failed", default="7d",
+                        help="age for exhausted and cancelled threads (default 7d)")
+    parser.add_argument("--dry-run", action="store_true", help="list what would be deleted")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    as_json = "--json" in argv
+    try:
+        args = parser.parse_args(argv)
+        from graph.retention import parse_age, prune, select
+        from graph.storage import open_store
+
+        completed, failed = parse_age(args.completed), parse_age(args.failed)
+        with open_store(resolve_db(args.db), create=False) as store:
+            candidates, notes = select(store, completed=completed, failed=failed)
+            if args.dry_run:
+                report = {"would_prune": [c.__dict__ for c in candidates], "skipped": notes}
+            else:
+                report = prune(store, candidates)
+                report["skipped"] = notes + report["skipped"]
+    except RunError as exc:
+        print(json.dumps({"error": exc.message, "error_code": exc.error_code}) if as_json
+              else f"error ({exc.error_code}): {exc.message}", file=sys.stdout if as_json else sys.stderr)
+        return int(exc.exit_code)
+    if as_json:
+        print(json.dumps(report, ensure_ascii=False))
+    elif args.dry_run:
+        for c in report["would_prune"]:
+            print(f"would prune {c['thread_id']} ({c['status']}, last update {c['updated_at']})")
+        print(f"{len(report['would_prune'])} thread(s) would be pruned")
+    else:
+        print(f"pruned {len(report['pruned'])} thread(s), freed {report['freed_bytes']} bytes")
+    for note in report["skipped"]:
+        print(note, file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

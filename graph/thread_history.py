@@ -1,0 +1,158 @@
+"""Reading what a thread did: header, step log and checkpoint list. Never writes.
+
+The functions behind `python -m graph.history` and the notebook. They open nothing
+themselves: pass a store opened with `read_only=True`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from graph.errors import RefusedError
+from graph.factory import build_graph
+from graph.loading import check_values, load_thread, pending_input, read_snapshot
+
+OBSERVATION_PREVIEW_CHARS = 80
+
+
+def _writer(snapshot: Any, parent: Any | None) -> str:
+    source = snapshot.metadata.get("source") if snapshot.metadata else None
+    if source == "input":
+        return "input"
+    if source == "update":
+        return "update_state"
+    if parent is not None and parent.next:
+        return ",".join(parent.next)
+    return source or "?"
+
+
+def step_log(store: Any, thread_id: str) -> list[dict[str, Any]]:
+    """One row per model attempt, oldest first, from the append-only attempt log.
+
+    Returns:
+        Dicts with `step` (attempt number), `outcome` (`tool_calls`, `answer`, `error`,
+        or `no record` for a claimed attempt whose process stopped before recording),
+        `thought` (assistant text or None), `tool_calls` (each with `id`, `name`,
+        `arguments` and its whole `observation`, None if the tool has not run),
+        `tokens` (total tokens of the request), `error_code`, `error` and
+        `completed_at` (UTC, ISO 8601).
+    """
+    steps: dict[int, dict[str, Any]] = {}
+    observations: dict[str, str] = {}
+    for row in store.log.rows(thread_id):
+        payload = row["payload"]
+        if row["kind"] == "tool":
+            observations.setdefault(payload["tool_call_id"], payload["observation"])
+            continue
+        steps.setdefault(row["attempt"], {
+            "step": row["attempt"], "outcome": payload["outcome"],
+            "thought": payload.get("thought"),
+            "tool_calls": [dict(c) for c in payload.get("tool_calls", [])],
+            "tokens": (payload.get("usage") or {}).get("total_tokens", 0),
+            "error_code": payload.get("error_code"), "error": payload.get("message"),
+            "completed_at": row["created_at"]})
+    entry = store.ledger.read(thread_id)
+    for attempt in range(1, (entry.claimed if entry else 0) + 1):
+        steps.setdefault(attempt, {
+            "step": attempt, "outcome": "no record", "thought": None, "tool_calls": [],
+            "tokens": 0, "error_code": None,
+            "error": "the process stopped during this attempt; it is counted as spent",
+            "completed_at": None})
+    for step in steps.values():
+        for call in step["tool_calls"]:
+            call["observation"] = observations.get(call["id"])
+    return [steps[k] for k in sorted(steps)]
+
+
+def checkpoints(store: Any, thread_id: str, limit: int = 50) -> list[dict[str, Any]]:
+    """The thread's latest `limit` checkpoints, oldest first (one page; LangGraph's
+    `get_state_history` with `limit`, so long histories are never read whole).
+
+    Returns:
+        Dicts with `checkpoint_id`, `step`, `written_by` (node, `input` or
+        `update_state`), `next` (list of node names), `attempts` (mirrored count at
+        that point, None before the input is applied) and `created_at`.
+
+    Raises:
+        RefusedError: A checkpoint in the page fails its checks (`damaged`, ...).
+    """
+    graph = build_graph(store.checkpointer)
+    config = {"configurable": {"thread_id": thread_id}}
+    where = f"{store.location}: thread {thread_id!r}"
+    page = list(graph.get_state_history(config, limit=limit + 1))
+    rows = []
+    for index, snapshot in enumerate(page[:limit]):
+        parent = page[index + 1] if index + 1 < len(page) else None
+        values = snapshot.values
+        if tuple(snapshot.next) == ("__start__",):
+            values = pending_input(graph, snapshot.config, where)
+        attempts = None
+        if values.get("thread"):
+            checked, _ = check_values(values, tuple(snapshot.next), where)
+            attempts = checked["progress"]["attempts"]
+        rows.append({"checkpoint_id": snapshot.config["configurable"]["checkpoint_id"],
+                     "step": snapshot.metadata.get("step"), "written_by": _writer(snapshot, parent),
+                     "next": list(snapshot.next), "attempts": attempts,
+                     "created_at": snapshot.created_at})
+    return list(reversed(rows))
+
+
+def thread_history(store: Any, thread_id: str, checkpoint_limit: int = 50) -> dict[str, Any]:
+    """Everything `graph.history` shows about one thread.
+
+    Returns:
+        `{"header": {...}, "steps": step_log(...), "checkpoints": checkpoints(...)}`;
+        the header has `thread_id`, `task`, `model`, `status`, `attempts`,
+        `max_attempts`, `usage` (tokens), `created_at`, `updated_at`, `answer`,
+        `stop_reason` and `review_required`.
+
+    Raises:
+        RefusedError: `no_such_thread`, or the thread fails its checks.
+    """
+    graph = build_graph(store.checkpointer)
+    loaded = load_thread(graph, thread_id, store.location)
+    if loaded is None:
+        raise RefusedError(f"no such thread {thread_id!r} in {store.location}",
+                           error_code="no_such_thread")
+    thread, progress = loaded.values["thread"], loaded.values["progress"]
+    entry = store.ledger.read(thread_id)
+    header = {
+        "thread_id": thread_id, "task": thread["task"], "model": thread["model"],
+        "status": progress["status"],
+        "attempts": entry.attempts if entry else progress["attempts"],
+        "max_attempts": thread["max_attempts"], "usage": progress["usage"],
+        "created_at": thread["created_at"],
+        "updated_at": read_snapshot(graph, {"configurable": {"thread_id": thread_id}},
+                                    store.location).created_at,
+        "answer": progress["answer"], "stop_reason": progress["stop_reason"],
+        "review_required": progress["answer"] is not None,
+    }
+    return {"header": header, "steps": step_log(store, thread_id),
+            "checkpoints": checkpoints(store, thread_id, checkpoint_limit)}
+
+
+def list_threads(store: Any) -> list[dict[str, Any]]:
+    """Every thread in the database, by thread id.
+
+    Returns:
+        Dicts with `thread_id`, `status` (or `unreadable: <error_code>`), `attempts`,
+        `max_attempts`, `updated_at` (ledger time of the last attempt or status change)
+        and `task` (whole; shorten for display).
+    """
+    graph = build_graph(store.checkpointer)
+    rows = []
+    for thread_id, updated_at in sorted(store.ledger.updated_at().items()):
+        entry = store.ledger.read(thread_id)
+        row = {"thread_id": thread_id, "attempts": entry.attempts,
+               "max_attempts": entry.max_attempts, "updated_at": updated_at,
+               "status": None, "task": None}
+        try:
+            loaded = load_thread(graph, thread_id, store.location)
+        except RefusedError as exc:
+            row["status"] = f"unreadable: {exc.error_code}"
+        else:
+            if loaded is not None:
+                row["status"] = loaded.values["progress"]["status"]
+                row["task"] = loaded.values["thread"]["task"]
+        rows.append(row)
+    return rows

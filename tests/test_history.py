@@ -1,0 +1,121 @@
+"""History reads exactly what happened, identically on both backends, and never writes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+import pytest
+
+from graph.history import main as history_main
+from graph.storage import open_store
+from graph.thread_history import list_threads, thread_history
+from tests.conftest import PYTHON, run_cli, subprocess_env
+from tests.fakes import ScriptedModel, answer_reply, timeout_error, tool_call_reply
+
+TASK = "How long does shipping take at the demo shop?"
+
+
+def scripted_thread(backend) -> None:
+    """Attempt 1 times out, attempt 2 asks for a tool, attempt 3 answers."""
+    model = ScriptedModel([timeout_error(), tool_call_reply("call_x", "shipping"),
+                           answer_reply("3 to 5 business days [ship-01]")])
+    for i in range(3):
+        run_cli(["--thread", "h1", "--once", "--db", backend.db] + (["--task", TASK] if i == 0 else []),
+                model_factory=lambda m, s: model)
+
+
+def comparable(history: dict[str, Any]) -> dict[str, Any]:
+    """History without times and checkpoint ids, which differ between runs."""
+    header = {k: v for k, v in history["header"].items() if k not in ("created_at", "updated_at")}
+    steps = [{k: v for k, v in s.items() if k != "completed_at"} for s in history["steps"]]
+    cps = [{k: v for k, v in c.items() if k not in ("checkpoint_id", "created_at")}
+           for c in history["checkpoints"]]
+    return {"header": header, "steps": steps, "checkpoints": cps}
+
+
+EXPECTED_STEPS = [
+    {"step": 1, "outcome": "error", "thought": None, "tool_calls": [], "tokens": 0,
+     "error_code": "timeout", "error": "request to http://fake/chat/completions timed out"},
+    {"step": 2, "outcome": "tool_calls", "thought": None, "tokens": 15, "error_code": None,
+     "error": None, "tool_calls": [{"id": "call_x", "name": "search_references",
+                                    "arguments": '{"query": "shipping"}'}]},
+    {"step": 3, "outcome": "answer", "thought": "3 to 5 business days [ship-01]", "tool_calls": [],
+     "tokens": 27, "error_code": None, "error": None},
+]
+
+
+def test_history_of_a_thread_matches_its_known_steps(backend) -> None:
+    scripted_thread(backend)
+    with open_store(backend.db, create=False, read_only=True) as store:
+        history = comparable(thread_history(store, "h1"))
+    header = history["header"]
+    assert (header["status"], header["attempts"], header["max_attempts"]) == ("done", 3, 4)
+    assert header["usage"] == {"prompt_tokens": 30, "completion_tokens": 12, "total_tokens": 42}
+    assert header["review_required"] is True
+    steps = history["steps"]
+    observation = steps[1]["tool_calls"][0].pop("observation")
+    assert json.loads(observation)["hits"][0]["id"] == "ship-01"
+    assert steps == EXPECTED_STEPS
+    assert [(c["written_by"], c["next"], c["attempts"]) for c in history["checkpoints"]] == [
+        ("input", ["__start__"], 0), ("__start__", ["budget"], 0), ("budget", ["reason"], 1),
+        ("reason", ["budget"], 1), ("budget", ["reason"], 2), ("reason", ["tools"], 2),
+        ("tools", ["budget"], 2), ("budget", ["reason"], 3), ("reason", [], 3)]
+
+
+@pytest.mark.postgres
+def test_history_is_identical_on_sqlite_and_postgres(tmp_path) -> None:
+    from tests.conftest import PostgresBackend, SqliteBackend, postgres_admin_url
+
+    sqlite = SqliteBackend(tmp_path / "h.sqlite")
+    pg = PostgresBackend(postgres_admin_url())
+    try:
+        views = []
+        for backend in (sqlite, pg):
+            scripted_thread(backend)
+            with open_store(backend.db, create=False, read_only=True) as store:
+                views.append(comparable(thread_history(store, "h1")))
+        assert views[0] == views[1]
+    finally:
+        pg.drop()
+
+
+def test_a_killed_attempt_shows_as_counted_without_a_record(backend) -> None:
+    run_cli(["--thread", "h1", "--task", TASK, "--once", "--db", backend.db])
+    backend.execute("UPDATE attempt_ledger SET attempts = 2, claimed = 2")  # died mid-request
+    with open_store(backend.db, create=False, read_only=True) as store:
+        steps = thread_history(store, "h1")["steps"]
+    assert [(s["step"], s["outcome"]) for s in steps] == [(1, "tool_calls"), (2, "no record")]
+
+
+def test_reading_history_and_listing_never_change_the_database(backend, capsys) -> None:
+    scripted_thread(backend)
+    run_cli(["--thread", "live", "--task", TASK, "--once", "--db", backend.db])
+    before = backend.fingerprint()
+    assert history_main(["--thread", "h1", "--db", backend.db]) == 0
+    assert history_main(["--thread", "live", "--db", backend.db, "--json"]) == 0
+    capsys.readouterr()
+    assert history_main(["--list", "--db", backend.db, "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["threads"]
+    with open_store(backend.db, create=False, read_only=True) as store:
+        assert list_threads(store) == listed
+    assert [(t["thread_id"], t["status"], t["attempts"]) for t in listed] == [
+        ("h1", "done", 3), ("live", "ready", 1)]
+    assert backend.fingerprint() == before
+
+
+def test_history_of_a_missing_thread_is_refused(backend, capsys) -> None:
+    run_cli(["--thread", "h1", "--task", TASK, "--once", "--db", backend.db])
+    assert history_main(["--thread", "nope", "--db", backend.db, "--json"]) == 4
+    assert json.loads(capsys.readouterr().out)["error_code"] == "no_such_thread"
+
+
+def test_history_cli_runs_as_a_process(tmp_path) -> None:
+    run_cli(["--thread", "h1", "--task", TASK, "--db", str(tmp_path / "c.sqlite")])
+    result = subprocess.run([PYTHON, "-m", "graph.history", "--thread", "h1", "--db",
+                             str(tmp_path / "c.sqlite")], capture_output=True, text=True,
+                            env=subprocess_env(), timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "status   done" in result.stdout and "Review required" in result.stdout
+    assert "search_references" in result.stdout
