@@ -17,6 +17,7 @@ class Parser(argparse.ArgumentParser):
                          formatter_class=argparse.RawDescriptionHelpFormatter)
 
     def error(self, message: str) -> NoReturn:
+        """Raises `UsageError` instead of printing and exiting."""
         raise UsageError(message)
 
     def add_db(self) -> None:

@@ -39,19 +39,21 @@ def render(history: dict[str, Any]) -> str:
     ]
     if h["answer"] is not None:
         lines += [f"answer   {h['answer']}", REVIEW_REMINDER]
-    lines += ["", "step  outcome     tokens  completed_at               thought / tool call → observation"]
+    lines += ["", "step  outcome     tokens  completed_at               "
+              "thought / tool call → observation"]
     for step in history["steps"]:
         head = (f"{step['step']:>4}  {step['outcome']:<10}  {step['tokens']:>6}  "
                 f"{step['completed_at'] or '-':<25}  ")
         detail = step["error"] if step["outcome"] in ("error", "no record") else step["thought"]
         lines.append(head + _short(detail, 60))
         for call in step["tool_calls"]:
-            lines.append(" " * 54 + _short(f"{call['name']}({call['arguments']}) → "
-                                           f"{call['observation']}", 70))
+            lines.append(" " * 54 + _short(f"{call['name']}({call['arguments']})", 36) + " → "
+                         + _short(call["observation"] or "(not run yet)", 50))
     lines += ["", "checkpoint                              step  written_by    next      attempts"]
     for cp in history["checkpoints"]:
+        attempts = "-" if cp["attempts"] is None else cp["attempts"]
         lines.append(f"{cp['checkpoint_id']:<38}  {cp['step']:>4}  {cp['written_by']:<12}  "
-                     f"{','.join(cp['next']) or '-':<8}  {cp['attempts'] if cp['attempts'] is not None else '-'}")
+                     f"{','.join(cp['next']) or '-':<8}  {attempts}")
     return "\n".join(lines)
 
 

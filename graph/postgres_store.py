@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from graph.errors import BusyError, UsageError
 from graph.attempt_log import POSTGRES_LOG_DDL, SqlAttemptLog
+from graph.errors import BusyError, UsageError
 from graph.ledger import POSTGRES_LEDGER_DDL, SqlLedger
 from graph.tombstones import TOMBSTONE_DDL, SqlTombstones
 

@@ -20,33 +20,23 @@ exit codes:
 
 from __future__ import annotations
 
-import argparse
 import signal
 import sys
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
-from graph.errors import RunError, UsageError
+from graph.cli import Parser
+from graph.errors import RunError
 from graph.exitcodes import ExitCode
 from graph.outcome import Outcome
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="python -m graph.run",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def _parser() -> Parser:
+    parser = Parser("python -m graph.run", __doc__)
     parser.add_argument("--thread", required=True, help="thread id (1-128 of A-Z a-z 0-9 . _ : -)")
     parser.add_argument("--task", help="task text; creates the thread, must match on resume")
     parser.add_argument("--once", action="store_true", help="one graph invocation, then stop")
-    parser.add_argument("--db", help="SQLite file or postgresql:// URL (default: $GRAPH_DB, "
-                        "else ./checkpoints.sqlite)")
+    parser.add_db()
     parser.add_argument("--live", action="store_true", help="allow real, paid MandAPI requests")
     parser.add_argument("--model", help="model id for a new thread; must match on resume")
     parser.add_argument("--timeout", type=float, metavar="SECONDS",

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from graph.errors import RefusedError
 from graph.attempt_log import SQLITE_LOG_DDL, SqlAttemptLog
+from graph.errors import RefusedError
 from graph.ledger import SQLITE_LEDGER_DDL, SqlLedger
 from graph.locks import ThreadLocks
 from graph.serde import make_serde

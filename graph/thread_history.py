@@ -65,8 +65,10 @@ def step_log(store: Any, thread_id: str) -> list[dict[str, Any]]:
 
 
 def checkpoints(store: Any, thread_id: str, limit: int = 50) -> list[dict[str, Any]]:
-    """The thread's latest `limit` checkpoints, oldest first (one page; LangGraph's
-    `get_state_history` with `limit`, so long histories are never read whole).
+    """The thread's latest `limit` checkpoints, oldest first.
+
+    One page through LangGraph's `get_state_history(limit=...)`, so a long history is
+    never read whole.
 
     Returns:
         Dicts with `checkpoint_id`, `step`, `written_by` (node, `input` or

@@ -11,14 +11,14 @@ problem is listed), 2 for usage errors.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
 
-from graph.errors import RefusedError, RunError, UsageError
+from graph.cli import Parser, resolve_db
+from graph.errors import RefusedError, RunError
 from graph.exitcodes import ExitCode
 
 
@@ -74,26 +74,15 @@ def _thread_ids(store: Any) -> list[str]:
     return sorted(ids)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:
-        raise UsageError(message)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Runs the check and prints the problems; returns the exit code."""
-    from graph.settings import DB_ENV, DEFAULT_DB
-
-    parser = _Parser(prog="python -m graph.verify", description=__doc__,
-                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--db", help=f"SQLite file or postgresql:// URL (default: ${DB_ENV})")
+    parser = Parser("python -m graph.verify", __doc__)
+    parser.add_db()
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     as_json = "--json" in (sys.argv[1:] if argv is None else argv)
     try:
         args = parser.parse_args(argv)
-        import os
-
-        db = args.db or os.environ.get(DB_ENV) or DEFAULT_DB
-        problems = verify(db)
+        problems = verify(resolve_db(args.db))
         code = ExitCode.REFUSED if problems else ExitCode.OK
         error = None
     except RunError as exc:
