@@ -11,9 +11,12 @@ from typing import Any
 
 from graph.errors import RefusedError
 from graph.state import STATUSES, graph_signature
+from nodes.pairing import UnsafeHistoryError, open_calls
 
-_THREAD_KEYS = {"schema_version": int, "task": str, "model": str, "max_attempts": int,
-                "created_at": str, "graph": str}
+_THREAD_KEYS: dict[str, tuple[type, ...]] = {
+    "schema_version": (int,), "task": (str,), "model": (str,), "max_attempts": (int,),
+    "created_at": (str,), "graph": (str,), "workspace": (str, type(None)),
+    "max_tokens": (int, type(None)), "context_tokens": (int,)}
 _PROGRESS_KEYS: dict[str, tuple[type, ...]] = {
     "status": (str,), "attempts": (int,), "outcome": (str, type(None)),
     "answer": (str, type(None)), "stop_reason": (str, type(None)),
@@ -44,15 +47,19 @@ def _check_keys(name: str, value: Any, allowed: set[str], required: set[str]) ->
 
 def _check_thread(thread: Any) -> None:
     _check_keys("thread", thread, set(_THREAD_KEYS), set(_THREAD_KEYS))
-    for key, kind in _THREAD_KEYS.items():
-        if not isinstance(thread[key], kind) or (kind is int and not _is_int(thread[key])):
-            raise _bad(f"thread.{key} is {type(thread[key]).__name__}, not {kind.__name__}")
+    for key, kinds in _THREAD_KEYS.items():
+        value = thread[key]
+        if not isinstance(value, kinds) or isinstance(value, bool):
+            raise _bad(f"thread.{key} has type {type(value).__name__}")
     if thread["max_attempts"] < 1:
         raise _bad("thread.max_attempts is below 1")
-    if thread["graph"] != graph_signature():
+    if thread["context_tokens"] < 1 or (thread["max_tokens"] is not None and thread["max_tokens"] < 1):
+        raise _bad("thread token limits must be positive")
+    expected = graph_signature(thread["workspace"] is not None)
+    if thread["graph"] != expected:
         raise RefusedError(
             f"written by another graph ({thread['graph']}); this program runs "
-            f"{graph_signature()} and has no migration between them", error_code="incompatible")
+            f"{expected} and has no migration between them", error_code="incompatible")
 
 
 def _check_progress(progress: Any, max_attempts: int) -> None:
@@ -106,8 +113,6 @@ def check_messages(messages: Any, task: str) -> None:
         raise _bad("messages is not a non-empty list")
     if messages[0] != {"role": "user", "content": task}:
         raise _bad("the first message is not the thread's task")
-    open_calls: set[str] = set()
-    seen_ids: set[str] = set()
     for index, msg in enumerate(messages):
         where = f"message {index}"
         role = msg.get("role") if isinstance(msg, dict) else None
@@ -119,30 +124,24 @@ def check_messages(messages: Any, task: str) -> None:
                 raise _bad(f"{where} content is not text")
         elif role == "assistant":
             _check_keys(where, msg, {"role", "content", "tool_calls"}, {"role", "content"})
-            if open_calls:
-                raise _bad(f"{where} follows tool call(s) {sorted(open_calls)} left unanswered")
             if msg["content"] is not None and not isinstance(msg["content"], str):
                 raise _bad(f"{where} content is not text")
             calls = msg.get("tool_calls", [])
             if not isinstance(calls, list):
                 raise _bad(f"{where} tool_calls is not a list")
             for n, call in enumerate(calls):
-                call_id = _check_tool_call(call, f"{where} tool call {n}")
-                if call_id in seen_ids:
-                    raise _bad(f"{where} reuses tool call id {call_id!r}")
-                seen_ids.add(call_id)
-                open_calls.add(call_id)
+                _check_tool_call(call, f"{where} tool call {n}")
         elif role == "tool":
             _check_keys(where, msg, {"role", "content", "tool_call_id"},
                         {"role", "content", "tool_call_id"})
-            if msg["tool_call_id"] not in open_calls:
-                raise _bad(f"{where} answers tool call {msg['tool_call_id']!r}, "
-                           "which no earlier assistant message left open")
-            if not isinstance(msg["content"], str):
-                raise _bad(f"{where} content is not text")
-            open_calls.discard(msg["tool_call_id"])
+            if not isinstance(msg["content"], str) or not isinstance(msg["tool_call_id"], str):
+                raise _bad(f"{where} content or tool_call_id is not text")
         else:
             raise _bad(f"{where} has unknown role {role!r}")
+    try:
+        open_calls(messages)
+    except UnsafeHistoryError as exc:
+        raise _bad(str(exc)) from None
 
 
 def validate_state(values: Any, next_nodes: tuple[str, ...] = ()) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from graph.errors import RefusedError
-from graph.state import SCHEMA_VERSION
+from graph.state import DEFAULT_CONTEXT_TOKENS, SCHEMA_VERSION
 
 V1_GRAPH = "nodes=budget,reason,tools;tools=get_reference,list_references,search_references"
 """The node and tool set of every schema v1 thread (v1 stored no signature)."""
@@ -23,7 +23,13 @@ def _v1_to_v2(values: dict[str, Any]) -> dict[str, Any]:
     return {**values, "thread": {**values["thread"], "schema_version": 2, "graph": V1_GRAPH}}
 
 
-STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
+def _v2_to_v3(values: dict[str, Any]) -> dict[str, Any]:
+    """v3 stores the workspace and the token limits; v2 threads had none of them."""
+    return {**values, "thread": {**values["thread"], "schema_version": 3, "workspace": None,
+                                 "max_tokens": None, "context_tokens": DEFAULT_CONTEXT_TOKENS}}
+
+
+STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
 """`STEPS[n]` turns version n into version n + 1."""
 
 

@@ -19,7 +19,7 @@ class Outcome:
     `to_json` gives the `--json` object; its keys are a contract for scripts:
     `thread_id`, `status`, `attempts`, `max_attempts`, `model`, `answer` (null until
     done), `review_required`, `stop_reason`, `error`, `error_code`, plus `usage`
-    (tokens) and `exit_code`.
+    (tokens), `max_tokens` (null without a cap) and `exit_code`.
     """
 
     thread_id: str | None
@@ -33,6 +33,7 @@ class Outcome:
     error: str | None = None
     error_code: str | None = None
     usage: dict[str, int] | None = None
+    max_tokens: int | None = None
     next_nodes: list[str] = field(default_factory=list)
 
     @classmethod
@@ -54,6 +55,7 @@ class Outcome:
             answer=progress.get("answer"),
             stop_reason=progress.get("stop_reason"),
             usage=dict(progress.get("usage") or {}),
+            max_tokens=thread.get("max_tokens"),
             next_nodes=list(next_nodes),
         )
 
@@ -74,9 +76,12 @@ class Outcome:
         """A short status for people: thread, status, attempts; answer when done."""
         if self.status is None:
             return f"error ({self.error_code}): {self.error}"
+        tokens = ""
+        if self.max_tokens is not None and self.usage is not None:
+            tokens = f", tokens {self.usage.get('total_tokens', 0)}/{self.max_tokens}"
         lines = [
             f"thread {self.thread_id}: {self.status} "
-            f"(attempts {self.attempts}/{self.max_attempts}, model {self.model})"
+            f"(attempts {self.attempts}/{self.max_attempts}{tokens}, model {self.model})"
         ]
         if self.stop_reason:
             lines.append(f"stopped: {self.stop_reason}")

@@ -31,6 +31,16 @@ from graph.exitcodes import ExitCode
 from graph.outcome import Outcome
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+_positive.__name__ = "positive integer"
+
+
 def _parser() -> Parser:
     parser = Parser("python -m graph.run", __doc__)
     parser.add_argument("--thread", required=True, help="thread id (1-128 of A-Z a-z 0-9 . _ : -)")
@@ -42,6 +52,15 @@ def _parser() -> Parser:
     parser.add_argument("--timeout", type=float, metavar="SECONDS",
                         help="MandAPI request timeout (default: $MANDAPI_TIMEOUT, else 60)")
     parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    parser.add_argument("--workspace", metavar="DIR",
+                        help="read-only folder the model may list, read and search (fixed at creation)")
+    parser.add_argument("--max-attempts", type=_positive, metavar="N",
+                        help="model requests allowed for a new thread (default 4; fixed at creation)")
+    parser.add_argument("--max-tokens", type=_positive, metavar="N",
+                        help="stop before a request once the thread used N tokens (fixed at creation)")
+    parser.add_argument("--context-tokens", type=_positive, metavar="N",
+                        help="context limit per request, estimated tokens (default 16000; fixed at "
+                             "creation); older material is compacted")
     parser.add_argument("--cancel", action="store_true",
                         help="mark the thread cancelled: no request is ever made for it again")
     parser.add_argument("--restart-pruned", action="store_true",
@@ -83,7 +102,9 @@ def run(argv: list[str] | None = None, **step_kwargs: Any) -> Outcome:
         from graph.storage import open_store
 
         request = StepRequest(thread_id=thread_id, task=args.task, model=args.model, once=args.once,
-                              cancel=args.cancel, restart_pruned=args.restart_pruned)
+                              cancel=args.cancel, restart_pruned=args.restart_pruned,
+                              max_attempts=args.max_attempts, workspace=args.workspace,
+                              max_tokens=args.max_tokens, context_tokens=args.context_tokens)
         with open_store(settings.db, create=args.task is not None and not args.cancel) as store:
             return advance(store, request, settings, **step_kwargs)
     except RunError as exc:

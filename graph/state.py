@@ -11,12 +11,16 @@ from typing import Annotated, Any
 
 from typing_extensions import TypedDict
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Version of this state layout; stored in `thread.schema_version`.
 
-History: v1 (first release); v2 adds `thread.graph`. Older versions migrate on load
+History: v1 (first release); v2 adds `thread.graph`; v3 adds `thread.workspace`,
+`thread.max_tokens` and `thread.context_tokens`. Older versions migrate on load
 (`graph.migrations`); each version has a fixture database in `tests/fixtures/`.
 """
+
+DEFAULT_CONTEXT_TOKENS = 16_000
+"""Default context limit of a thread (estimated tokens per request)."""
 
 STATUSES = ("ready", "done", "exhausted", "awaiting_approval", "cancelled")
 """Every thread status. `ready` can continue; `done`, `exhausted` and `cancelled` are final."""
@@ -39,6 +43,12 @@ class ThreadInfo(TypedDict):
     """Creation time, UTC, ISO 8601."""
     graph: str
     """Signature of the node and tool set that created the thread (`graph_signature`)."""
+    workspace: str | None
+    """Absolute path of the read-only workspace folder, or None (reference tools only)."""
+    max_tokens: int | None
+    """Cap on the total tokens reported by the API for the thread (tokens), or None."""
+    context_tokens: int
+    """Context limit per request (estimated tokens); older material is compacted."""
 
 
 class Usage(TypedDict):
@@ -67,8 +77,18 @@ class Progress(TypedDict, total=False):
     usage: Usage
 
 
-def append_messages(left: list[dict[str, Any]], right: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Reducer for `messages`: appends new wire messages, keeping order and ids."""
+REPLACE = "__replace__"
+"""A `messages` update `{REPLACE: [...]}` replaces the stored list (compaction)."""
+
+
+def append_messages(left: list[dict[str, Any]], right: Any) -> list[dict[str, Any]]:
+    """Reducer for `messages`: appends new wire messages, keeping order and ids.
+
+    An update `{"__replace__": [...]}` replaces the whole list instead: the reason node
+    stores the compacted conversation so stored state stays bounded.
+    """
+    if isinstance(right, dict) and set(right) == {REPLACE}:
+        return list(right[REPLACE])
     return [*left, *right]
 
 
@@ -88,19 +108,21 @@ class ThreadState(TypedDict):
     """Status, attempts, answer, errors and token usage."""
 
 
-def graph_signature() -> str:
+def graph_signature(with_workspace: bool = False) -> str:
     """The node and tool set of this program's graph, as stored in `thread.graph`.
 
     A thread whose stored signature differs was written by a graph this program cannot
     continue (unless a migration maps it), and is refused as `incompatible`.
     """
-    from nodes.tools import TOOL_SPECS
+    from nodes.tools import tool_specs
 
-    tools = sorted(spec["function"]["name"] for spec in TOOL_SPECS)
+    tools = sorted(spec["function"]["name"] for spec in tool_specs(with_workspace))
     return f"nodes=budget,reason,tools;tools={','.join(tools)}"
 
 
-def initial_state(*, task: str, model: str, max_attempts: int, created_at: str) -> ThreadState:
+def initial_state(*, task: str, model: str, max_attempts: int, created_at: str,
+                  workspace: str | None = None, max_tokens: int | None = None,
+                  context_tokens: int = DEFAULT_CONTEXT_TOKENS) -> ThreadState:
     """Returns the input that creates a thread: its identity and the task as a user message."""
     return ThreadState(
         thread=ThreadInfo(
@@ -109,7 +131,10 @@ def initial_state(*, task: str, model: str, max_attempts: int, created_at: str) 
             model=model,
             max_attempts=max_attempts,
             created_at=created_at,
-            graph=graph_signature(),
+            graph=graph_signature(workspace is not None),
+            workspace=workspace,
+            max_tokens=max_tokens,
+            context_tokens=context_tokens,
         ),
         messages=[{"role": "user", "content": task}],
         progress=Progress(

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from graph.errors import RefusedError, UsageError
@@ -25,8 +26,9 @@ from graph.loading import load_thread
 from graph.models import make_model
 from graph.outcome import Outcome
 from graph.settings import DEFAULT_MAX_ATTEMPTS, Settings, model_for_new_thread
-from graph.state import FINAL_STATUSES, SCHEMA_VERSION, initial_state
+from graph.state import DEFAULT_CONTEXT_TOKENS, FINAL_STATUSES, SCHEMA_VERSION, initial_state
 from nodes.context import ChatModel, StepContext
+from nodes.pairing import UnsafeHistoryError
 
 
 @dataclass(frozen=True)
@@ -41,24 +43,60 @@ class StepRequest:
         max_attempts: The maximum for a new thread (attempts).
         cancel: Mark the thread `cancelled` instead of advancing it.
         restart_pruned: Start a pruned thread anew, with a fresh budget, on purpose.
+        workspace: `--workspace` (a folder path), fixed at creation.
+        max_tokens: `--max-tokens`, fixed at creation.
+        context_tokens: `--context-tokens`, fixed at creation.
+
+    `max_attempts`, `workspace`, `max_tokens` and `context_tokens` are None when not
+    given: a new thread takes the defaults, a resumed one its stored values; given
+    and different from the stored value, they are refused (exit 4).
     """
 
     thread_id: str
     task: str | None = None
     model: str | None = None
     once: bool = True
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    max_attempts: int | None = None
     cancel: bool = False
     restart_pruned: bool = False
+    workspace: str | None = None
+    max_tokens: int | None = None
+    context_tokens: int | None = None
 
 
 def _utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+def _workspace_path(folder: str | None) -> str | None:
+    """The absolute path of an existing workspace folder, or None.
+
+    Raises:
+        UsageError: `no_such_workspace` when the folder is missing here (exit 2,
+            nothing counted): a step reads the folder on the machine that runs it.
+    """
+    if folder is None:
+        return None
+    path = Path(folder).expanduser().resolve()
+    if not path.is_dir():
+        raise UsageError(f"workspace folder {folder} does not exist on this machine",
+                         error_code="no_such_workspace")
+    return str(path)
+
+
 def _check_identity(values: dict[str, Any], request: StepRequest, settings: Settings) -> None:
     thread = values["thread"]
     where = f"thread {request.thread_id!r}"
+    fixed = (("--max-attempts", request.max_attempts, thread["max_attempts"]),
+             ("--max-tokens", request.max_tokens, thread["max_tokens"]),
+             ("--context-tokens", request.context_tokens, thread["context_tokens"]),
+             ("--workspace", _workspace_path(request.workspace) if request.workspace else None,
+              thread["workspace"]))
+    for flag, given, stored in fixed:
+        if given is not None and given != stored:
+            raise RefusedError(f"{where} was created with {flag} {stored}; it is fixed at "
+                               f"creation and cannot become {given}",
+                               error_code="identity_mismatch")
     if request.task is not None and request.task != thread["task"]:
         raise RefusedError(
             f"{where} was created with a different task; omit --task to resume it",
@@ -202,15 +240,19 @@ def advance(
                     error_code="no_such_thread",
                 )
             model_id = model_for_new_thread(request.model, settings)
+            workspace = _workspace_path(request.workspace)
             model = model_factory(model_id, settings)
-            store.ledger.create(thread_id, request.max_attempts)
+            max_attempts = request.max_attempts or DEFAULT_MAX_ATTEMPTS
+            store.ledger.create(thread_id, max_attempts)
             graph_input: Any = initial_state(
                 task=request.task,
                 model=model_id,
-                max_attempts=request.max_attempts,
+                max_attempts=max_attempts,
                 created_at=now(),
+                workspace=workspace,
+                max_tokens=request.max_tokens,
+                context_tokens=request.context_tokens or DEFAULT_CONTEXT_TOKENS,
             )
-            max_attempts = request.max_attempts
         else:
             values = loaded.values
             _check_identity(values, request, settings)
@@ -218,6 +260,7 @@ def advance(
             _check_ledger(entry, values, thread_id, store.location)
             if values["progress"]["status"] in FINAL_STATUSES:
                 return Outcome.from_state(thread_id, values, loaded.snapshot.next)
+            _workspace_path(values["thread"]["workspace"])
             model = model_factory(values["thread"]["model"], settings)
             if loaded.stored_version != SCHEMA_VERSION:
                 _store_migrated(graph, config, loaded)
@@ -257,7 +300,11 @@ def _invoke_steps(
                 # back to budget to count a new one before anything is sent.
                 graph.update_state(config, {"progress": {"outcome": "not_sent"}}, as_node="reason")
         claimed_before = store.ledger.read(thread_id).claimed if graph_input is None else 0
-        graph.invoke(graph_input, config, context=ctx, durability="sync")
+        try:
+            graph.invoke(graph_input, config, context=ctx, durability="sync")
+        except UnsafeHistoryError as exc:
+            raise RefusedError(f"{store.location}: thread {thread_id!r}: the conversation "
+                               f"cannot be sent: {exc}", error_code="damaged") from None
         graph_input = None
         snapshot = graph.get_state(config)
         outcome = Outcome.from_state(thread_id, snapshot.values, snapshot.next)

@@ -14,16 +14,38 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
+from nodes.compaction import compact, estimate_tokens
 from nodes.context import StepContext
 from nodes.errors import ModelRequestError
+from nodes.pairing import UnsafeHistoryError, check_request
 from nodes.prompts import SYSTEM_PROMPT
-from nodes.tools import TOOL_SPECS
+from nodes.tools import tool_specs
 
 _ALLOWED_ROLES = ("user", "assistant", "tool")
 
+__all__ = ["UnsafeHistoryError", "prepare_request", "reason_node", "request_messages"]
 
-class UnsafeHistoryError(Exception):
-    """Stored conversation holds something that must never be sent (a system message)."""
+
+def prepare_request(state: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
+                                                        list[dict[str, Any]]]:
+    """The compacted conversation, the request messages and the tool specs for a thread.
+
+    Returns:
+        `(compacted, messages, tools)`: the stored conversation compacted to the
+        thread's context limit, the request's messages (system prompt first), and the
+        tools offered.
+
+    Raises:
+        UnsafeHistoryError: The history breaks the pairing rules or holds a forbidden
+            role; nothing may be sent.
+    """
+    thread = state["thread"]
+    tools = tool_specs(bool(thread.get("workspace")))
+    overhead = estimate_tokens([{"role": "system", "content": SYSTEM_PROMPT}]) + estimate_tokens(tools)
+    compacted = compact(state["messages"], int(thread.get("context_tokens") or 16_000), overhead)
+    messages = request_messages(compacted)
+    check_request(messages[1:])
+    return compacted, messages, tools
 
 
 def request_messages(stored: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -58,21 +80,28 @@ def _add_usage(total: Mapping[str, int], more: Mapping[str, int]) -> dict[str, i
 def reason_node(state: Mapping[str, Any], runtime: Runtime[StepContext]) -> dict[str, Any]:
     """Claims the counted attempt, sends one request, and records what came back.
 
+    The request carries the conversation compacted to the thread's context limit
+    (`nodes.compaction`) and is checked for tool-call pairing before the claim.
+
     Returns:
         A state update. `progress.outcome` is `tool_calls`, `answer`, `error` (the
         request failed; `last_error` says how) or `not_sent` (no claimable attempt).
         When the thread's last attempt ends without an answer, `status` becomes
         `exhausted` at once.
+
+    Raises:
+        UnsafeHistoryError: The history must not be sent (nothing was claimed).
     """
     ctx = runtime.context
     progress = state["progress"]
     attempt = int(progress["attempts"])
+    compacted, messages, tools = prepare_request(state)  # refuses before the claim
     if not ctx.ledger.claim(ctx.thread_id, attempt):
         return {"progress": {"outcome": "not_sent"}}
     last_attempt = attempt >= int(state["thread"]["max_attempts"])
     spent = {"status": "exhausted", "stop_reason": "budget"} if last_attempt else {}
     try:
-        reply = ctx.model.complete(request_messages(state["messages"]), TOOL_SPECS)
+        reply = ctx.model.complete(messages, tools)
         message = reply.message
         if not message.get("tool_calls") and not (message.get("content") or "").strip():
             raise ModelRequestError("bad_response", "the model returned neither text nor a tool call")
@@ -80,8 +109,10 @@ def reason_node(state: Mapping[str, Any], runtime: Runtime[StepContext]) -> dict
         error = {"attempt": attempt, "error_code": exc.error_code, "message": exc.message}
         ctx.log.record(ctx.thread_id, attempt, "reason", {"outcome": "error", **error})
         return {"progress": {"outcome": "error", "last_error": error, **spent}}
+    # Store the compacted conversation, so stored state stays bounded as the task grows.
+    stored = [message] if compacted == list(state["messages"]) else {"__replace__": [*compacted, message]}
     update: dict[str, Any] = {
-        "messages": [message],
+        "messages": stored,
         "progress": {"usage": _add_usage(progress.get("usage") or {}, reply.usage)},
     }
     if message.get("tool_calls"):

@@ -17,6 +17,7 @@ from langgraph.runtime import Runtime
 from nodes import references
 from nodes.context import StepContext
 from nodes.prompts import TOOL_ERROR_PREFIX
+from nodes.workspace import Workspace, WorkspaceError
 
 MAX_TOOL_OUTPUT_CHARS = 8_000
 """Longest tool result kept and sent (characters); longer output is cut and marked."""
@@ -26,31 +27,51 @@ class ToolInputError(Exception):
     """The model asked for something a tool cannot do; reported back to the model."""
 
 
-def _search_references(args: Mapping[str, Any]) -> Any:
+Handler = Callable[[Mapping[str, Any], "Workspace | None"], Any]
+
+
+def _search_references(args: Mapping[str, Any], workspace: Workspace | None) -> Any:
     query = args.get("query")
     if not isinstance(query, str) or not query.strip():
         raise ToolInputError("'query' must be a non-empty string")
     limit = args.get("limit", 3)
     if not isinstance(limit, int) or isinstance(limit, bool):
         raise ToolInputError("'limit' must be an integer")
-    return {"query": query, "hits": references.search(query, limit)}
+    hits = references.search(query, limit)
+    return {"query": query, "hits": hits, "evidence": [h["id"] for h in hits]}
 
 
-def _get_reference(args: Mapping[str, Any]) -> Any:
+def _get_reference(args: Mapping[str, Any], workspace: Workspace | None) -> Any:
     ref_id = args.get("ref_id")
     if not isinstance(ref_id, str):
         raise ToolInputError("'ref_id' must be a string")
     found = references.get(ref_id)
     if found is None:
         raise ToolInputError(f"no reference with id {ref_id!r}")
-    return found
+    return {**found, "evidence": [ref_id]}
 
 
-def _list_references(args: Mapping[str, Any]) -> Any:
+def _list_references(args: Mapping[str, Any], workspace: Workspace | None) -> Any:
     topic = args.get("topic")
     if topic is not None and not isinstance(topic, str):
         raise ToolInputError("'topic' must be a string")
-    return {"references": references.listing(topic)}
+    return {"references": references.listing(topic), "evidence": []}
+
+
+def _workspace_tool(method: str) -> Handler:
+    def handler(args: Mapping[str, Any], workspace: Workspace | None) -> Any:
+        if workspace is None:
+            raise ToolInputError("this thread has no workspace")
+        allowed = {"list_files": {"path"}, "read_file": {"path", "offset", "limit"},
+                   "search_text": {"query", "path"}}[method]
+        extra = set(args) - allowed
+        if extra:
+            raise ToolInputError(f"unexpected argument(s) {sorted(extra)}")
+        try:
+            return getattr(workspace, method)(**args)
+        except WorkspaceError as exc:
+            raise ToolInputError(str(exc)) from None
+    return handler
 
 
 def _spec(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict:
@@ -69,7 +90,7 @@ def _spec(name: str, description: str, properties: dict[str, Any], required: lis
     }
 
 
-TOOL_SPECS: list[dict[str, Any]] = [
+REFERENCE_TOOL_SPECS: list[dict[str, Any]] = [
     _spec(
         "search_references",
         "Search the shop's reference documents; returns the best hits with their ids and text.",
@@ -90,21 +111,47 @@ TOOL_SPECS: list[dict[str, Any]] = [
         [],
     ),
 ]
-"""Tool specs in the OpenAI chat-completions `tools` format, in the order offered."""
+"""The demo shop's reference tools, in the OpenAI chat-completions `tools` format."""
 
-_HANDLERS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
+WORKSPACE_TOOL_SPECS: list[dict[str, Any]] = [
+    _spec("list_files", "List the files under a folder of the workspace (relative path).",
+          {"path": {"type": "string", "default": "."}}, []),
+    _spec("read_file", "Read lines of a text file in the workspace; cite the evidence id "
+          "(path#Lstart-Lend) it returns.",
+          {"path": {"type": "string"}, "offset": {"type": "integer", "minimum": 1},
+           "limit": {"type": "integer", "minimum": 1, "maximum": 200}}, ["path"]),
+    _spec("search_text", "Find lines containing a text in the workspace's files; returns "
+          "file, line number and line.",
+          {"query": {"type": "string"}, "path": {"type": "string", "default": "."}}, ["query"]),
+]
+"""Read-only workspace tools, offered only to threads created with `--workspace`."""
+
+TOOL_SPECS = REFERENCE_TOOL_SPECS
+"""The tools of a thread without a workspace."""
+
+
+def tool_specs(with_workspace: bool) -> list[dict[str, Any]]:
+    """The tools offered to a thread, in the order offered."""
+    return REFERENCE_TOOL_SPECS + (WORKSPACE_TOOL_SPECS if with_workspace else [])
+
+
+_HANDLERS: dict[str, Handler] = {
     "search_references": _search_references,
     "get_reference": _get_reference,
     "list_references": _list_references,
+    "list_files": _workspace_tool("list_files"),
+    "read_file": _workspace_tool("read_file"),
+    "search_text": _workspace_tool("search_text"),
 }
 
 
-def run_tool_call(call: Mapping[str, Any]) -> str:
+def run_tool_call(call: Mapping[str, Any], workspace: Workspace | None = None) -> str:
     """Runs one tool call and returns the text of its `tool` message.
 
     Args:
         call: One entry of an assistant message's `tool_calls`:
             `{"id", "type": "function", "function": {"name", "arguments": <JSON text>}}`.
+        workspace: The thread's workspace; without one, workspace tools are unknown.
 
     Returns:
         JSON text of the result, or `TOOL_ERROR_PREFIX` and a one-line reason;
@@ -114,7 +161,8 @@ def run_tool_call(call: Mapping[str, Any]) -> str:
     name = function.get("name")
     try:
         handler = _HANDLERS.get(name)  # type: ignore[arg-type]
-        if handler is None:
+        offered = {spec["function"]["name"] for spec in tool_specs(workspace is not None)}
+        if handler is None or name not in offered:
             raise ToolInputError(f"unknown tool {name!r}")
         try:
             args = json.loads(function.get("arguments") or "{}")
@@ -122,7 +170,7 @@ def run_tool_call(call: Mapping[str, Any]) -> str:
             raise ToolInputError(f"arguments are not valid JSON: {exc.msg}") from None
         if not isinstance(args, dict):
             raise ToolInputError("arguments must be a JSON object")
-        text = json.dumps(handler(args), ensure_ascii=False, sort_keys=True)
+        text = json.dumps(handler(args, workspace), ensure_ascii=False, sort_keys=True)
     except ToolInputError as exc:
         text = f"{TOOL_ERROR_PREFIX}{exc}"
     if len(text) > MAX_TOOL_OUTPUT_CHARS:
@@ -140,11 +188,16 @@ def tools_node(state: Mapping[str, Any], runtime: Runtime[StepContext]) -> dict[
         carrying the call's `tool_call_id` unchanged (INVARIANTS I6).
     """
     ctx = runtime.context
+    root = state["thread"].get("workspace")
+    workspace = Workspace(root) if root else None
     last = state["messages"][-1]
     calls = (last.get("tool_calls") or []) if last.get("role") == "assistant" else []
+    answered = {m.get("tool_call_id") for m in state["messages"] if m.get("role") == "tool"}
     results = []
     for call in calls:
-        text = run_tool_call(call)
+        if call["id"] in answered:
+            continue
+        text = run_tool_call(call, workspace)
         ctx.log.record(ctx.thread_id, int(state["progress"]["attempts"]), "tool", {
             "tool_call_id": call["id"], "name": (call.get("function") or {}).get("name"),
             "arguments": (call.get("function") or {}).get("arguments"), "observation": text})

@@ -8,6 +8,7 @@ from graph.factory import build_graph
 from graph.settings import Settings
 from graph.storage import open_store
 from nodes.context import StepContext
+from nodes.pairing import UnsafeHistoryError
 from tests.conftest import run_cli
 from tests.fakes import NeverFinishes, ScriptedModel, answer_reply, tool_call_reply
 
@@ -82,20 +83,50 @@ def test_replaying_an_older_checkpoint_cannot_lower_the_count_or_pass_the_maximu
 
 def test_update_state_cannot_lower_the_ledger(backend) -> None:
     model = NeverFinishes()
-    run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", backend.db], model_factory=factory(model))
+    run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", backend.db],
+            model_factory=factory(model))
+    run_cli(["--thread", "t1", "--once", "--db", backend.db], model_factory=factory(model))
     with open_store(backend.db, create=False) as store:
         graph = build_graph(store.checkpointer)
         config = {"configurable": {"thread_id": "t1"}}
-        graph.update_state(config, {"progress": {"attempts": 0, "status": "ready"}}, as_node="budget")
         ctx = StepContext("t1", store.ledger, model)
         for _ in range(6):
-            graph.invoke(None, config, context=ctx, durability="sync")
-            if not graph.get_state(config).next:
-                break
+            # Pretend the count is back at 0, as a hand-made update_state could.
             graph.update_state(config, {"progress": {"attempts": 0, "status": "ready"}},
-                               as_node="budget")
-    assert len(model.requests) <= 4
-    assert backend.ledger_row("t1")[0] <= 4 and backend.ledger_row("t1")[1] == len(model.requests)
+                               as_node="tools")
+            graph.invoke(None, config, context=ctx, durability="sync")
+    assert len(model.requests) == 4
+    assert backend.ledger_row("t1") == (4, 4, 4)
+
+
+def test_update_state_leaving_a_call_unanswered_is_refused_before_any_claim(backend) -> None:
+    model = NeverFinishes()
+    run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", backend.db],
+            model_factory=factory(model))
+    with open_store(backend.db, create=False) as store:
+        graph = build_graph(store.checkpointer)
+        config = {"configurable": {"thread_id": "t1"}}
+        # Skip the tools node: the next request would carry a call without its result.
+        graph.update_state(config, {"progress": {"status": "ready"}}, as_node="budget")
+        with pytest.raises(UnsafeHistoryError):
+            graph.invoke(None, config, context=StepContext("t1", store.ledger, model),
+                         durability="sync")
+    assert len(model.requests) == 1 and backend.ledger_row("t1") == (1, 1, 4)
+
+
+def test_a_call_left_unanswered_gets_a_not_executed_result_before_counting(backend) -> None:
+    model = ScriptedModel([tool_call_reply("c1"), answer_reply("ok")])
+    run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", backend.db],
+            model_factory=factory(model))
+    with open_store(backend.db, create=False) as store:
+        graph = build_graph(store.checkpointer)
+        config = {"configurable": {"thread_id": "t1"}}
+        graph.update_state(config, {"progress": {"status": "ready"}}, as_node="tools")
+    out = run_cli(["--thread", "t1", "--once", "--db", backend.db], model_factory=factory(model))
+    assert (out["status"], out["attempts"]) == ("done", 2)
+    sent = model.requests[1]
+    assert [m["role"] for m in sent] == ["system", "user", "assistant", "tool"]
+    assert sent[-1]["tool_call_id"] == "c1" and "NOT EXECUTED" in sent[-1]["content"]
 
 
 def test_ledger_rows_refuse_to_decrease(backend) -> None:

@@ -1,0 +1,115 @@
+"""Deterministic, extractive context compaction that keeps evidence.
+
+When the conversation to send would exceed the thread's context limit, the oldest
+material is compacted, oldest first, until it fits:
+
+1. old tool results become a stub keeping the tool name, arguments, original size and
+   every evidence id (reference ids, `path#Lstart-Lend`), so the model can cite them
+   and ask for the text again;
+2. old assistant text is shortened;
+3. if still too long, the oldest whole exchanges (an assistant message with all of its
+   tool results) are dropped; their full text stays in the attempt log.
+
+Never touched: the first message (the task), the latest assistant message and its
+tool results, and every `tool_call_id`. No model request is made. Tokens are
+estimated as one per four characters of the messages' JSON (`estimate_tokens`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+CHARS_PER_TOKEN = 4
+STUB_PREFIX = "[compacted]"
+_EVIDENCE = re.compile(r"[A-Za-z0-9_./-]+#L\d+-L\d+")
+_ASSISTANT_KEEP_CHARS = 200
+
+
+def estimate_tokens(payload: Any) -> int:
+    """About one token per four characters of JSON (an upper-side estimate for English)."""
+    return len(json.dumps(payload, ensure_ascii=False)) // CHARS_PER_TOKEN + 1
+
+
+def _evidence_of(text: str) -> list[str]:
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, TypeError):
+        data = None
+    found = list(data.get("evidence") or []) if isinstance(data, dict) else []
+    for match in _EVIDENCE.findall(text or ""):
+        if match not in found:
+            found.append(match)
+    return [str(e) for e in found]
+
+
+def stub(tool_message: dict[str, Any], call: dict[str, Any] | None) -> dict[str, Any]:
+    """The compacted form of a tool result: same role and id, a short stub as content."""
+    content = tool_message.get("content") or ""
+    function = (call or {}).get("function") or {}
+    summary = {"tool": function.get("name"), "arguments": function.get("arguments"),
+               "original_chars": len(content), "evidence": _evidence_of(content)}
+    return {"role": "tool", "tool_call_id": tool_message["tool_call_id"],
+            "content": f"{STUB_PREFIX} {json.dumps(summary, ensure_ascii=False)} "
+                       "(call the tool again to re-read)"}
+
+
+def _units(messages: Sequence[dict[str, Any]]) -> list[list[int]]:
+    """Indexes grouped into exchanges: each assistant message with its tool results."""
+    units: list[list[int]] = []
+    for index, msg in enumerate(messages[1:], start=1):
+        if msg["role"] == "tool" and units:
+            units[-1].append(index)
+        else:
+            units.append([index])
+    return units
+
+
+def compact(messages: Sequence[dict[str, Any]], limit_tokens: int,
+            overhead_tokens: int = 0) -> list[dict[str, Any]]:
+    """Returns `messages` compacted to fit `limit_tokens` (see module doc).
+
+    Args:
+        messages: The stored conversation, task first, pairing intact.
+        limit_tokens: The thread's context limit (tokens, estimated).
+        overhead_tokens: Tokens the request spends besides these messages (system
+            prompt, tool specs).
+
+    Returns:
+        A new list (the input is not changed); the same messages when they fit. It may
+        still exceed the limit when the protected messages alone do (see `fits`).
+    """
+    out = [dict(m) for m in messages]
+    budget = limit_tokens - overhead_tokens
+    if estimate_tokens(out) <= budget:
+        return out
+    units = _units(out)
+    protected = set(units[-1]) if units else set()
+    calls = {c["id"]: c for m in out if m["role"] == "assistant" for c in m.get("tool_calls") or []}
+    for unit in units[:-1]:  # 1. stub old tool results, oldest first
+        for index in unit:
+            msg = out[index]
+            if msg["role"] == "tool" and not str(msg["content"]).startswith(STUB_PREFIX):
+                out[index] = stub(msg, calls.get(msg["tool_call_id"]))
+        if estimate_tokens(out) <= budget:
+            return out
+    for unit in units[:-1]:  # 2. shorten old assistant text
+        msg = out[unit[0]]
+        if msg["role"] == "assistant" and len(msg.get("content") or "") > _ASSISTANT_KEEP_CHARS:
+            out[unit[0]] = {**msg, "content": msg["content"][:_ASSISTANT_KEEP_CHARS] + " …"}
+        if estimate_tokens(out) <= budget:
+            return out
+    dropped: set[int] = set()  # 3. drop the oldest whole exchanges
+    for unit in units[:-1]:
+        dropped.update(unit)
+        kept = [m for i, m in enumerate(out) if i not in dropped]
+        if estimate_tokens(kept) <= budget:
+            return kept
+    return [m for i, m in enumerate(out) if i not in dropped or i in protected]
+
+
+def fits(messages: Sequence[dict[str, Any]], limit_tokens: int, overhead_tokens: int = 0) -> bool:
+    """True when `messages` fit the limit (after `compact`, nothing more can be removed)."""
+    return estimate_tokens(list(messages)) <= limit_tokens - overhead_tokens

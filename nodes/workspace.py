@@ -1,0 +1,126 @@
+"""Read-only tools over a workspace folder: list files, read a file, search text.
+
+Every path is relative to the workspace root and confined to it: absolute paths,
+`..` components and symlinks that lead outside are refused as tool errors (the model
+is told, nothing is read). Binary files are reported, not dumped; reads are capped.
+Each result carries evidence ids (`path#Lstart-Lend`) for the model to cite.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+MAX_READ_LINES = 200
+"""Most lines one `read_file` returns."""
+MAX_LINE_CHARS = 400
+"""Longer lines are cut (characters)."""
+MAX_LIST_ENTRIES = 300
+MAX_MATCHES = 50
+MAX_SEARCH_BYTES = 2_000_000
+"""Files larger than this are skipped by `search_text` (bytes)."""
+
+
+class WorkspaceError(Exception):
+    """A request the model can fix: a bad or unreachable path, a binary file, ..."""
+
+
+def evidence_id(path: str, start: int, end: int) -> str:
+    """The stable citation for lines `start`..`end` of `path`: `path#Lstart-Lend`."""
+    return f"{path}#L{start}-L{end}"
+
+
+class Workspace:
+    """A confined, read-only view of a folder.
+
+    Args:
+        root: The folder; must exist (checked by the caller before counting).
+    """
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root).resolve()
+
+    def _resolve(self, rel: Any) -> tuple[Path, str]:
+        if not isinstance(rel, str) or not rel.strip():
+            raise WorkspaceError("'path' must be a non-empty relative path")
+        pure = PurePosixPath(rel)
+        if pure.is_absolute() or rel.startswith(("/", "\\")) or ":" in pure.parts[0]:
+            raise WorkspaceError(f"{rel!r} is absolute; use a path relative to the workspace")
+        if ".." in pure.parts:
+            raise WorkspaceError(f"{rel!r} leaves the workspace ('..' is not allowed)")
+        full = (self.root / pure).resolve()
+        if full != self.root and not full.is_relative_to(self.root):
+            raise WorkspaceError(f"{rel!r} leads outside the workspace (a symlink)")
+        if not full.exists():
+            raise WorkspaceError(f"{rel!r} does not exist")
+        return full, full.relative_to(self.root).as_posix() if full != self.root else "."
+
+    @staticmethod
+    def _is_binary(path: Path) -> bool:
+        with open(path, "rb") as fh:
+            return b"\0" in fh.read(8192)
+
+    def list_files(self, path: str = ".") -> dict[str, Any]:
+        """Files under `path`, recursively, sorted, with sizes; symlinks out are skipped."""
+        full, rel = self._resolve(path)
+        if not full.is_dir():
+            raise WorkspaceError(f"{path!r} is not a folder")
+        entries = []
+        for dirpath, dirnames, filenames in os.walk(full):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            for name in sorted(filenames):
+                candidate = Path(dirpath) / name
+                real = candidate.resolve()
+                if not real.is_relative_to(self.root) or not real.is_file():
+                    continue
+                entries.append({"path": candidate.relative_to(self.root).as_posix(),
+                                "bytes": real.stat().st_size})
+                if len(entries) >= MAX_LIST_ENTRIES:
+                    return {"folder": rel, "files": entries, "truncated": True, "evidence": []}
+        return {"folder": rel, "files": entries, "truncated": False, "evidence": []}
+
+    def read_file(self, path: str, offset: int = 1, limit: int = MAX_READ_LINES) -> dict[str, Any]:
+        """Lines `offset`.. (1-based) of a text file, at most `limit` (≤ `MAX_READ_LINES`)."""
+        full, rel = self._resolve(path)
+        if not full.is_file():
+            raise WorkspaceError(f"{path!r} is not a file")
+        for name, value in (("offset", offset), ("limit", limit)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise WorkspaceError(f"'{name}' must be a positive integer")
+        if self._is_binary(full):
+            return {"path": rel, "binary": True, "bytes": full.stat().st_size, "evidence": []}
+        limit = min(limit, MAX_READ_LINES)
+        lines, total = [], 0
+        with open(full, encoding="utf-8", errors="replace") as fh:
+            for number, line in enumerate(fh, start=1):
+                total = number
+                if offset <= number < offset + limit:
+                    lines.append(line.rstrip("\n")[:MAX_LINE_CHARS])
+        if offset > max(total, 1):
+            raise WorkspaceError(f"{path!r} has {total} lines; offset {offset} is past the end")
+        end = offset + len(lines) - 1
+        return {"path": rel, "start_line": offset, "end_line": end, "total_lines": total,
+                "text": "\n".join(lines), "evidence": [evidence_id(rel, offset, max(end, offset))]}
+
+    def search_text(self, query: str, path: str = ".") -> dict[str, Any]:
+        """Lines containing `query` (case-insensitive) in text files under `path`."""
+        if not isinstance(query, str) or not query.strip():
+            raise WorkspaceError("'query' must be a non-empty string")
+        listing = self.list_files(path)
+        needle, matches = query.lower(), []
+        for entry in listing["files"]:
+            full = self.root / entry["path"]
+            if entry["bytes"] > MAX_SEARCH_BYTES or self._is_binary(full):
+                continue
+            with open(full, encoding="utf-8", errors="replace") as fh:
+                for number, line in enumerate(fh, start=1):
+                    if needle in line.lower():
+                        matches.append({"path": entry["path"], "line": number,
+                                        "text": line.strip()[:MAX_LINE_CHARS]})
+                        if len(matches) >= MAX_MATCHES:
+                            break
+            if len(matches) >= MAX_MATCHES:
+                break
+        return {"query": query, "matches": matches,
+                "evidence": [evidence_id(m["path"], m["line"], m["line"]) for m in matches]}
