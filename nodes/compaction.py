@@ -8,7 +8,9 @@ material is compacted, oldest first, until it fits:
    and ask for the text again;
 2. old assistant text is shortened;
 3. if still too long, the oldest whole exchanges (an assistant message with all of its
-   tool results) are dropped; their full text stays in the attempt log.
+   tool results) are dropped; their full text stays in the attempt log, and their
+   evidence ids move to one evidence index, a `user` message right after the task,
+   holding at most `INDEX_ENTRIES` entries (the earliest and the latest half each).
 
 Never touched: the first message (the task), the latest assistant message and its
 tool results, and every `tool_call_id`. No model request is made. Tokens are
@@ -26,6 +28,9 @@ CHARS_PER_TOKEN = 4
 STUB_PREFIX = "[compacted]"
 _EVIDENCE = re.compile(r"[A-Za-z0-9_./-]+#L\d+-L\d+")
 _ASSISTANT_KEEP_CHARS = 200
+INDEX_PREFIX = "[compacted] Earlier exchanges were removed to fit the context. Evidence read so far"
+INDEX_ENTRIES = 40
+"""Most entries the evidence index keeps."""
 
 
 def estimate_tokens(payload: Any) -> int:
@@ -101,13 +106,55 @@ def compact(messages: Sequence[dict[str, Any]], limit_tokens: int,
             out[unit[0]] = {**msg, "content": msg["content"][:_ASSISTANT_KEEP_CHARS] + " …"}
         if estimate_tokens(out) <= budget:
             return out
-    dropped: set[int] = set()  # 3. drop the oldest whole exchanges
+    index_at = 1 if len(out) > 1 and _is_index(out[1]) else None
+    entries = _index_entries(out[1]) if index_at else []
+    dropped: set[int] = set()  # 3. drop the oldest whole exchanges, keeping their evidence
     for unit in units[:-1]:
+        if unit == [index_at]:
+            continue
         dropped.update(unit)
-        kept = [m for i, m in enumerate(out) if i not in dropped]
+        for index in unit:
+            if out[index]["role"] == "tool":
+                entries += _entries_of(out[index], calls.get(out[index]["tool_call_id"]))
+        kept = _with_index([m for i, m in enumerate(out) if i not in dropped and i != index_at],
+                           entries)
         if estimate_tokens(kept) <= budget:
             return kept
-    return [m for i, m in enumerate(out) if i not in dropped or i in protected]
+    return _with_index([m for i, m in enumerate(out)
+                        if (i not in dropped or i in protected) and i != index_at], entries)
+
+
+def _is_index(msg: dict[str, Any]) -> bool:
+    return msg.get("role") == "user" and str(msg.get("content", "")).startswith(INDEX_PREFIX)
+
+
+def _index_entries(msg: dict[str, Any]) -> list[str]:
+    return [line[2:] for line in str(msg["content"]).splitlines()[1:] if line.startswith("- ")]
+
+
+def _entries_of(tool_message: dict[str, Any], call: dict[str, Any] | None) -> list[str]:
+    content = str(tool_message.get("content") or "")
+    if content.startswith(STUB_PREFIX):
+        summary = json.loads(content[len(STUB_PREFIX):].rsplit(" (call the tool", 1)[0])
+        evidence = summary.get("evidence") or []
+    else:
+        evidence = _evidence_of(content)
+    function = (call or {}).get("function") or {}
+    how = f"{function.get('name')} {str(function.get('arguments'))[:80]}"
+    return [f"{e} (via {how})" for e in evidence]
+
+
+def _with_index(messages: list[dict[str, Any]], entries: list[str]) -> list[dict[str, Any]]:
+    """`messages` with the evidence index (deduplicated, capped) right after the task."""
+    unique = list(dict.fromkeys(entries))
+    if len(unique) > INDEX_ENTRIES:
+        half = INDEX_ENTRIES // 2
+        unique = unique[:half] + unique[-half:]
+    if not unique:
+        return messages
+    index = {"role": "user", "content": INDEX_PREFIX + " (cite these ids; call the tool again "
+             "to re-read):\n" + "\n".join(f"- {e}" for e in unique)}
+    return [messages[0], index, *messages[1:]]
 
 
 def fits(messages: Sequence[dict[str, Any]], limit_tokens: int, overhead_tokens: int = 0) -> bool:

@@ -45,7 +45,7 @@ class Workspace:
         if not isinstance(rel, str) or not rel.strip():
             raise WorkspaceError("'path' must be a non-empty relative path")
         pure = PurePosixPath(rel)
-        if pure.is_absolute() or rel.startswith(("/", "\\")) or ":" in pure.parts[0]:
+        if pure.is_absolute() or rel.startswith(("/", "\\")) or ":" in (pure.parts or ("",))[0]:
             raise WorkspaceError(f"{rel!r} is absolute; use a path relative to the workspace")
         if ".." in pure.parts:
             raise WorkspaceError(f"{rel!r} leaves the workspace ('..' is not allowed)")
