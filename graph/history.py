@@ -33,7 +33,9 @@ def render(history: dict[str, Any]) -> str:
         f"status   {h['status']}" + (f" ({h['stop_reason']})" if h["stop_reason"] else ""),
         f"attempts {h['attempts']}/{h['max_attempts']}",
         f"tokens   {usage['total_tokens']} (prompt {usage['prompt_tokens']}, "
-        f"completion {usage['completion_tokens']})",
+        f"completion {usage['completion_tokens']})"
+        + (f" of at most {h['max_tokens']}" if h.get("max_tokens") else ""),
+        *([f"workspace {h['workspace']}"] if h.get("workspace") else []),
         f"created  {h['created_at']}",
         f"updated  {h['updated_at']}",
     ]

@@ -105,8 +105,8 @@ def thread_history(store: Any, thread_id: str, checkpoint_limit: int = 50) -> di
     Returns:
         `{"header": {...}, "steps": step_log(...), "checkpoints": checkpoints(...)}`;
         the header has `thread_id`, `task`, `model`, `status`, `attempts`,
-        `max_attempts`, `usage` (tokens), `created_at`, `updated_at`, `answer`,
-        `stop_reason` and `review_required`.
+        `max_attempts`, `usage` (tokens), `max_tokens`, `context_tokens`, `workspace`,
+        `created_at`, `updated_at`, `answer`, `stop_reason` and `review_required`.
 
     Raises:
         RefusedError: `no_such_thread`, or the thread fails its checks.
@@ -123,6 +123,8 @@ def thread_history(store: Any, thread_id: str, checkpoint_limit: int = 50) -> di
         "status": progress["status"],
         "attempts": entry.attempts if entry else progress["attempts"],
         "max_attempts": thread["max_attempts"], "usage": progress["usage"],
+        "max_tokens": thread["max_tokens"], "context_tokens": thread["context_tokens"],
+        "workspace": thread["workspace"],
         "created_at": thread["created_at"],
         "updated_at": read_snapshot(graph, {"configurable": {"thread_id": thread_id}},
                                     store.location).created_at,
