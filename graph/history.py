@@ -51,6 +51,12 @@ def render(history: dict[str, Any]) -> str:
         for call in step["tool_calls"]:
             lines.append(" " * 54 + _short(f"{call['name']}({call['arguments']})", 36) + " → "
                          + _short(call["observation"] or "(not run yet)", 50))
+    if history.get("decisions"):
+        lines += ["", "review decisions"]
+        for d in history["decisions"]:
+            lines.append(f"  {d['tool_call_id']}  {d['tool']}  {d['decision']}"
+                         f"{' (' + d['reason'] + ')' if d['reason'] else ''}  {d['decided_at']}  "
+                         f"applied={'yes' if d['applied'] else 'no'}  sha256={d['args_sha256'][:12]}…")
     lines += ["", "checkpoint                              step  written_by    next      attempts"]
     for cp in history["checkpoints"]:
         attempts = "-" if cp["attempts"] is None else cp["attempts"]

@@ -29,7 +29,13 @@ def _v2_to_v3(values: dict[str, Any]) -> dict[str, Any]:
                                  "max_tokens": None, "context_tokens": DEFAULT_CONTEXT_TOKENS}}
 
 
-STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
+def _v3_to_v4(values: dict[str, Any]) -> dict[str, Any]:
+    """v4 stores the writable folder; v3 threads had no write tools."""
+    return {**values, "thread": {**values["thread"], "schema_version": 4, "allow_writes": None}}
+
+
+STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
 """`STEPS[n]` turns version n into version n + 1."""
 
 

@@ -19,7 +19,9 @@ class Outcome:
     `to_json` gives the `--json` object; its keys are a contract for scripts:
     `thread_id`, `status`, `attempts`, `max_attempts`, `model`, `answer` (null until
     done), `review_required`, `stop_reason`, `error`, `error_code`, plus `usage`
-    (tokens), `max_tokens` (null without a cap) and `exit_code`.
+    (tokens), `max_tokens` (null without a cap), `pending_calls` (the write calls a
+    thread waits on, each with `tool_call_id`, `name`, `arguments`, `sha256` and
+    `decision`; null when not waiting) and `exit_code`.
     """
 
     thread_id: str | None
@@ -34,6 +36,7 @@ class Outcome:
     error_code: str | None = None
     usage: dict[str, int] | None = None
     max_tokens: int | None = None
+    pending_calls: list[dict[str, Any]] | None = None
     next_nodes: list[str] = field(default_factory=list)
 
     @classmethod
@@ -58,6 +61,17 @@ class Outcome:
             max_tokens=thread.get("max_tokens"),
             next_nodes=list(next_nodes),
         )
+
+    @classmethod
+    def waiting(cls, thread_id: str, values: dict[str, Any], pending: list[dict[str, Any]],
+                decisions: dict[str, dict[str, Any]]) -> Outcome:
+        """A thread paused for review: status `awaiting_approval`, exit 7, the calls in full."""
+        outcome = cls.from_state(thread_id, values, ("tools",))
+        outcome.status, outcome.exit_code = "awaiting_approval", ExitCode.AWAITING_APPROVAL
+        outcome.pending_calls = [
+            {**p, "decision": (decisions.get(p["tool_call_id"]) or {}).get("decision")}
+            for p in pending]
+        return outcome
 
     @classmethod
     def from_error(cls, thread_id: str | None, exc: RunError) -> Outcome:
@@ -91,4 +105,9 @@ class Outcome:
             lines += [f"answer: {self.answer}", REVIEW_REMINDER]
         elif self.status == "ready" and self.next_nodes:
             lines.append(f"next: {', '.join(self.next_nodes)} (run again to continue)")
+        for call in self.pending_calls or []:
+            lines += [f"pending write {call['tool_call_id']} ({call['decision'] or 'undecided'}): "
+                      f"{call['name']} sha256={call['sha256']}", f"  arguments: {call['arguments']}"]
+        if self.pending_calls:
+            lines.append("decide with --approve CALL_ID or --reject CALL_ID [--reason TEXT]")
         return "\n".join(lines)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from graph.approvals import APPROVALS_DDL, SqlApprovals
 from graph.attempt_log import POSTGRES_LOG_DDL, SqlAttemptLog
 from graph.errors import BusyError, UsageError
 from graph.ledger import POSTGRES_LEDGER_DDL, SqlLedger
@@ -91,6 +92,7 @@ class PostgresStore:
         ledger: The attempt ledger on the control connection.
         log: The attempt log, on the control connection.
         tombstones: Tombstones of pruned threads, on the control connection.
+        approvals: Decisions on write calls, on the control connection.
         locks: Per-thread advisory locks on the control connection.
     """
 
@@ -99,6 +101,7 @@ class PostgresStore:
     ledger: SqlLedger
     log: SqlAttemptLog
     tombstones: SqlTombstones
+    approvals: SqlApprovals
     locks: AdvisoryThreadLocks
     conn: Any
     _conns: tuple[Any, ...]
@@ -113,7 +116,8 @@ def _schema_ready(conn: Any, migrations: int) -> bool:
     """True when LangGraph's migrations and our ledger are all in place (no lock needed)."""
     row = conn.execute(
         "SELECT to_regclass('attempt_ledger') IS NOT NULL AND to_regclass('attempt_log') IS NOT NULL"
-        " AND to_regclass('thread_tombstones') IS NOT NULL, to_regclass('checkpoint_migrations')"
+        " AND to_regclass('thread_tombstones') IS NOT NULL"
+        " AND to_regclass('write_approvals') IS NOT NULL, to_regclass('checkpoint_migrations')"
     ).fetchone()
     if not row[0] or row[1] is None:
         return False
@@ -139,7 +143,7 @@ def _setup_serialized(control: Any, checkpointer: Any, timeout_s: float = 120.0)
         time.sleep(0.05)
     try:
         checkpointer.setup()
-        control.execute(POSTGRES_LEDGER_DDL + POSTGRES_LOG_DDL + TOMBSTONE_DDL)
+        control.execute(POSTGRES_LEDGER_DDL + POSTGRES_LOG_DDL + TOMBSTONE_DDL + APPROVALS_DDL)
     finally:
         control.execute("SELECT pg_advisory_unlock(%s)", (SETUP_LOCK_KEY,))
 
@@ -184,6 +188,7 @@ def open_postgres(url: str, *, read_only: bool = False) -> Iterator[PostgresStor
         store = PostgresStore(location, checkpointer, SqlLedger(control, placeholder="%s"),
                               SqlAttemptLog(control, placeholder="%s"),
                               SqlTombstones(control, placeholder="%s"),
+                              SqlApprovals(control, placeholder="%s"),
                               AdvisoryThreadLocks(control), control, conns)
         yield store
     finally:

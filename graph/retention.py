@@ -85,6 +85,7 @@ def _bury(store: Any, candidate: Candidate, pruned_at: str) -> None:
          (candidate.thread_id, candidate.status, pruned_at)),
         ("DELETE FROM attempt_ledger WHERE thread_id = ?", (candidate.thread_id,)),
         ("DELETE FROM attempt_log WHERE thread_id = ?", (candidate.thread_id,)),
+        ("DELETE FROM write_approvals WHERE thread_id = ?", (candidate.thread_id,)),
     ]
     if isinstance(conn, sqlite3.Connection):
         conn.execute("BEGIN IMMEDIATE")

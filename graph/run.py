@@ -61,6 +61,14 @@ def _parser() -> Parser:
     parser.add_argument("--context-tokens", type=_positive, metavar="N",
                         help="context limit per request, estimated tokens (default 16000; fixed at "
                              "creation); older material is compacted")
+    parser.add_argument("--allow-writes", metavar="DIR",
+                        help="offer write tools confined to DIR, each applied only after a person "
+                             "approves it (fixed at creation)")
+    parser.add_argument("--approve", action="append", default=[], metavar="CALL_ID",
+                        help="approve a pending write call (repeatable)")
+    parser.add_argument("--reject", action="append", default=[], metavar="CALL_ID",
+                        help="reject a pending write call (repeatable)")
+    parser.add_argument("--reason", help="why the --reject calls were rejected (told to the model)")
     parser.add_argument("--cancel", action="store_true",
                         help="mark the thread cancelled: no request is ever made for it again")
     parser.add_argument("--restart-pruned", action="store_true",
@@ -104,7 +112,9 @@ def run(argv: list[str] | None = None, **step_kwargs: Any) -> Outcome:
         request = StepRequest(thread_id=thread_id, task=args.task, model=args.model, once=args.once,
                               cancel=args.cancel, restart_pruned=args.restart_pruned,
                               max_attempts=args.max_attempts, workspace=args.workspace,
-                              max_tokens=args.max_tokens, context_tokens=args.context_tokens)
+                              max_tokens=args.max_tokens, context_tokens=args.context_tokens,
+                              approve=tuple(args.approve), reject=tuple(args.reject),
+                              reason=args.reason, allow_writes=args.allow_writes)
         with open_store(settings.db, create=args.task is not None and not args.cancel) as store:
             return advance(store, request, settings, **step_kwargs)
     except RunError as exc:
@@ -136,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     if as_json:
         print(outcome.to_json())
     else:
-        print(outcome.to_text(), file=sys.stdout if outcome.exit_code in (0, 3) else sys.stderr)
+        print(outcome.to_text(), file=sys.stdout if outcome.exit_code in (0, 3, 7) else sys.stderr)
     return int(outcome.exit_code)
 
 

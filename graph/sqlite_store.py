@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from graph.approvals import APPROVALS_DDL, SqlApprovals
 from graph.attempt_log import SQLITE_LOG_DDL, SqlAttemptLog
 from graph.errors import RefusedError
 from graph.ledger import SQLITE_LEDGER_DDL, SqlLedger
@@ -108,6 +109,7 @@ class SqliteStore:
         ledger: The attempt ledger on a second, autocommit connection.
         log: The attempt log, on the ledger's connection.
         tombstones: Tombstones of pruned threads, on the ledger's connection.
+        approvals: Decisions on write calls, on the ledger's connection.
         locks: Per-thread writer locks (`<db>.lock`); None when opened read-only.
     """
 
@@ -116,6 +118,7 @@ class SqliteStore:
     ledger: SqlLedger
     log: SqlAttemptLog
     tombstones: SqlTombstones
+    approvals: SqlApprovals
     locks: ThreadLocks | None
     conn: sqlite3.Connection
     _conns: tuple[sqlite3.Connection, ...]
@@ -131,7 +134,7 @@ class SqliteStore:
 def _setup_schema(saver_conn: sqlite3.Connection, ledger_conn: sqlite3.Connection) -> Any:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    ledger_conn.executescript(SQLITE_LEDGER_DDL + SQLITE_LOG_DDL + TOMBSTONE_DDL)
+    ledger_conn.executescript(SQLITE_LEDGER_DDL + SQLITE_LOG_DDL + TOMBSTONE_DDL + APPROVALS_DDL)
     checkpointer = SqliteSaver(saver_conn, serde=make_serde())
     checkpointer.setup()
     return checkpointer
@@ -205,7 +208,8 @@ def open_sqlite(path: Path, *, create: bool, read_only: bool = False) -> Iterato
             locks = ThreadLocks(path.with_name(path.name + ".lock"))
             checkpointer = _setup_schema(saver_conn, ledger_conn)
     store = SqliteStore(str(path), checkpointer, SqlLedger(ledger_conn), SqlAttemptLog(ledger_conn),
-                        SqlTombstones(ledger_conn), locks, ledger_conn, (saver_conn, ledger_conn))
+                        SqlTombstones(ledger_conn), SqlApprovals(ledger_conn), locks, ledger_conn,
+                        (saver_conn, ledger_conn))
     try:
         yield store
     finally:

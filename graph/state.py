@@ -11,11 +11,11 @@ from typing import Annotated, Any
 
 from typing_extensions import TypedDict
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Version of this state layout; stored in `thread.schema_version`.
 
 History: v1 (first release); v2 adds `thread.graph`; v3 adds `thread.workspace`,
-`thread.max_tokens` and `thread.context_tokens`. Older versions migrate on load
+`thread.max_tokens` and `thread.context_tokens`; v4 adds `thread.allow_writes`. Older versions migrate on load
 (`graph.migrations`); each version has a fixture database in `tests/fixtures/`.
 """
 
@@ -49,6 +49,8 @@ class ThreadInfo(TypedDict):
     """Cap on the total tokens reported by the API for the thread (tokens), or None."""
     context_tokens: int
     """Context limit per request (estimated tokens); older material is compacted."""
+    allow_writes: str | None
+    """Absolute path of the folder write tools may change after approval, or None."""
 
 
 class Usage(TypedDict):
@@ -108,7 +110,7 @@ class ThreadState(TypedDict):
     """Status, attempts, answer, errors and token usage."""
 
 
-def graph_signature(with_workspace: bool = False) -> str:
+def graph_signature(with_workspace: bool = False, with_writes: bool = False) -> str:
     """The node and tool set of this program's graph, as stored in `thread.graph`.
 
     A thread whose stored signature differs was written by a graph this program cannot
@@ -116,13 +118,14 @@ def graph_signature(with_workspace: bool = False) -> str:
     """
     from nodes.tools import tool_specs
 
-    tools = sorted(spec["function"]["name"] for spec in tool_specs(with_workspace))
+    tools = sorted(spec["function"]["name"] for spec in tool_specs(with_workspace, with_writes))
     return f"nodes=budget,reason,tools;tools={','.join(tools)}"
 
 
 def initial_state(*, task: str, model: str, max_attempts: int, created_at: str,
                   workspace: str | None = None, max_tokens: int | None = None,
-                  context_tokens: int = DEFAULT_CONTEXT_TOKENS) -> ThreadState:
+                  context_tokens: int = DEFAULT_CONTEXT_TOKENS,
+                  allow_writes: str | None = None) -> ThreadState:
     """Returns the input that creates a thread: its identity and the task as a user message."""
     return ThreadState(
         thread=ThreadInfo(
@@ -131,10 +134,11 @@ def initial_state(*, task: str, model: str, max_attempts: int, created_at: str,
             model=model,
             max_attempts=max_attempts,
             created_at=created_at,
-            graph=graph_signature(workspace is not None),
+            graph=graph_signature(workspace is not None, allow_writes is not None),
             workspace=workspace,
             max_tokens=max_tokens,
             context_tokens=context_tokens,
+            allow_writes=allow_writes,
         ),
         messages=[{"role": "user", "content": task}],
         progress=Progress(

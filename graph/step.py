@@ -19,6 +19,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from langgraph.types import Command
+
+from graph.approvals import apply_approved, decide, pending_review
 from graph.errors import RefusedError, UsageError
 from graph.exitcodes import ExitCode
 from graph.factory import build_graph
@@ -27,7 +30,7 @@ from graph.models import make_model
 from graph.outcome import Outcome
 from graph.settings import DEFAULT_MAX_ATTEMPTS, Settings, model_for_new_thread
 from graph.state import DEFAULT_CONTEXT_TOKENS, FINAL_STATUSES, SCHEMA_VERSION, initial_state
-from nodes.context import ChatModel, StepContext
+from nodes.context import ChatModel, NoModel, StepContext
 from nodes.pairing import UnsafeHistoryError
 
 
@@ -43,6 +46,10 @@ class StepRequest:
         max_attempts: The maximum for a new thread (attempts).
         cancel: Mark the thread `cancelled` instead of advancing it.
         restart_pruned: Start a pruned thread anew, with a fresh budget, on purpose.
+        approve: Call ids to approve (`--approve`).
+        reject: Call ids to reject (`--reject`), with `reason`.
+        reason: Why the rejected calls were rejected (`--reason`).
+        allow_writes: `--allow-writes` (a folder path), fixed at creation.
         workspace: `--workspace` (a folder path), fixed at creation.
         max_tokens: `--max-tokens`, fixed at creation.
         context_tokens: `--context-tokens`, fixed at creation.
@@ -62,6 +69,10 @@ class StepRequest:
     workspace: str | None = None
     max_tokens: int | None = None
     context_tokens: int | None = None
+    approve: tuple[str, ...] = ()
+    reject: tuple[str, ...] = ()
+    reason: str | None = None
+    allow_writes: str | None = None
 
 
 def _utc_now() -> str:
@@ -91,7 +102,9 @@ def _check_identity(values: dict[str, Any], request: StepRequest, settings: Sett
              ("--max-tokens", request.max_tokens, thread["max_tokens"]),
              ("--context-tokens", request.context_tokens, thread["context_tokens"]),
              ("--workspace", _workspace_path(request.workspace) if request.workspace else None,
-              thread["workspace"]))
+              thread["workspace"]),
+             ("--allow-writes", _workspace_path(request.allow_writes) if request.allow_writes
+              else None, thread["allow_writes"]))
     for flag, given, stored in fixed:
         if given is not None and given != stored:
             raise RefusedError(f"{where} was created with {flag} {stored}; it is fixed at "
@@ -188,6 +201,28 @@ def _cancel(graph: Any, config: dict[str, Any], store: Any, loaded: Any, thread_
     return outcome
 
 
+def _review(graph: Any, config: dict[str, Any], store: Any, loaded: Any, request: StepRequest,
+            pending: list[dict[str, Any]]) -> Outcome:
+    """Records decisions; once every paused write is decided, applies and resumes (no request)."""
+    thread_id = request.thread_id
+    decisions = decide(store, thread_id, pending, loaded.values, list(request.approve),
+                       list(request.reject), request.reason)
+    if not all(p["tool_call_id"] in decisions for p in pending):
+        return Outcome.waiting(thread_id, loaded.values, pending, decisions)
+    apply_approved(store, thread_id, loaded.values, decisions)
+    decisions = store.approvals.rows(thread_id)
+    payload = {"decisions": [{"tool_call_id": p["tool_call_id"], "sha256": p["sha256"],
+                              "decision": decisions[p["tool_call_id"]]["decision"],
+                              "result": decisions[p["tool_call_id"]]["result"]} for p in pending]}
+    ctx = StepContext(thread_id, store.ledger, NoModel(), store.log)
+    # Resume only the review interrupt found above, and stop before budget: an approval
+    # invocation is local work and never makes a model request.
+    graph.invoke(Command(resume=payload), config, context=ctx, durability="sync",
+                 interrupt_before=["budget"])
+    snapshot = graph.get_state(config)
+    return Outcome.from_state(thread_id, snapshot.values, snapshot.next)
+
+
 def advance(
     store: Any,
     request: StepRequest,
@@ -239,8 +274,11 @@ def advance(
                     f"no such thread {thread_id!r} in {store.location}; pass --task to create it",
                     error_code="no_such_thread",
                 )
+            if request.approve or request.reject:
+                raise UsageError(f"thread {thread_id!r} does not exist, so it waits for no approval")
             model_id = model_for_new_thread(request.model, settings)
             workspace = _workspace_path(request.workspace)
+            allow_writes = _workspace_path(request.allow_writes)
             model = model_factory(model_id, settings)
             max_attempts = request.max_attempts or DEFAULT_MAX_ATTEMPTS
             store.ledger.create(thread_id, max_attempts)
@@ -252,12 +290,18 @@ def advance(
                 workspace=workspace,
                 max_tokens=request.max_tokens,
                 context_tokens=request.context_tokens or DEFAULT_CONTEXT_TOKENS,
+                allow_writes=allow_writes,
             )
         else:
             values = loaded.values
             _check_identity(values, request, settings)
             max_attempts = values["thread"]["max_attempts"]
             _check_ledger(entry, values, thread_id, store.location)
+            pending = pending_review(loaded.snapshot)
+            if pending is not None:
+                return _review(graph, config, store, loaded, request, pending)
+            if request.approve or request.reject:
+                raise UsageError(f"thread {thread_id!r} is not waiting for approval")
             if values["progress"]["status"] in FINAL_STATUSES:
                 return Outcome.from_state(thread_id, values, loaded.snapshot.next)
             _workspace_path(values["thread"]["workspace"])
@@ -307,6 +351,9 @@ def _invoke_steps(
                                f"cannot be sent: {exc}", error_code="damaged") from None
         graph_input = None
         snapshot = graph.get_state(config)
+        pending = pending_review(snapshot)
+        if pending is not None:
+            return Outcome.waiting(thread_id, snapshot.values, pending, {})
         outcome = Outcome.from_state(thread_id, snapshot.values, snapshot.next)
         progress = snapshot.values["progress"]
         sent = store.ledger.read(thread_id).claimed > claimed_before

@@ -103,7 +103,9 @@ def thread_history(store: Any, thread_id: str, checkpoint_limit: int = 50) -> di
     """Everything `graph.history` shows about one thread.
 
     Returns:
-        `{"header": {...}, "steps": step_log(...), "checkpoints": checkpoints(...)}`;
+        `{"header": {...}, "steps": step_log(...), "checkpoints": checkpoints(...),
+        "decisions": [...]}` (decisions on write calls: `tool_call_id`, `tool`,
+        `args_sha256`, `decision`, `reason`, `decided_at`, `applied`, `result`);
         the header has `thread_id`, `task`, `model`, `status`, `attempts`,
         `max_attempts`, `usage` (tokens), `max_tokens`, `context_tokens`, `workspace`,
         `created_at`, `updated_at`, `answer`, `stop_reason` and `review_required`.
@@ -131,8 +133,13 @@ def thread_history(store: Any, thread_id: str, checkpoint_limit: int = 50) -> di
         "answer": progress["answer"], "stop_reason": progress["stop_reason"],
         "review_required": progress["answer"] is not None,
     }
+    decisions = [{"tool_call_id": r["tool_call_id"], "tool": r["tool"],
+                  "args_sha256": r["args_sha256"], "decision": r["decision"], "reason": r["reason"],
+                  "decided_at": r["decided_at"], "applied": r["applied_at"] is not None
+                  and r["decision"] == "approve" and not r["result"].startswith("TOOL ERROR"),
+                  "result": r["result"]} for r in store.approvals.rows(thread_id).values()]
     return {"header": header, "steps": step_log(store, thread_id),
-            "checkpoints": checkpoints(store, thread_id, checkpoint_limit)}
+            "checkpoints": checkpoints(store, thread_id, checkpoint_limit), "decisions": decisions}
 
 
 def list_threads(store: Any) -> list[dict[str, Any]]:

@@ -116,6 +116,14 @@ class ChatModel(Protocol):
         ...
 
 
+class NoModel:
+    """A `ChatModel` for invocations that must never make a model request (approvals)."""
+
+    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply:
+        """Always fails: reaching it is a bug."""
+        raise RuntimeError("this invocation must not make a model request")
+
+
 @dataclass(frozen=True)
 class StepContext:
     """Everything a node needs besides state, passed as LangGraph runtime context.

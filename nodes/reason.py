@@ -40,7 +40,7 @@ def prepare_request(state: Mapping[str, Any]) -> tuple[list[dict[str, Any]], lis
             role; nothing may be sent.
     """
     thread = state["thread"]
-    tools = tool_specs(bool(thread.get("workspace")))
+    tools = tool_specs(bool(thread.get("workspace")), bool(thread.get("allow_writes")))
     overhead = estimate_tokens([{"role": "system", "content": SYSTEM_PROMPT}]) + estimate_tokens(tools)
     compacted = compact(state["messages"], int(thread.get("context_tokens") or 16_000), overhead)
     messages = request_messages(compacted)

@@ -13,11 +13,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from langgraph.runtime import Runtime
+from langgraph.types import interrupt
 
 from nodes import references
 from nodes.context import StepContext
 from nodes.prompts import TOOL_ERROR_PREFIX
 from nodes.workspace import Workspace, WorkspaceError
+from nodes.write_tools import WRITE_TOOL_SPECS, WRITE_TOOLS, call_hash
 
 MAX_TOOL_OUTPUT_CHARS = 8_000
 """Longest tool result kept and sent (characters); longer output is cut and marked."""
@@ -130,9 +132,14 @@ TOOL_SPECS = REFERENCE_TOOL_SPECS
 """The tools of a thread without a workspace."""
 
 
-def tool_specs(with_workspace: bool) -> list[dict[str, Any]]:
+def tool_specs(with_workspace: bool, with_writes: bool = False) -> list[dict[str, Any]]:
     """The tools offered to a thread, in the order offered."""
-    return REFERENCE_TOOL_SPECS + (WORKSPACE_TOOL_SPECS if with_workspace else [])
+    return (REFERENCE_TOOL_SPECS + (WORKSPACE_TOOL_SPECS if with_workspace else [])
+            + (WRITE_TOOL_SPECS if with_writes else []))
+
+
+class ApprovalMismatch(Exception):
+    """A resume value whose decisions do not match the calls paused for review."""
 
 
 _HANDLERS: dict[str, Handler] = {
@@ -178,10 +185,32 @@ def run_tool_call(call: Mapping[str, Any], workspace: Workspace | None = None) -
     return text
 
 
+def _review(calls: list[dict[str, Any]]) -> dict[str, str]:
+    """Pauses for review of the write calls; returns each call's tool result text.
+
+    One LangGraph `interrupt()` per assistant message, listing every write call with
+    its id, tool, arguments and argument hash. The resume value must decide exactly
+    those calls with exactly those hashes (see `graph.approvals`).
+
+    Raises:
+        ApprovalMismatch: The decisions name other calls or other hashes.
+    """
+    pending = [{"tool_call_id": c["id"], "name": c["function"]["name"],
+                "arguments": c["function"]["arguments"], "sha256": call_hash(c)} for c in calls]
+    answer = interrupt({"kind": "approval", "pending": pending})
+    decisions = {d["tool_call_id"]: d for d in (answer or {}).get("decisions", [])}
+    if set(decisions) != {p["tool_call_id"] for p in pending} or any(
+            decisions[p["tool_call_id"]]["sha256"] != p["sha256"] for p in pending):
+        raise ApprovalMismatch("the decisions do not match the calls paused for review")
+    return {call_id: str(d["result"]) for call_id, d in decisions.items()}
+
+
 def tools_node(state: Mapping[str, Any], runtime: Runtime[StepContext]) -> dict[str, Any]:
     """The **tools** node: answers every tool call of the latest assistant message.
 
-    Each result is also appended to the attempt log (whole, for history).
+    Write calls (only offered with `--allow-writes`) are never executed here: the node
+    first pauses for review (`interrupt`), and their results come from the reviewer's
+    decisions. Each result is also appended to the attempt log (whole, for history).
 
     Returns:
         `{"messages": [...]}` with one `tool` message per call, in call order, each
@@ -193,11 +222,15 @@ def tools_node(state: Mapping[str, Any], runtime: Runtime[StepContext]) -> dict[
     last = state["messages"][-1]
     calls = (last.get("tool_calls") or []) if last.get("role") == "assistant" else []
     answered = {m.get("tool_call_id") for m in state["messages"] if m.get("role") == "tool"}
+    calls = [c for c in calls if c["id"] not in answered]
+    reviewed: dict[str, str] = {}
+    if state["thread"].get("allow_writes"):
+        writes = [c for c in calls if (c.get("function") or {}).get("name") in WRITE_TOOLS]
+        if writes:
+            reviewed = _review(writes)
     results = []
     for call in calls:
-        if call["id"] in answered:
-            continue
-        text = run_tool_call(call, workspace)
+        text = reviewed[call["id"]] if call["id"] in reviewed else run_tool_call(call, workspace)
         ctx.log.record(ctx.thread_id, int(state["progress"]["attempts"]), "tool", {
             "tool_call_id": call["id"], "name": (call.get("function") or {}).get("name"),
             "arguments": (call.get("function") or {}).get("arguments"), "observation": text})

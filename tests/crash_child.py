@@ -16,7 +16,11 @@ KILL_POINTS = ("before_count", "after_count", "after_claim", "after_answer")
 """Fixed points: before the count commits, after it commits, after the claim (before
 sending), and after the answer arrived but before its checkpoint is written."""
 
-PRELOAD = ["graph.run", "graph.step", "graph.storage", "graph.sqlite_store",
+WRITE_KILL_POINTS = ("before_write", "after_write", "after_mark")
+"""Points of an approved write: decision recorded but nothing written; file renamed into
+place but not marked applied; marked applied but the interrupt not yet resumed."""
+
+PRELOAD = ["graph.run", "graph.step", "graph.approvals", "graph.storage", "graph.sqlite_store",
            "graph.postgres_store", "nodes.mandapi", "langgraph.checkpoint.sqlite",
            "langgraph.checkpoint.postgres", "psycopg", "httpx", "tests.crash_child"]
 
@@ -54,6 +58,25 @@ def _patch(kill_at: str) -> None:
     SqlLedger.count, SqlLedger.claim = patched_count, patched_claim  # type: ignore[method-assign]
     MandApiModel.complete = patched_complete  # type: ignore[method-assign]
 
+    import graph.approvals as approvals
+
+    write, mark = approvals.atomic_write, approvals.SqlApprovals.mark_applied
+
+    def patched_write(path: Any, data: bytes) -> None:
+        if kill_at == "before_write":
+            _die()
+        write(path, data)
+        if kill_at == "after_write":
+            _die()
+
+    def patched_mark(self: Any, thread_id: str, call_id: str) -> None:
+        mark(self, thread_id, call_id)
+        if kill_at == "after_mark":
+            _die()
+
+    approvals.atomic_write = patched_write  # type: ignore[assignment]
+    approvals.SqlApprovals.mark_applied = patched_mark  # type: ignore[method-assign]
+
 
 def child_main(argv: list[str], kill_at: str | None, env: dict[str, str], cwd: str,
                out_path: str) -> None:
@@ -64,7 +87,7 @@ def child_main(argv: list[str], kill_at: str | None, env: dict[str, str], cwd: s
     fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
-    if kill_at in KILL_POINTS:
+    if kill_at in KILL_POINTS or kill_at in WRITE_KILL_POINTS:
         _patch(kill_at)
     from graph.run import main
 

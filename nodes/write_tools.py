@@ -1,0 +1,123 @@
+"""Write tools behind human review: specs, argument hashes, and the confined atomic write.
+
+The tools node never writes: it pauses the thread for review (`interrupt`), and only
+an approval (see `graph.approvals`) applies an approved call, through `apply_write`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+WRITE_TOOLS = ("write_file", "append_file")
+MAX_WRITE_CHARS = 200_000
+
+
+class WriteError(Exception):
+    """A write call that cannot be applied as asked (bad path, bad arguments)."""
+
+
+def _spec(name: str, description: str) -> dict[str, Any]:
+    return {"type": "function", "function": {
+        "name": name, "description": description,
+        "parameters": {"type": "object", "additionalProperties": False,
+                       "properties": {"path": {"type": "string"}, "text": {"type": "string"}},
+                       "required": ["path", "text"]}}}
+
+
+WRITE_TOOL_SPECS = [
+    _spec("write_file", "Create or replace a text file in the writable folder. A person reviews "
+          "and approves every write before it happens."),
+    _spec("append_file", "Append text to a file in the writable folder. A person reviews and "
+          "approves every write before it happens."),
+]
+
+
+def canonical_arguments(arguments: str) -> str:
+    """The arguments as canonical JSON (sorted keys, no spaces), or the raw text if not JSON."""
+    try:
+        return json.dumps(json.loads(arguments), sort_keys=True, separators=(",", ":"),
+                          ensure_ascii=False)
+    except (json.JSONDecodeError, TypeError):
+        return str(arguments)
+
+
+def call_hash(call: dict[str, Any]) -> str:
+    """SHA-256 (hex) of a tool call's name and canonical arguments: what a reviewer approves."""
+    function = call.get("function") or {}
+    text = f"{function.get('name')}\n{canonical_arguments(function.get('arguments', ''))}"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def parse_write(call: dict[str, Any]) -> tuple[str, str, str]:
+    """(tool name, relative path, text) of a write call.
+
+    Raises:
+        WriteError: Unparsable or wrong arguments.
+    """
+    function = call.get("function") or {}
+    name = function.get("name")
+    try:
+        args = json.loads(function.get("arguments") or "")
+    except json.JSONDecodeError:
+        raise WriteError("arguments are not valid JSON") from None
+    if (name not in WRITE_TOOLS or not isinstance(args, dict) or set(args) != {"path", "text"}
+            or not isinstance(args["path"], str) or not isinstance(args["text"], str)):
+        raise WriteError("a write needs exactly a 'path' and a 'text' string")
+    if len(args["text"]) > MAX_WRITE_CHARS:
+        raise WriteError(f"text longer than {MAX_WRITE_CHARS} characters")
+    return name, args["path"], args["text"]
+
+
+def resolve_target(root: str | Path, rel: str) -> Path:
+    """The confined absolute path of `rel` under `root`.
+
+    Raises:
+        WriteError: Absolute, `..`, a symlink anywhere on the way, or a missing folder.
+    """
+    base = Path(root).resolve()
+    pure = PurePosixPath(rel)
+    if not rel.strip() or pure.is_absolute() or rel.startswith(("/", "\\")) or ".." in pure.parts:
+        raise WriteError(f"{rel!r} is not a plain relative path inside the writable folder")
+    target = base.joinpath(*pure.parts)
+    node = base
+    for part in pure.parts:
+        node = node / part
+        if node.is_symlink():
+            raise WriteError(f"{rel!r} goes through a symlink; writes never follow links")
+    if not target.parent.is_dir():
+        raise WriteError(f"folder of {rel!r} does not exist")
+    if target.exists() and not target.is_file():
+        raise WriteError(f"{rel!r} is not a file")
+    return target
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 (hex) of a file's bytes, or `absent` when it does not exist."""
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else "absent"
+
+
+def planned_content(path: Path, name: str, text: str) -> bytes:
+    """The bytes the file will hold after the write."""
+    new = text.encode()
+    return (path.read_bytes() if path.exists() else b"") + new if name == "append_file" else new
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Writes `data` to `path` atomically: a temporary file, fsync, rename, fsync the folder."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
