@@ -10,12 +10,23 @@ single statement on an autocommit connection, so it is committed (on SQLite with
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
 from nodes.context import LedgerEntry
 
-_TABLE = """
+_CAPS = """
+CREATE TABLE IF NOT EXISTS request_caps (
+    cap_id       TEXT PRIMARY KEY,
+    requests     INTEGER NOT NULL CHECK (requests >= 0),
+    max_requests INTEGER NOT NULL CHECK (max_requests >= 0 AND requests <= max_requests)
+);
+"""
+
+_TABLE = _CAPS + """
 CREATE TABLE IF NOT EXISTS attempt_ledger (
     thread_id    TEXT PRIMARY KEY,
     attempts     INTEGER NOT NULL CHECK (attempts >= 0),
@@ -53,6 +64,26 @@ FOR EACH ROW EXECUTE FUNCTION attempt_ledger_never_decreases();
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+class _Rollback(Exception):
+    pass
+
+
+@contextmanager
+def transaction(conn: Any) -> Iterator[None]:
+    """One transaction on an autocommit connection (sqlite3 or psycopg); rolls back on error."""
+    if isinstance(conn, sqlite3.Connection):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+    else:
+        with conn.transaction():
+            yield
 
 
 class SqlLedger:
@@ -113,14 +144,47 @@ class SqlLedger:
             raise LookupError(f"attempt ledger has no row for thread {thread_id!r}")
         return entry
 
-    def claim(self, thread_id: str, attempt: int) -> bool:
-        """Marks counted attempt `attempt` (1-based) as sent; True exactly once per attempt."""
-        cur = self._run(
-            "UPDATE attempt_ledger SET claimed = ?, updated_at = ? "
-            "WHERE thread_id = ? AND claimed = ? AND attempts >= ?",
-            (attempt, _now(), thread_id, attempt - 1, attempt),
-        )
-        return cur.rowcount == 1
+    def claim(self, thread_id: str, attempt: int, charge: str | None = None) -> bool:
+        """Marks counted attempt `attempt` (1-based) as sent; True exactly once per attempt.
+
+        Args:
+            thread_id: The thread.
+            attempt: The counted attempt to claim.
+            charge: A request cap (`request_caps.cap_id`: a batch or a parent task) that
+                must also have room; it is charged in the same transaction.
+
+        Returns:
+            False, changing nothing, when the attempt is not claimable or the cap is full.
+        """
+        claim_sql = ("UPDATE attempt_ledger SET claimed = ?, updated_at = ? "
+                     "WHERE thread_id = ? AND claimed = ? AND attempts >= ?")
+        params = (attempt, _now(), thread_id, attempt - 1, attempt)
+        if charge is None:
+            return self._run(claim_sql, params).rowcount == 1
+        try:
+            with transaction(self._conn):
+                charged = self._run("UPDATE request_caps SET requests = requests + 1 "
+                                    "WHERE cap_id = ? AND requests < max_requests", (charge,))
+                if charged.rowcount != 1 or self._run(claim_sql, params).rowcount != 1:
+                    raise _Rollback()
+        except _Rollback:
+            return False
+        return True
+
+    def ensure_cap(self, cap_id: str, max_requests: int) -> tuple[int, int]:
+        """Creates request cap `cap_id` if new; returns its `(requests, max_requests)`.
+
+        A cap is never reset: an existing cap keeps its count and its maximum.
+        """
+        self._run("INSERT INTO request_caps VALUES (?, 0, ?) ON CONFLICT (cap_id) DO NOTHING",
+                  (cap_id, max_requests))
+        return self.cap(cap_id) or (0, max_requests)
+
+    def cap(self, cap_id: str) -> tuple[int, int] | None:
+        """`(requests, max_requests)` of a request cap, or None."""
+        row = self._run("SELECT requests, max_requests FROM request_caps WHERE cap_id = ?",
+                        (cap_id,)).fetchone()
+        return (row[0], row[1]) if row else None
 
     def touch(self, thread_id: str) -> None:
         """Sets the row's `updated_at` to now (a status change without an attempt)."""

@@ -23,6 +23,7 @@ from typing import Any
 
 from graph.errors import BusyError, RefusedError, UsageError
 from graph.factory import build_graph
+from graph.ledger import transaction
 from graph.loading import load_thread
 
 _AGE = re.compile(r"(\d+)([smhd])")
@@ -87,19 +88,10 @@ def _bury(store: Any, candidate: Candidate, pruned_at: str) -> None:
         ("DELETE FROM attempt_log WHERE thread_id = ?", (candidate.thread_id,)),
         ("DELETE FROM write_approvals WHERE thread_id = ?", (candidate.thread_id,)),
     ]
-    if isinstance(conn, sqlite3.Connection):
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            for sql, params in statements:
-                conn.execute(sql, params)
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-    else:
-        with conn.transaction():
-            for sql, params in statements:
-                conn.execute(sql.replace("?", "%s"), params)
+    placeholder = "?" if isinstance(conn, sqlite3.Connection) else "%s"
+    with transaction(conn):
+        for sql, params in statements:
+            conn.execute(sql.replace("?", placeholder), params)
 
 
 def _sweep(store: Any) -> int:

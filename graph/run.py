@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import signal
 import sys
+from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 from graph.cli import Parser
-from graph.errors import RunError
+from graph.errors import RunError, UsageError
 from graph.exitcodes import ExitCode
 from graph.outcome import Outcome
 
@@ -98,14 +99,27 @@ def run(argv: list[str] | None = None, **step_kwargs: Any) -> Outcome:
     thread_id = None
     try:
         args = _parser().parse_args(argv)
-        from graph.settings import check_thread_id, resolve_settings
+        from graph.settings import (
+            DEMO_MODEL_ID,
+            check_model_id,
+            check_task,
+            check_thread_id,
+            resolve_settings,
+        )
+        from graph.storage import is_postgres
 
         thread_id = check_thread_id(args.thread)
+        check_task(args.task)
+        check_model_id(args.model, "--model")
         if args.db and "://" in args.db and urlsplit(args.db).password:
             print("warning: a password in --db is visible in the process list; "
                   "put the URL in GRAPH_DB or the password in PGPASSWORD or ~/.pgpass",
                   file=sys.stderr)
         settings = resolve_settings(db=args.db, live=args.live, timeout_s=args.timeout)
+        if (args.model not in (None, DEMO_MODEL_ID) and not args.live
+                and not is_postgres(settings.db) and not Path(settings.db).exists()):
+            # Certainly a new thread: refuse before the database file is created.
+            raise UsageError(f"model {args.model!r} makes paid requests: add --live to allow them")
         from graph.step import StepRequest, advance
         from graph.storage import open_store
 
@@ -121,6 +135,16 @@ def run(argv: list[str] | None = None, **step_kwargs: Any) -> Outcome:
         return Outcome.from_error(thread_id, exc)
 
 
+def _thread_of(argv: list[str]) -> str | None:
+    """The `--thread` value of `argv`, for reporting failures that happen after parsing."""
+    for index, arg in enumerate(argv):
+        if arg == "--thread" and index + 1 < len(argv):
+            return argv[index + 1]
+        if arg.startswith("--thread="):
+            return arg.split("=", 1)[1]
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Runs the command and prints its outcome; returns the exit code."""
     argv = sys.argv[1:] if argv is None else argv
@@ -133,12 +157,12 @@ def main(argv: list[str] | None = None) -> int:
         outcome = run(argv)
     except (KeyboardInterrupt, _Interrupted):
         outcome = Outcome(
-            None, ExitCode.INTERRUPTED, error="interrupted; any counted attempt stays counted",
-            error_code="interrupted",
+            _thread_of(argv), ExitCode.INTERRUPTED,
+            error="interrupted; any counted attempt stays counted", error_code="interrupted",
         )
     except Exception as exc:  # a bug: report it in the promised shape, then fail
-        outcome = Outcome(None, ExitCode.UNEXPECTED, error=f"{type(exc).__name__}: {exc}",
-                          error_code="unexpected")
+        outcome = Outcome(_thread_of(argv), ExitCode.UNEXPECTED,
+                          error=f"{type(exc).__name__}: {exc}", error_code="unexpected")
         if not as_json:
             raise
     finally:

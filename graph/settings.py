@@ -21,6 +21,49 @@ DEFAULT_DB = "checkpoints.sqlite"
 DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_MAX_ATTEMPTS = 4
 THREAD_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+_TOKEN_RE = re.compile(r"[\x21-\x7e]{1,200}")
+"""API keys and model ids: 1-200 printable ASCII characters, no spaces."""
+MAX_TIMEOUT_S = 3600.0
+
+
+def check_task(task: str | None) -> str | None:
+    """Returns `task` if it is non-blank, valid Unicode text.
+
+    Raises:
+        UsageError: Blank, or holding bytes that are not UTF-8 (exit 2).
+    """
+    if task is None:
+        return None
+    try:
+        task.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError("--task must be valid UTF-8 text") from None
+    if not task.strip():
+        raise UsageError("--task must not be blank")
+    return task
+
+
+def check_model_id(model: str | None, source: str) -> str | None:
+    """Returns `model` if it is 1-200 printable ASCII characters without spaces.
+
+    Raises:
+        UsageError: Otherwise (exit 2).
+    """
+    if model is not None and not _TOKEN_RE.fullmatch(model):
+        raise UsageError(f"{source} must be 1-200 printable ASCII characters without spaces")
+    return model
+
+
+def _check_base_url(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in url):
+        raise UsageError("MANDAPI_BASE_URL must be an http:// or https:// URL")
+    if parts.username or parts.password:
+        raise UsageError("MANDAPI_BASE_URL must not carry credentials; the key goes in "
+                         "MANDAPI_API_KEY")
+    return url
 
 
 def check_thread_id(thread_id: str) -> str:
@@ -67,26 +110,33 @@ def resolve_settings(
     """Resolves settings from flags and the environment.
 
     Raises:
-        UsageError: `--live` without `MANDAPI_API_KEY`, or a non-positive timeout.
+        UsageError: `--live` without a usable `MANDAPI_API_KEY` (printable ASCII), a
+            timeout outside (0, 3600] seconds, a base URL that is not plain http(s)
+            without credentials, or a malformed `MANDAPI_MODEL_ID`. All are checked
+            before anything is counted.
     """
     env = os.environ if environ is None else environ
     api_key = env.get("MANDAPI_API_KEY") or None
     if live and not api_key:
         raise UsageError("--live needs MANDAPI_API_KEY in the environment")
+    if live and not _TOKEN_RE.fullmatch(api_key or ""):
+        raise UsageError("MANDAPI_API_KEY must be printable ASCII without spaces")
     if timeout_s is None:
         raw = env.get("MANDAPI_TIMEOUT")
         try:
             timeout_s = float(raw) if raw else DEFAULT_TIMEOUT_S
         except ValueError:
             raise UsageError(f"MANDAPI_TIMEOUT must be a number of seconds, not {raw!r}") from None
-    if not timeout_s > 0:
-        raise UsageError("the timeout must be a positive number of seconds")
+    if not 0 < timeout_s <= MAX_TIMEOUT_S:
+        raise UsageError(f"the timeout must be more than 0 and at most {MAX_TIMEOUT_S:.0f} seconds")
+    base_url = _check_base_url(env.get("MANDAPI_BASE_URL") or DEFAULT_BASE_URL)
+    env_model = check_model_id(env.get("MANDAPI_MODEL_ID") or None, "MANDAPI_MODEL_ID")
     return Settings(
         db=db or env.get(DB_ENV) or DEFAULT_DB,
         live=live,
         api_key=api_key if live else None,
-        env_model=(env.get("MANDAPI_MODEL_ID") or None) if live else None,
-        base_url=env.get("MANDAPI_BASE_URL") or DEFAULT_BASE_URL,
+        env_model=env_model if live else None,
+        base_url=base_url,
         timeout_s=timeout_s,
     )
 
@@ -99,6 +149,8 @@ def model_for_new_thread(model_flag: str | None, settings: Settings) -> str:
     Raises:
         UsageError: A model other than `offline-demo` without `--live`.
     """
+    if settings.live and not (model_flag or settings.env_model):
+        raise UsageError("--live needs a model for a new thread: --model or MANDAPI_MODEL_ID")
     model = model_flag or settings.env_model or DEMO_MODEL_ID
     if model != DEMO_MODEL_ID and not settings.live:
         raise UsageError(f"model {model!r} makes paid requests: add --live to allow them")

@@ -19,7 +19,7 @@ from typing import Any
 
 from graph.approvals import APPROVALS_DDL, SqlApprovals
 from graph.attempt_log import SQLITE_LOG_DDL, SqlAttemptLog
-from graph.errors import RefusedError
+from graph.errors import RefusedError, UsageError
 from graph.ledger import SQLITE_LEDGER_DDL, SqlLedger
 from graph.locks import ThreadLocks
 from graph.serde import make_serde
@@ -179,7 +179,10 @@ def open_sqlite(path: Path, *, create: bool, read_only: bool = False) -> Iterato
     Raises:
         RefusedError: `no_such_file` or `damaged` (see `check_database`).
     """
+    path = path.resolve()  # one lock file per database, whatever symlink names it
     if create and not read_only and not path.exists():
+        if not path.parent.is_dir():
+            raise UsageError(f"folder {path.parent} for the database does not exist")
         _create_atomically(path)
     check_database(path)
     mode = path.stat().st_mode

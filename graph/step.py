@@ -115,7 +115,9 @@ def _check_identity(values: dict[str, Any], request: StepRequest, settings: Sett
             f"{where} was created with a different task; omit --task to resume it",
             error_code="identity_mismatch",
         )
-    for source, model in (("--model", request.model), ("MANDAPI_MODEL_ID", settings.env_model)):
+    requested = (("--model", request.model),) if request.model is not None else (
+        ("MANDAPI_MODEL_ID", settings.env_model),)
+    for source, model in requested:
         if model is not None and model != thread["model"]:
             raise RefusedError(
                 f"{where} uses model {thread['model']!r}, but {source} is {model!r}",
@@ -230,6 +232,7 @@ def advance(
     *,
     model_factory: Callable[[str, Settings], ChatModel] = make_model,
     now: Callable[[], str] = _utc_now,
+    charge: str | None = None,
 ) -> Outcome:
     """Creates or resumes a thread and advances it by one or more graph invocations.
 
@@ -243,6 +246,7 @@ def advance(
         settings: Resolved settings.
         model_factory: Builds the model for the thread's model id (tests inject).
         now: Returns the current UTC time as ISO 8601 text.
+        charge: A shared request cap (`request_caps`) charged with every request.
 
     Returns:
         The outcome; `exit_code` is 0 (ran or done), 3 (exhausted) or 6 (the
@@ -255,7 +259,11 @@ def advance(
     """
     thread_id = request.thread_id
     config = {"configurable": {"thread_id": thread_id}}
-    with store.locks.hold(thread_id), _storage_damage_refused(store.location):
+    from langsmith import tracing_context
+
+    # Never trace: LangSmith's environment switches would upload tasks and conversations.
+    with (tracing_context(enabled=False), store.locks.hold(thread_id),
+          _storage_damage_refused(store.location)):
         _check_tombstone(store, request)
         graph = build_graph(store.checkpointer)
         loaded = load_thread(graph, thread_id, store.location)
@@ -310,8 +318,9 @@ def advance(
                 _store_migrated(graph, config, loaded)
             graph_input = None
         try:
-            return _invoke_steps(graph, config, store, StepContext(thread_id, store.ledger, model, store.log),
-                                 graph_input, once=request.once, max_attempts=max_attempts)
+            ctx = StepContext(thread_id, store.ledger, model, store.log, charge)
+            return _invoke_steps(graph, config, store, ctx, graph_input, once=request.once,
+                                 max_attempts=max_attempts)
         finally:
             close = getattr(model, "close", None)
             if close is not None:

@@ -54,12 +54,16 @@ class AttemptLedger(Protocol):
         """
         ...
 
-    def claim(self, thread_id: str, attempt: int) -> bool:
+    def claim(self, thread_id: str, attempt: int, charge: str | None = None) -> bool:
         """Claims counted attempt number `attempt` (1-based) for sending.
+
+        `charge` names a shared request cap (a batch's or a parent task's) charged in the
+        same transaction.
 
         Returns:
             True exactly once per attempt number; False if it was already claimed,
-            was never counted, or is not the next one (a replayed or forked state).
+            was never counted, is not the next one (a replayed or forked state), or the
+            cap is full (the attempt then stays counted and unclaimed, for later).
         """
         ...
 
@@ -133,9 +137,12 @@ class StepContext:
         ledger: The durable attempt ledger of the thread's database.
         model: The chat model serving this thread (offline demo or MandAPI).
         log: Where each attempt's outcome and each tool result is recorded.
+        charge: A shared request cap charged with every request (`--max-requests` of a
+            batch or a parent task), or None.
     """
 
     thread_id: str
     ledger: AttemptLedger
     model: ChatModel
     log: AttemptLog = field(default_factory=NoAttemptLog)
+    charge: str | None = None

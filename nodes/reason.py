@@ -96,7 +96,7 @@ def reason_node(state: Mapping[str, Any], runtime: Runtime[StepContext]) -> dict
     progress = state["progress"]
     attempt = int(progress["attempts"])
     compacted, messages, tools = prepare_request(state)  # refuses before the claim
-    if not ctx.ledger.claim(ctx.thread_id, attempt):
+    if not ctx.ledger.claim(ctx.thread_id, attempt, ctx.charge):
         return {"progress": {"outcome": "not_sent"}}
     last_attempt = attempt >= int(state["thread"]["max_attempts"])
     spent = {"status": "exhausted", "stop_reason": "budget"} if last_attempt else {}

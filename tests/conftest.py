@@ -59,7 +59,9 @@ class SqliteBackend:
         return sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)
 
     def ledger_row(self, thread_id: str) -> tuple[int, int, int] | None:
-        """(attempts, claimed, max_attempts) read straight from the database."""
+        """(attempts, claimed, max_attempts) read straight from the database (None if none)."""
+        if not self.path.exists():
+            return None
         with self._conn() as conn:
             return conn.execute(
                 "SELECT attempts, claimed, max_attempts FROM attempt_ledger WHERE thread_id = ?",

@@ -16,6 +16,11 @@ KILL_POINTS = ("before_count", "after_count", "after_claim", "after_answer")
 """Fixed points: before the count commits, after it commits, after the claim (before
 sending), and after the answer arrived but before its checkpoint is written."""
 
+NODE_WRITES_KILL_POINTS = ("after_writes:__start__", "after_writes:budget", "after_writes:tools")
+"""After a node's writes are saved, before the next checkpoint is (LangGraph then
+reports no next node, only the finished task). Not for reason: with `interrupt_after`
+LangGraph saves reason's writes and the interrupt checkpoint concurrently."""
+
 WRITE_KILL_POINTS = ("before_write", "after_write", "after_mark")
 """Points of an approved write: decision recorded but nothing written; file renamed into
 place but not marked applied; marked applied but the interrupt not yet resumed."""
@@ -43,8 +48,8 @@ def _patch(kill_at: str) -> None:
             _die()
         return entry
 
-    def patched_claim(self: Any, thread_id: str, attempt: int) -> bool:
-        ok = claim(self, thread_id, attempt)
+    def patched_claim(self: Any, thread_id: str, attempt: int, charge: Any = None) -> bool:
+        ok = claim(self, thread_id, attempt, charge)
         if ok and kill_at == "after_claim":
             _die()
         return ok
@@ -57,6 +62,26 @@ def _patch(kill_at: str) -> None:
 
     SqlLedger.count, SqlLedger.claim = patched_count, patched_claim  # type: ignore[method-assign]
     MandApiModel.complete = patched_complete  # type: ignore[method-assign]
+
+    if kill_at.startswith("after_writes:"):
+        from langgraph.checkpoint.postgres import PostgresSaver
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        node, armed = kill_at.split(":", 1)[1], []
+        for saver in (SqliteSaver, PostgresSaver):
+            def put_writes(self: Any, config: Any, writes: Any, task_id: str, task_path: str = "",
+                           _orig: Any = saver.put_writes) -> Any:
+                result = _orig(self, config, writes, task_id, task_path)
+                if node in str(task_path) and writes:
+                    armed.append(True)
+                return result
+
+            def put(self: Any, *args: Any, _orig: Any = saver.put, **kwargs: Any) -> Any:
+                if armed:
+                    _die()
+                return _orig(self, *args, **kwargs)
+
+            saver.put_writes, saver.put = put_writes, put  # type: ignore[method-assign]
 
     import graph.approvals as approvals
 
@@ -87,7 +112,7 @@ def child_main(argv: list[str], kill_at: str | None, env: dict[str, str], cwd: s
     fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
-    if kill_at in KILL_POINTS or kill_at in WRITE_KILL_POINTS:
+    if kill_at in KILL_POINTS or kill_at in WRITE_KILL_POINTS or kill_at in NODE_WRITES_KILL_POINTS:
         _patch(kill_at)
     from graph.run import main
 

@@ -203,6 +203,14 @@ def _overwrite_pages(first: int, last: int | None = None) -> Callable[[Path], No
     return damage
 
 
+def _root_page(path: Path, table: str) -> int:
+    """The 1-based root page number of `table`."""
+    with sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True) as conn:
+        page = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,)).fetchone()[0]
+    conn.close()
+    return page
+
+
 def _replace_with(content: bytes) -> Callable[[Path], None]:
     def damage(path: Path) -> None:
         path.write_bytes(content)
@@ -233,7 +241,10 @@ FILE_CASES: dict[str, tuple[Callable[[Path], None], str]] = {
     "truncated to 100 bytes": (_truncate(size=100), "damaged"),
     "truncated by its last page": (lambda p: p.write_bytes(p.read_bytes()[:-4096]), "damaged"),
     "every page after the header overwritten": (_overwrite_pages(1), "damaged"),
-    "second page overwritten": (_overwrite_pages(1, 1), "damaged"),
+    "the ledger's root page overwritten": (lambda p: _overwrite_pages(
+        _root_page(p, "attempt_ledger") - 1, _root_page(p, "attempt_ledger") - 1)(p), "damaged"),
+    "the checkpoints' root page overwritten": (lambda p: _overwrite_pages(
+        _root_page(p, "checkpoints") - 1, _root_page(p, "checkpoints") - 1)(p), "damaged"),
     "foreign SQLite database": (_foreign_db("CREATE TABLE invoices (id INTEGER, total REAL);"),
                                 "damaged"),
     "checkpoint tables without the ledger": (_foreign_db(

@@ -28,3 +28,19 @@ def test_verify_lists_every_damaged_thread_and_changes_nothing(backend) -> None:
     assert "'c'" in problems[1]
     assert main(["--db", backend.db]) == 4
     assert backend.fingerprint() == before
+
+
+def test_verify_finds_a_damaged_page_that_steps_never_read(sqlite_db) -> None:
+    import sqlite3
+
+    run_cli(["--thread", "a", "--task", TASK, "--db", str(sqlite_db)])
+    with sqlite3.connect(sqlite_db) as conn:
+        root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'request_caps'"
+                            ).fetchone()[0]
+    conn.close()
+    data = bytearray(sqlite_db.read_bytes())
+    data[(root - 1) * 4096:root * 4096] = bytes(range(256)) * 16
+    sqlite_db.write_bytes(bytes(data))
+    assert run_cli(["--thread", "a", "--db", str(sqlite_db)])["status"] == "done"
+    problems = verify(str(sqlite_db))
+    assert problems and "integrity_check" in problems[0]

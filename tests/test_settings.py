@@ -1,0 +1,104 @@
+"""Configuration mistakes are usage errors (exit 2) caught before anything is counted or stored."""
+
+from __future__ import annotations
+
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+
+TASK = "How long does shipping take at the demo shop?"
+LIVE = {"MANDAPI_API_KEY": "sk-ok-123", "MANDAPI_MODEL_ID": "mandapi-large"}
+
+
+@pytest.mark.parametrize(("env", "flags", "needle"), [
+    ({"MANDAPI_API_KEY": "sk-SECRETé"}, [], "MANDAPI_API_KEY"),
+    ({"MANDAPI_API_KEY": "sk with space"}, [], "MANDAPI_API_KEY"),
+    ({"MANDAPI_API_KEY": "sk-line\nbreak"}, [], "MANDAPI_API_KEY"),
+    ({}, ["--timeout", "inf"], "timeout"),
+    ({}, ["--timeout", "1e300"], "timeout"),
+    ({}, ["--timeout", "0"], "timeout"),
+    ({"MANDAPI_TIMEOUT": "nan"}, [], "timeout"),
+    ({"MANDAPI_BASE_URL": "notaurl"}, [], "MANDAPI_BASE_URL"),
+    ({"MANDAPI_BASE_URL": "ftp://host/v1"}, [], "MANDAPI_BASE_URL"),
+    ({"MANDAPI_BASE_URL": "http://user:SECRETPW@127.0.0.1:1/v1"}, [], "credentials"),
+    ({"MANDAPI_MODEL_ID": "a b"}, [], "MANDAPI_MODEL_ID"),
+    ({"MANDAPI_MODEL_ID": ""}, [], "needs a model"),
+])
+def test_live_configuration_mistakes_count_nothing(backend, monkeypatch, env, flags, needle) -> None:
+    for name, value in {**LIVE, **env}.items():
+        monkeypatch.setenv(name, value)
+    out = run_cli(["--thread", "t1", "--task", TASK, "--live", "--once", "--db", backend.db, *flags])
+    assert (out["exit_code"], out["error_code"]) == (2, "usage"), out
+    assert needle in out["error"]
+    assert backend.ledger_row("t1") is None
+    assert b"SECRET" not in (backend.dump() if backend.ledger_row("t1") is not None else b"")
+    assert "SECRET" not in out["error"]
+
+
+@pytest.mark.parametrize("task", ["", "   ", "caf\udce9"])
+def test_blank_or_undecodable_tasks_are_usage_errors(sqlite_db: Path, task: str) -> None:
+    out = run_cli(["--thread", "t1", "--task", task, "--db", str(sqlite_db)])
+    assert (out["exit_code"], out["error_code"]) == (2, "usage")
+    assert not sqlite_db.exists()
+
+
+def test_paid_model_without_live_creates_no_file(sqlite_db: Path) -> None:
+    out = run_cli(["--thread", "t1", "--task", TASK, "--model", "x", "--db", str(sqlite_db)])
+    assert (out["exit_code"], out["error_code"]) == (2, "usage")
+    assert not list(sqlite_db.parent.iterdir())
+
+
+def test_missing_database_folder_is_a_usage_error(tmp_path: Path) -> None:
+    out = run_cli(["--thread", "t1", "--task", TASK, "--db", str(tmp_path / "no" / "x.sqlite")])
+    assert (out["exit_code"], out["error_code"]) == (2, "usage")
+
+
+def test_explicit_model_wins_over_the_environment_on_resume(sqlite_db: Path, monkeypatch) -> None:
+    run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", str(sqlite_db)])
+    for name, value in LIVE.items():
+        monkeypatch.setenv(name, value)
+    out = run_cli(["--thread", "t1", "--live", "--model", "offline-demo", "--db", str(sqlite_db)])
+    assert (out["exit_code"], out["status"]) == (0, "done")
+
+
+def test_a_symlinked_database_path_shares_the_same_lock(sqlite_db: Path) -> None:
+    run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", str(sqlite_db)])
+    link = sqlite_db.parent / "alias.sqlite"
+    link.symlink_to(sqlite_db)
+    run_cli(["--thread", "t1", "--once", "--db", str(link)])
+    assert not (sqlite_db.parent / "alias.sqlite.lock").exists()
+
+
+def test_langsmith_tracing_variables_never_upload_anything(sqlite_db: Path, monkeypatch) -> None:
+    received: list[str] = []
+
+    class Capture(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            received.append(f"{self.command} {self.path}")
+            self.send_response(200)
+            self.end_headers()
+
+        do_PATCH = do_GET = do_POST  # noqa: N815 - any contact at all is recorded
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Capture)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        for name, value in {"LANGSMITH_TRACING": "true", "LANGCHAIN_TRACING_V2": "true",
+                            "LANGSMITH_API_KEY": "lsv2-test",
+                            "LANGSMITH_ENDPOINT": f"http://127.0.0.1:{server.server_port}"}.items():
+            monkeypatch.setenv(name, value)
+        out = run_cli(["--thread", "t1", "--task", TASK, "--db", str(sqlite_db)])
+        assert out["status"] == "done"
+        time.sleep(1.0)  # LangSmith uploads from a background thread
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert received == []
