@@ -27,5 +27,7 @@ class ExitCode(IntEnum):
     """The model request failed (timeout, HTTP status, ...); the attempt is counted."""
     AWAITING_APPROVAL = 7
     """The thread waits for a person to approve a call."""
+    BATCH_CAP = 8
+    """A batch's shared request cap (`--max-requests`) stopped it."""
     INTERRUPTED = 130
     """Stopped by SIGINT or SIGTERM; a counted attempt stays counted."""

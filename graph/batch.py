@@ -1,0 +1,93 @@
+"""Run a set of tasks: each line of a JSON-lines file is a thread, advanced like graph.run.
+
+  python -m graph.batch TASKS.jsonl [--db PATH_OR_URL] [--once] [--live] [--out RESULTS.jsonl]
+                        [--max-requests N] [--batch-id NAME] [--parent ID] [--enqueue]
+
+Each line: {"thread_id": ..., "task": ...} plus optional model, max_attempts, max_tokens,
+context_tokens, workspace, allow_writes. With --parent ID, lines carry only the task and
+the subtasks become threads ID:sub_0, ID:sub_1, ...; the parent's result lists their
+answers in order once all are finished. Finished threads are not run again; a thread
+busy in another process is skipped for now. --max-requests caps the model requests of
+the whole batch (cap named by --batch-id, default the tasks file's name; with --parent,
+parent:ID), counted durably before each request and never reset. --enqueue (PostgreSQL)
+puts one job per thread on the procrastinate queue for workers instead of running here.
+
+exit codes: 0 every thread advanced or finished; 1 some thread hit an error (see the
+results); 2 usage error (nothing counted); 4 refused; 8 the request cap stopped the batch.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from graph.cli import Parser
+from graph.errors import RunError
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs (or enqueues) the batch and prints progress and a summary; returns the exit code."""
+    argv = sys.argv[1:] if argv is None else argv
+    parser = Parser("python -m graph.batch", __doc__)
+    parser.add_argument("tasks", type=Path, help="JSON-lines tasks file")
+    parser.add_db()
+    parser.add_argument("--once", action="store_true", help="one step per thread")
+    parser.add_argument("--live", action="store_true", help="allow real, paid MandAPI requests")
+    parser.add_argument("--out", type=Path, help="write one JSON line per thread here")
+    parser.add_argument("--max-requests", type=int, metavar="N", help="cap on the batch's requests")
+    parser.add_argument("--batch-id", help="name of the request cap (default: tasks file name)")
+    parser.add_argument("--parent", metavar="ID", help="run the lines as subtasks of thread ID")
+    parser.add_argument("--enqueue", action="store_true",
+                        help="put one job per thread on the PostgreSQL queue for workers")
+    parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    try:
+        args = parser.parse_args(argv)
+        from graph.batch_run import Progress, parent_result, read_tasks, run_batch
+        from graph.cli import resolve_db
+        from graph.settings import check_thread_id, resolve_settings
+        from graph.storage import open_store
+
+        if args.parent is not None:
+            check_thread_id(args.parent)
+        if args.max_requests is not None and args.max_requests < 1:
+            parser.error("--max-requests must be a positive integer")
+        items = read_tasks(args.tasks, args.parent)
+        settings = resolve_settings(db=resolve_db(args.db), live=args.live, timeout_s=None)
+        cap_id = args.batch_id or (f"parent:{args.parent}" if args.parent else args.tasks.name)
+        if args.enqueue:
+            from graph.queue import enqueue
+
+            count = enqueue(settings.db, items, live=args.live, cap_id=cap_id,
+                            max_requests=args.max_requests)
+            print(json.dumps({"enqueued": count}) if args.json else f"enqueued {count} thread(s)")
+            return 0
+        progress = Progress(len(items))
+        with open_store(settings.db, create=True) as store:
+            report = run_batch(store, items, settings, once=args.once, cap_id=cap_id,
+                               max_requests=args.max_requests, progress=progress)
+    except RunError as exc:
+        print(json.dumps({"error": exc.message, "error_code": exc.error_code}) if "--json" in argv
+              else f"error ({exc.error_code}): {exc.message}",
+              file=sys.stdout if "--json" in argv else sys.stderr)
+        return int(exc.exit_code)
+    if args.out:
+        tmp = args.out.with_name(args.out.name + ".tmp")
+        tmp.write_text("".join(o.to_json() + "\n" for o in report.outcomes), encoding="utf-8")
+        tmp.replace(args.out)
+    parent = parent_result(args.parent, report.outcomes) if args.parent else None
+    if args.json:
+        print(json.dumps({"threads": len(report.outcomes), "statuses": dict(progress.statuses),
+                          "errors": dict(progress.errors), "cap_reached": report.cap_reached,
+                          "parent": parent, "exit_code": int(report.exit_code)}))
+    else:
+        print(progress.summary())
+        if report.cap_reached:
+            print(f"stopped: request cap {cap_id!r} is full")
+        if parent is not None:
+            print(json.dumps(parent, ensure_ascii=False, indent=2))
+    return int(report.exit_code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,245 @@
+"""Running a set of threads: a tasks file, subtasks of a parent, a shared request cap.
+
+The functions behind `python -m graph.batch` (and its queue workers). Every thread goes
+through `graph.step.advance`, so every rule of the single-thread command holds: the
+attempt ledger, identity, one writer per thread, approvals waiting.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from graph.errors import RefusedError, RunError, UsageError
+from graph.exitcodes import ExitCode
+from graph.outcome import Outcome
+from graph.settings import check_task, check_thread_id
+from graph.step import StepRequest, advance
+
+FIELDS = {"thread_id": str, "task": str, "model": str, "max_attempts": int, "max_tokens": int,
+          "context_tokens": int, "workspace": str, "allow_writes": str}
+"""Fields a tasks-file line may carry (as the run command's flags of the same names)."""
+FINISHED = ("done", "exhausted", "cancelled")
+
+
+@dataclass(frozen=True)
+class BatchItem:
+    """One line of a tasks file: its line number and the thread's request fields."""
+
+    line: int
+    fields: dict[str, Any]
+
+    @property
+    def thread_id(self) -> str:
+        """The thread id."""
+        return str(self.fields["thread_id"])
+
+    def request(self, once: bool) -> StepRequest:
+        """The `StepRequest` for this thread."""
+        f = self.fields
+        return StepRequest(thread_id=self.thread_id, task=f.get("task"), model=f.get("model"),
+                           once=once, max_attempts=f.get("max_attempts"),
+                           max_tokens=f.get("max_tokens"), context_tokens=f.get("context_tokens"),
+                           workspace=f.get("workspace"), allow_writes=f.get("allow_writes"))
+
+
+def subtask_id(parent: str, index: int) -> str:
+    """The thread id of a parent's subtask `index` (0-based): `PARENT:sub_INDEX`."""
+    return f"{parent}:sub_{index}"
+
+
+def read_tasks(path: Path, parent: str | None = None) -> list[BatchItem]:
+    """Reads and checks every line of a JSON-lines tasks file before anything runs.
+
+    Args:
+        path: One JSON object per line: `{"thread_id": ..., "task": ...}` plus optional
+            `FIELDS`; blank lines are skipped.
+        parent: With a parent id, lines carry no `thread_id`: subtask ids are derived
+            (`subtask_id`), in file order.
+
+    Returns:
+        The items, in file order.
+
+    Raises:
+        UsageError: Listing every invalid line by number (exit 2; nothing counted).
+    """
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read tasks file {path}: {exc}") from None
+    items, problems, seen = [], [], set()
+    for number, text in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        try:
+            data = json.loads(text)
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+            if parent is not None:
+                if "thread_id" in data:
+                    raise ValueError("subtask lines take no thread_id (it is derived)")
+                data = {**data, "thread_id": subtask_id(parent, len(items))}
+            unknown = set(data) - set(FIELDS)
+            if unknown:
+                raise ValueError(f"unknown field(s) {sorted(unknown)}")
+            for key, kind in FIELDS.items():
+                value = data.get(key)
+                if value is not None and (not isinstance(value, kind) or isinstance(value, bool)
+                                          or (kind is int and value < 1)):
+                    raise ValueError(f"{key} must be a {'positive integer' if kind is int else 'string'}")
+            if "task" not in data:
+                raise ValueError("task is missing")
+            check_thread_id(data["thread_id"])
+            check_task(data["task"])
+            if data["thread_id"] in seen:
+                raise ValueError(f"thread {data['thread_id']!r} appears twice")
+            seen.add(data["thread_id"])
+            items.append(BatchItem(number, data))
+        except (ValueError, UsageError) as exc:
+            message = exc.message if isinstance(exc, UsageError) else str(exc)
+            problems.append(f"line {number}: {message}")
+    if problems:
+        raise UsageError(f"{path}: " + "; ".join(problems))
+    if not items:
+        raise UsageError(f"{path} holds no task")
+    return items
+
+
+class Progress:
+    """Progress on a terminal (one line, rewritten) or plain lines (one per thread)."""
+
+    def __init__(self, total: int, stream: TextIO = sys.stderr) -> None:
+        self.total, self.stream = total, stream
+        self.tty = stream.isatty()
+        self.statuses: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()
+        self.done = 0
+
+    def update(self, outcome: Outcome) -> None:
+        """Counts one thread's outcome and shows it."""
+        self.done += 1
+        self.statuses[outcome.status or "error"] += 1
+        if outcome.error_code:
+            self.errors[outcome.error_code] += 1
+        if self.tty:
+            width = 20
+            filled = width * self.done // max(self.total, 1)
+            counts = " ".join(f"{k} {v}" for k, v in sorted(self.statuses.items()))
+            self.stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] "
+                              f"{self.done}/{self.total}  {counts}\x1b[K")
+            if self.done == self.total:
+                self.stream.write("\n")
+        else:
+            self.stream.write(f"[{self.done}/{self.total}] {outcome.thread_id}: "
+                              f"{outcome.status or 'error'}"
+                              + (f" ({outcome.error_code})" if outcome.error_code else "") + "\n")
+        self.stream.flush()
+
+    def summary(self) -> str:
+        """The final table: threads per status and per error."""
+        rows = [f"{'status':<20} threads"] + [f"{k:<20} {v}" for k, v in sorted(self.statuses.items())]
+        if self.errors:
+            rows += [f"{'error':<20} threads"] + [f"{k:<20} {v}" for k, v in sorted(self.errors.items())]
+        return "\n".join(rows)
+
+
+@dataclass
+class BatchReport:
+    """What a batch run did: the outcomes (input order), why it stopped, the exit code."""
+
+    outcomes: list[Outcome] = field(default_factory=list)
+    cap_reached: bool = False
+    exit_code: ExitCode = ExitCode.OK
+
+
+def _cap_full(store: Any, cap_id: str | None) -> bool:
+    if cap_id is None:
+        return False
+    requests, maximum = store.ledger.cap(cap_id) or (0, 0)
+    return requests >= maximum
+
+
+def _held_by_cap(store: Any, item: BatchItem, cap_id: str | None) -> Outcome:
+    """A thread's outcome when the cap is full: read only, never advanced."""
+    from graph.factory import build_graph
+    from graph.loading import load_thread
+
+    loaded = load_thread(build_graph(store.checkpointer), item.thread_id, store.location)
+    if loaded is None:
+        outcome = Outcome(item.thread_id, ExitCode.BATCH_CAP, status=None)
+    else:
+        outcome = Outcome.from_state(item.thread_id, loaded.values, loaded.snapshot.next)
+    if outcome.status not in FINISHED:
+        outcome.exit_code, outcome.error_code = ExitCode.BATCH_CAP, "batch_cap"
+        outcome.error = f"request cap {cap_id!r} is full; not advanced"
+    return outcome
+
+
+def run_batch(store: Any, items: list[BatchItem], settings: Any, *, once: bool,
+              cap_id: str | None = None, max_requests: int | None = None,
+              progress: Progress | None = None, **step_kwargs: Any) -> BatchReport:
+    """Advances every thread of `items`, in order, under an optional shared request cap.
+
+    A finished thread is not run again (its stored answer is reported); a thread busy in
+    another process is skipped for now (`error_code` `busy`). With `max_requests`, the
+    cap `cap_id` is created if new (it is never reset) and charged with every request,
+    durably before the request, like the per-thread budget; the batch stops when it is
+    full.
+
+    Returns:
+        The report; `exit_code` 0 when every thread advanced or finished, 8 when the cap
+        stopped the batch, 1 when some thread hit an error.
+
+    Raises:
+        RefusedError: `identity_mismatch` when the cap exists with another maximum.
+    """
+    if max_requests is not None and cap_id is not None:
+        _, maximum = store.ledger.ensure_cap(cap_id, max_requests)
+        if maximum != max_requests:
+            raise RefusedError(f"request cap {cap_id!r} was created with --max-requests "
+                               f"{maximum}; it is never reset or changed",
+                               error_code="identity_mismatch")
+    elif cap_id is not None and store.ledger.cap(cap_id) is None:
+        cap_id = None  # no cap was ever set for this batch
+    report = BatchReport()
+    for item in items:
+        try:
+            if _cap_full(store, cap_id):
+                outcome = _held_by_cap(store, item, cap_id)
+            else:
+                outcome = advance(store, item.request(once), settings, charge=cap_id,
+                                  **step_kwargs)
+        except RunError as exc:  # busy in another worker: skipped for now; others: reported
+            outcome = Outcome.from_error(item.thread_id, exc)
+        report.outcomes.append(outcome)
+        if progress is not None:
+            progress.update(outcome)
+        if outcome.status not in FINISHED and _cap_full(store, cap_id):
+            report.cap_reached = True
+    failed = any(o.exit_code not in (ExitCode.OK, ExitCode.EXHAUSTED, ExitCode.AWAITING_APPROVAL,
+                                     ExitCode.BUSY, ExitCode.BATCH_CAP) for o in report.outcomes)
+    report.exit_code = (ExitCode.UNEXPECTED if failed else
+                        ExitCode.BATCH_CAP if report.cap_reached else ExitCode.OK)
+    return report
+
+
+def parent_result(parent: str, outcomes: list[Outcome]) -> dict[str, Any]:
+    """The parent task's result: `done` with every subtask answer in order once all finished.
+
+    Returns:
+        `{"parent", "status" ("done" or "running"), "subtasks": [{thread_id, status,
+        answer}...], "answers": [...] (only when done), "review_required"}`.
+    """
+    subtasks = [{"thread_id": o.thread_id, "status": o.status, "answer": o.answer}
+                for o in outcomes]
+    finished = all(s["status"] in FINISHED for s in subtasks)
+    result: dict[str, Any] = {"parent": parent, "status": "done" if finished else "running",
+                              "subtasks": subtasks}
+    if finished:
+        result["answers"] = [s["answer"] for s in subtasks]
+        result["review_required"] = any(a is not None for a in result["answers"])
+    return result

@@ -1,0 +1,132 @@
+"""Copy threads between databases (a SQLite file to PostgreSQL when one machine is outgrown).
+
+  python -m graph.copy --from PATH_OR_URL --to PATH_OR_URL [--thread ID ...] [--json]
+
+Copies every checkpoint (oldest first, with its pending writes), the ledger row, the
+attempt log, write-approval decisions and tombstones, through LangGraph's own
+checkpointer API on both sides, so the copy is re-serialized with fresh checksums and a
+copied thread resumes exactly where it stopped. Every source thread is loaded and
+checked first; a thread that already exists at the target (checkpoints, ledger row or
+tombstone) is refused (exit 4) and nothing is copied. Exit 0, 2 usage, 4 refused.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import defaultdict
+from typing import Any
+
+from graph.cli import Parser
+from graph.errors import RefusedError, RunError
+
+
+def _exists(store: Any, thread_id: str) -> bool:
+    config = {"configurable": {"thread_id": thread_id}}
+    return (store.checkpointer.get_tuple(config) is not None
+            or store.ledger.read(thread_id) is not None
+            or store.tombstones.get(thread_id) is not None)
+
+
+def _all_threads(store: Any) -> list[str]:
+    ids = set(store.ledger.updated_at())
+    ids |= {r[0] for r in store.conn.execute("SELECT thread_id FROM thread_tombstones").fetchall()}
+    return sorted(ids)
+
+
+def _ph(store: Any) -> str:
+    import sqlite3
+
+    return "?" if isinstance(store.conn, sqlite3.Connection) else "%s"
+
+
+def copy_threads(src: Any, dst: Any, thread_ids: list[str] | None = None) -> list[str]:
+    """Copies threads from store `src` to store `dst` (see module doc).
+
+    Returns:
+        The copied thread ids, sorted.
+
+    Raises:
+        RefusedError: A thread exists at the target (`exists`), is missing at the source
+            (`no_such_thread`), or fails its checks at the source.
+    """
+    from graph.factory import build_graph
+    from graph.loading import load_thread
+
+    ids = sorted(thread_ids) if thread_ids else _all_threads(src)
+    graph = build_graph(src.checkpointer)
+    for thread_id in ids:
+        tombstone = src.tombstones.get(thread_id)
+        if tombstone is None and load_thread(graph, thread_id, src.location) is None:
+            raise RefusedError(f"no such thread {thread_id!r} in {src.location}",
+                               error_code="no_such_thread")
+        if _exists(dst, thread_id):
+            raise RefusedError(f"thread {thread_id!r} already exists in {dst.location}; "
+                               "nothing was copied", error_code="exists")
+    for thread_id in ids:
+        _copy_one(src, dst, thread_id)
+    return ids
+
+
+def _copy_one(src: Any, dst: Any, thread_id: str) -> None:
+    s, d = _ph(src), _ph(dst)
+    tombstone = src.tombstones.get(thread_id)
+    if tombstone is not None:
+        dst.conn.execute(f"INSERT INTO thread_tombstones VALUES ({d}, {d}, {d})",
+                         (tombstone.thread_id, tombstone.final_status, tombstone.pruned_at))
+    tuples = list(src.checkpointer.list({"configurable": {"thread_id": thread_id}}))
+    for item in reversed(tuples):  # oldest first, so each parent exists before its child
+        parent = item.parent_config or {"configurable": {"thread_id": thread_id,
+                                                         "checkpoint_ns": ""}}
+        parent = {"configurable": {"checkpoint_ns": "", **parent["configurable"]}}
+        saved = dst.checkpointer.put(parent, item.checkpoint, item.metadata,
+                                     item.checkpoint["channel_versions"])
+        by_task: dict[str, list[tuple[str, Any]]] = defaultdict(list)
+        for task_id, channel, value in item.pending_writes or []:
+            by_task[task_id].append((channel, value))
+        for task_id, writes in by_task.items():
+            dst.checkpointer.put_writes(saved, writes, task_id)
+    row = src.conn.execute(f"SELECT thread_id, attempts, claimed, max_attempts, created_at, "
+                           f"updated_at FROM attempt_ledger WHERE thread_id = {s}",
+                           (thread_id,)).fetchone()
+    if row is not None:
+        dst.conn.execute(f"INSERT INTO attempt_ledger VALUES ({', '.join([d] * 6)})", tuple(row))
+    for entry in src.log.rows(thread_id):
+        dst.conn.execute(
+            f"INSERT INTO attempt_log (thread_id, attempt, kind, payload, created_at) VALUES "
+            f"({d}, {d}, {d}, {d}, {d})", (thread_id, entry["attempt"], entry["kind"],
+                                            json.dumps(entry["payload"], ensure_ascii=False),
+                                            entry["created_at"]))
+    for decision in src.approvals.rows(thread_id).values():
+        dst.approvals.add(decision)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Copies the threads; returns the exit code."""
+    argv = sys.argv[1:] if argv is None else argv
+    parser = Parser("python -m graph.copy", __doc__)
+    parser.add_argument("--from", dest="source", required=True, help="source SQLite file or URL")
+    parser.add_argument("--to", dest="target", required=True, help="target SQLite file or URL")
+    parser.add_argument("--thread", action="append", default=[], help="copy only this thread")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    try:
+        args = parser.parse_args(argv)
+        from graph.settings import check_thread_id
+        from graph.storage import open_store
+
+        for thread_id in args.thread:
+            check_thread_id(thread_id)
+        with open_store(args.source, create=False) as src, \
+                open_store(args.target, create=True) as dst:
+            copied = copy_threads(src, dst, args.thread or None)
+    except RunError as exc:
+        print(json.dumps({"error": exc.message, "error_code": exc.error_code}) if "--json" in argv
+              else f"error ({exc.error_code}): {exc.message}",
+              file=sys.stdout if "--json" in argv else sys.stderr)
+        return int(exc.exit_code)
+    print(json.dumps({"copied": copied}) if args.json else f"copied {len(copied)} thread(s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""Many workers on many machines: thread steps as jobs of procrastinate's PostgreSQL queue.
+
+We do not write a claim loop of our own. `python -m graph.batch TASKS --enqueue` puts one
+job per thread on procrastinate's queue, in the same PostgreSQL database as the
+checkpoints; workers on any machine take them:
+
+  GRAPH_DB=postgresql://... procrastinate --app=graph.queue.app worker
+
+Each job advances its thread by one step through `graph.step.advance` (ledger, identity,
+one writer per thread) and, while the thread can continue, defers the next step. Jobs
+carry a procrastinate `lock` keyed by thread id, so a thread's steps run one at a time.
+Procrastinate retries nothing (`retry=False`): the ledger, not the queue, is the budget.
+A worker killed mid-step leaves its job `doing`, which blocks the thread's later jobs
+until procrastinate's stalled-job recovery (worker heartbeats; `recover_stalled`, run
+every minute as a periodic job) requeues it; the requeued step cannot send an uncounted
+request, because the ledger decides. Importing this module connects to nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from procrastinate import App, PsycopgConnector
+
+HEARTBEAT_S = float(os.environ.get("GRAPH_QUEUE_HEARTBEAT_S", "5"))
+"""How often a worker reports it is alive (seconds)."""
+STALLED_S = float(os.environ.get("GRAPH_QUEUE_STALLED_S", "30"))
+"""A worker silent this long is dead; its `doing` jobs are requeued (seconds)."""
+_SCHEMA_LOCK = 0x6D72_7173  # advisory-lock key for applying procrastinate's schema once
+
+
+def make_app(db: str | None = None) -> App:
+    """A procrastinate app on database `db` (default `$GRAPH_DB`), with our two tasks."""
+    app = App(connector=PsycopgConnector(conninfo=db or os.environ.get("GRAPH_DB", "")),
+              worker_defaults={"update_heartbeat_interval": HEARTBEAT_S,
+                               "stalled_worker_timeout": STALLED_S})
+
+    @app.task(name="graph.advance_thread", retry=False, pass_context=True)
+    def advance_thread(context: Any, thread_id: str, fields: dict[str, Any], live: bool,
+                       cap_id: str | None) -> dict[str, Any]:
+        return _advance_one(context.app if hasattr(context, "app") else app, thread_id, fields,
+                            live, cap_id)
+
+    @app.periodic(cron="* * * * *")
+    @app.task(name="graph.recover_stalled", queueing_lock="graph.recover_stalled")
+    def recover_stalled_jobs(timestamp: int) -> int:
+        return recover_stalled(app)
+
+    return app
+
+
+def _advance_one(app: App, thread_id: str, fields: dict[str, Any], live: bool,
+                 cap_id: str | None) -> dict[str, Any]:
+    """One step of one thread; defers the next step while the thread can continue."""
+    import json
+
+    from graph.batch_run import BatchItem
+    from graph.errors import BusyError, RunError
+    from graph.outcome import Outcome
+    from graph.settings import resolve_settings
+    from graph.step import advance
+    from graph.storage import open_store
+
+    db = os.environ["GRAPH_DB"]
+    settings = resolve_settings(db=db, live=live, timeout_s=None)
+    item = BatchItem(0, {**fields, "thread_id": thread_id})
+    again = 0.0
+    try:
+        with open_store(db, create=True) as store:
+            outcome = advance(store, item.request(once=True), settings, charge=cap_id)
+            cap = store.ledger.cap(cap_id) if cap_id else None
+    except BusyError as exc:  # someone outside the queue is working on it: try later
+        outcome, cap, again = Outcome.from_error(thread_id, exc), None, 1.0
+    except RunError as exc:
+        outcome, cap = Outcome.from_error(thread_id, exc), None
+    cap_full = cap is not None and cap[0] >= cap[1]
+    if again or (outcome.status == "ready" and outcome.exit_code == 0 and not cap_full):
+        app.configure_task("graph.advance_thread", lock=thread_id,
+                           schedule_in={"seconds": again} if again else None).defer(
+            thread_id=thread_id, fields=fields, live=live, cap_id=cap_id)
+    return json.loads(outcome.to_json())
+
+
+def recover_stalled(app: App, seconds: float | None = None) -> int:
+    """Requeues the `doing` jobs of workers silent for `seconds` (procrastinate's recovery).
+
+    Returns:
+        How many jobs were requeued.
+    """
+    import asyncio
+
+    async def run() -> int:
+        jobs = await app.job_manager.get_stalled_jobs(
+            seconds_since_heartbeat=seconds if seconds is not None else STALLED_S)
+        for job in jobs:
+            await app.job_manager.retry_job(job)
+        return len(jobs)
+
+    return asyncio.run(run()) if not _in_loop() else 0
+
+
+def _in_loop() -> bool:
+    import asyncio
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def ensure_schema(db: str) -> None:
+    """Applies procrastinate's schema once, serialized across processes by an advisory lock."""
+    import psycopg
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        while not conn.execute("SELECT pg_try_advisory_lock(%s)", (_SCHEMA_LOCK,)).fetchone()[0]:
+            time.sleep(0.05)
+        try:
+            if conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()[0] is None:
+                app = make_app(db)
+                with app.open():
+                    app.schema_manager.apply_schema()
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (_SCHEMA_LOCK,))
+
+
+def enqueue(db: str, items: list[Any], *, live: bool, cap_id: str | None,
+            max_requests: int | None) -> int:
+    """Puts one job per unfinished thread on the queue; returns how many were deferred.
+
+    Raises:
+        graph.errors.UsageError: `db` is not a PostgreSQL URL (the queue lives there).
+    """
+    from graph.errors import UsageError
+    from graph.storage import is_postgres, open_store
+
+    if not is_postgres(db):
+        raise UsageError("--enqueue needs a PostgreSQL database (--db postgresql://...)")
+    with open_store(db, create=True) as store:  # our tables, and the cap
+        if max_requests is not None and cap_id is not None:
+            store.ledger.ensure_cap(cap_id, max_requests)
+        elif cap_id is not None and store.ledger.cap(cap_id) is None:
+            cap_id = None
+    ensure_schema(db)
+    app = make_app(db)
+    with app.open():
+        for item in items:
+            fields = {k: v for k, v in item.fields.items() if k != "thread_id"}
+            app.configure_task("graph.advance_thread", lock=item.thread_id).defer(
+                thread_id=item.thread_id, fields=fields, live=live, cap_id=cap_id)
+    return len(items)
+
+
+app = make_app()
+"""The app for procrastinate's own worker command (`--app=graph.queue.app`)."""
