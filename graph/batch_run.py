@@ -112,9 +112,9 @@ def read_tasks(path: Path, parent: str | None = None) -> list[BatchItem]:
 class Progress:
     """Progress on a terminal (one line, rewritten) or plain lines (one per thread)."""
 
-    def __init__(self, total: int, stream: TextIO = sys.stderr) -> None:
-        self.total, self.stream = total, stream
-        self.tty = stream.isatty()
+    def __init__(self, total: int, stream: TextIO | None = None) -> None:
+        self.total, self.stream = total, stream or sys.stderr
+        self.tty = self.stream.isatty()
         self.statuses: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
         self.done = 0

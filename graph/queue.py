@@ -46,7 +46,7 @@ def make_app(db: str | None = None) -> App:
     @app.periodic(cron="* * * * *")
     @app.task(name="graph.recover_stalled", queueing_lock="graph.recover_stalled")
     def recover_stalled_jobs(timestamp: int) -> int:
-        return recover_stalled(app)
+        return recover_stalled(db or os.environ.get("GRAPH_DB", ""))
 
     return app
 
@@ -83,8 +83,11 @@ def _advance_one(app: App, thread_id: str, fields: dict[str, Any], live: bool,
     return json.loads(outcome.to_json())
 
 
-def recover_stalled(app: App, seconds: float | None = None) -> int:
+def recover_stalled(db: str, seconds: float | None = None) -> int:
     """Requeues the `doing` jobs of workers silent for `seconds` (procrastinate's recovery).
+
+    Uses procrastinate's own `get_stalled_jobs` (worker heartbeats) and `retry_job`, on a
+    fresh app of its own, so it runs the same from a periodic job or a script.
 
     Returns:
         How many jobs were requeued.
@@ -92,23 +95,15 @@ def recover_stalled(app: App, seconds: float | None = None) -> int:
     import asyncio
 
     async def run() -> int:
-        jobs = await app.job_manager.get_stalled_jobs(
-            seconds_since_heartbeat=seconds if seconds is not None else STALLED_S)
-        for job in jobs:
-            await app.job_manager.retry_job(job)
-        return len(jobs)
+        app = make_app(db)
+        async with app.open_async():
+            jobs = await app.job_manager.get_stalled_jobs(
+                seconds_since_heartbeat=seconds if seconds is not None else STALLED_S)
+            for job in jobs:
+                await app.job_manager.retry_job(job)
+            return len(jobs)
 
-    return asyncio.run(run()) if not _in_loop() else 0
-
-
-def _in_loop() -> bool:
-    import asyncio
-
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
+    return asyncio.run(run())
 
 
 def ensure_schema(db: str) -> None:

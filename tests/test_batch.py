@@ -1,0 +1,103 @@
+"""Batches and subtasks: validation first, finished threads reused, a shared cap that holds."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from graph.batch import main as batch_main
+from tests.conftest import PYTHON, subprocess_env
+from tests.fakes import NeverFinishes
+
+TASK = "How long does shipping take at the demo shop?"
+
+
+def tasks_file(tmp_path: Path, lines: list[dict | str], name: str = "tasks.jsonl") -> Path:
+    path = tmp_path / name
+    path.write_text("".join((line if isinstance(line, str) else json.dumps(line)) + "\n"
+                            for line in lines))
+    return path
+
+
+def test_invalid_lines_are_reported_by_number_before_anything_runs(backend, tmp_path, capsys):
+    path = tasks_file(tmp_path, [{"thread_id": "ok", "task": TASK}, "not json",
+                                 {"thread_id": "a b", "task": TASK}, {"thread_id": "x"},
+                                 {"thread_id": "y", "task": TASK, "max_attempts": 0},
+                                 {"thread_id": "ok", "task": TASK}, {"thread_id": "z", "task": "t", "bad": 1}])
+    assert batch_main([str(path), "--db", backend.db, "--json"]) == 2
+    error = json.loads(capsys.readouterr().out)["error"]
+    for number in (2, 3, 4, 5, 6, 7):
+        assert f"line {number}:" in error
+    assert "line 1:" not in error
+    assert backend.ledger_row("ok") is None
+
+
+def test_batch_runs_every_thread_and_a_rerun_sends_nothing(backend, tmp_path: Path) -> None:
+    path = tasks_file(tmp_path, [{"thread_id": f"b{i}", "task": f"{TASK} ({i})"} for i in range(4)])
+    out1, out2 = tmp_path / "r1.jsonl", tmp_path / "r2.jsonl"
+    assert batch_main([str(path), "--db", backend.db, "--out", str(out1)]) == 0
+    rows = [json.loads(line) for line in out1.read_text().splitlines()]
+    assert [(r["thread_id"], r["status"], r["attempts"]) for r in rows] == [
+        (f"b{i}", "done", 2) for i in range(4)]
+    ledger = [backend.ledger_row(f"b{i}") for i in range(4)]
+    assert batch_main([str(path), "--db", backend.db, "--out", str(out2)]) == 0
+    assert out2.read_text() == out1.read_text()
+    assert [backend.ledger_row(f"b{i}") for i in range(4)] == ledger
+
+
+def test_max_requests_stops_the_batch_with_exit_8_and_is_never_reset(backend, tmp_path, capsys):
+    path = tasks_file(tmp_path, [{"thread_id": f"c{i}", "task": TASK} for i in range(4)])
+    assert batch_main([str(path), "--db", backend.db, "--max-requests", "3", "--json"]) == 8
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["cap_reached"] is True
+    claimed = sum((backend.ledger_row(f"c{i}") or (0, 0, 0))[1] for i in range(4))
+    assert claimed == 3
+    assert batch_main([str(path), "--db", backend.db, "--max-requests", "3"]) == 8
+    assert sum((backend.ledger_row(f"c{i}") or (0, 0, 0))[1] for i in range(4)) == 3
+    assert batch_main([str(path), "--db", backend.db, "--max-requests", "9", "--json"]) == 4
+
+
+def test_subtasks_get_derived_ids_and_the_parent_lists_answers_in_order(backend, tmp_path, capsys):
+    path = tasks_file(tmp_path, [{"task": "How long does shipping take?"},
+                                 {"task": "How do I return an item?"}], "sub.jsonl")
+    assert batch_main([str(path), "--db", backend.db, "--parent", "P", "--json"]) == 0
+    parent = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["parent"]
+    assert parent["status"] == "done"
+    assert [s["thread_id"] for s in parent["subtasks"]] == ["P:sub_0", "P:sub_1"]
+    assert "[ship-01]" in parent["answers"][0] and "[ret-01]" in parent["answers"][1]
+    before = (backend.ledger_row("P:sub_0"), backend.ledger_row("P:sub_1"))
+    assert batch_main([str(path), "--db", backend.db, "--parent", "P"]) == 0
+    assert (backend.ledger_row("P:sub_0"), backend.ledger_row("P:sub_1")) == before
+
+
+def test_parent_wide_cap_is_charged_for_every_subtask_request(backend, tmp_path) -> None:
+    from graph.batch_run import read_tasks, run_batch
+    from graph.settings import resolve_settings
+    from graph.storage import open_store
+
+    path = tasks_file(tmp_path, [{"task": TASK}] * 3, "sub.jsonl")
+    model = NeverFinishes()
+    with open_store(backend.db, create=True) as store:
+        report = run_batch(store, read_tasks(path, "Q"), resolve_settings(
+            db=backend.db, live=False, timeout_s=None), once=False, cap_id="parent:Q",
+            max_requests=5, model_factory=lambda m, s: model)
+    assert report.cap_reached and len(model.requests) == 5
+    assert int(report.exit_code) == 8
+
+
+@pytest.mark.slow
+def test_max_requests_holds_exactly_under_concurrency(backend, tmp_path: Path) -> None:
+    path = tasks_file(tmp_path, [{"thread_id": f"k{i}", "task": f"{TASK} {i}"} for i in range(12)])
+    env = subprocess_env()
+    procs = [subprocess.Popen([PYTHON, "-m", "graph.batch", str(path), "--db", backend.db,
+                               "--max-requests", "7", "--batch-id", "shared"], env=env,
+                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for _ in range(4)]
+    for proc in procs:
+        proc.communicate(timeout=120)
+    claimed = sum((backend.ledger_row(f"k{i}") or (0, 0, 0))[1] for i in range(12))
+    assert claimed == 7
+    assert all(p.returncode in (0, 8) for p in procs)
