@@ -26,7 +26,8 @@ def test_invalid_lines_are_reported_by_number_before_anything_runs(backend, tmp_
     path = tasks_file(tmp_path, [{"thread_id": "ok", "task": TASK}, "not json",
                                  {"thread_id": "a b", "task": TASK}, {"thread_id": "x"},
                                  {"thread_id": "y", "task": TASK, "max_attempts": 0},
-                                 {"thread_id": "ok", "task": TASK}, {"thread_id": "z", "task": "t", "bad": 1}])
+                                 {"thread_id": "ok", "task": TASK},
+                                 {"thread_id": "z", "task": "t", "bad": 1}])
     assert batch_main([str(path), "--db", backend.db, "--json"]) == 2
     error = json.loads(capsys.readouterr().out)["error"]
     for number in (2, 3, 4, 5, 6, 7):
