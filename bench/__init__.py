@@ -1,0 +1,1 @@
+"""Benchmarks: each prints our figure beside its anchors, measured in the same run, and ratios."""

@@ -1,0 +1,79 @@
+"""Cold start of one `--once` step, as a scheduler runs it, beside its anchors.
+
+  python -m bench.startup [--repeat N]
+
+Anchors: `python -c pass`, `python -c "import langgraph.graph"` (the import floor), and a
+plain JSON-file step (load, count, write a temporary file, fsync, rename). Also lists
+what this project's own modules add to start-up (`python -X importtime`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from bench.common import measure, ms, table
+
+JSON_STEP = r"""
+import json, os, sys
+p = sys.argv[1]
+state = json.load(open(p)) if os.path.exists(p) else {"attempts": 0, "messages": []}
+state["attempts"] += 1
+state["messages"].append({"role": "assistant", "content": "x" * 2000})
+tmp = p + ".tmp"
+with open(tmp, "w") as fh:
+    json.dump(state, fh); fh.flush(); os.fsync(fh.fileno())
+os.replace(tmp, p)
+"""
+
+
+def run(repeat: int) -> str:
+    """Measures and returns the report."""
+    py = sys.executable
+    work = Path(tempfile.mkdtemp())
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MANDAPI_", "GRAPH_DB"))}
+    counter = iter(range(10**6))
+
+    def ours() -> None:
+        subprocess.run([py, "-m", "graph.run", "--thread", f"t{next(counter)}", "--task",
+                        "How long does shipping take?", "--once", "--db",
+                        str(work / "c.sqlite")], check=True, capture_output=True, env=env)
+
+    def cmd(*args: str):
+        return lambda: subprocess.run([py, *args], check=True, capture_output=True, env=env)
+
+    results = {
+        "python -c pass": measure(cmd("-c", "pass"), repeat),
+        "import langgraph.graph (floor)": measure(cmd("-c", "import langgraph.graph"), repeat),
+        "JSON-file step": measure(cmd("-c", JSON_STEP, str(work / "s.json")), repeat),
+        "graph.run --once (ours)": measure(ours, repeat),
+    }
+    floor = results["import langgraph.graph (floor)"][0]
+    rows = [[name, ms(med), ms(spread), f"{med / floor:.2f}"] for name, (med, spread) in results.items()]
+    report = table(f"Cold start of one step (median of {repeat}, whole process)",
+                   ["what", "median", "spread", "÷ import floor"], rows)
+    trace = subprocess.run([py, "-X", "importtime", "-m", "graph.run", "--help"],
+                           capture_output=True, text=True, env=env).stderr.splitlines()
+    own = []
+    for line in trace:
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) == 3 and parts[2].split(".")[0] in ("graph", "nodes") and parts[0].split()[-1].isdigit():
+            own.append((int(parts[0].split()[-1]), parts[2]))
+    own_total = sum(us for us, _ in own)
+    report += f"\n\nour own modules' self import time: {own_total / 1000:.1f} ms " \
+              f"({', '.join(f'{n} {us / 1000:.1f}' for us, n in sorted(own, reverse=True)[:4])})"
+    return report
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeat", type=int, default=7)
+    print(run(parser.parse_args(argv).repeat))
+
+
+if __name__ == "__main__":
+    main()

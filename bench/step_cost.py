@@ -1,0 +1,161 @@
+"""In-process cost of one step (one graph invocation), beside LangGraph with lighter settings.
+
+  python -m bench.step_cost [--steps N]
+
+Same three-node graph and offline scripted model (state growing ~2 KB per step):
+ours (`graph.step.advance`: SQLite with sync durability, ledger, attempt log, lock,
+load-time checks) vs the same compiled graph on `InMemorySaver` vs LangGraph's
+`SqliteSaver` with its default `"async"` durability and no ledger, and a JSON-file
+step. Also counts SQLite commits per step (trace callback) for ours and bare LangGraph.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import ToolLoopModel, ms, table
+
+
+class MemoryLedger:
+    """The ledger protocol in memory, for the InMemorySaver anchor."""
+
+    def __init__(self) -> None:
+        self.attempts = self.claimed = 0
+
+    def count(self, thread_id: str) -> Any:
+        from nodes.context import LedgerEntry
+
+        if self.attempts == self.claimed:
+            self.attempts += 1
+        return LedgerEntry(self.attempts, self.claimed, 10**9)
+
+    def claim(self, thread_id: str, attempt: int, charge: str | None = None) -> bool:
+        if self.claimed == attempt - 1:
+            self.claimed = attempt
+            return True
+        return False
+
+
+def _initial() -> Any:
+    from graph.state import initial_state
+
+    return initial_state(task="bench", model="offline-demo", max_attempts=10**6,
+                         created_at="2026-01-01T00:00:00+00:00", context_tokens=10**9)
+
+
+def _bare(checkpointer: Any, steps: int, durability: str) -> list[float]:
+    from graph.factory import build_graph
+    from nodes.context import StepContext
+
+    graph = build_graph(checkpointer)
+    ctx = StepContext("t", MemoryLedger(), ToolLoopModel())
+    config = {"configurable": {"thread_id": "t"}}
+    times, graph_input = [], _initial()
+    for _ in range(steps):
+        start = time.perf_counter()
+        graph.invoke(graph_input, config, context=ctx, durability=durability)
+        times.append(time.perf_counter() - start)
+        graph_input = None
+    return times
+
+
+class _Commits:
+    def __init__(self) -> None:
+        self.n = 0
+
+    def saver(self, statement: str) -> None:
+        self.n += statement.strip().upper().startswith("COMMIT")
+
+    def autocommit(self, statement: str) -> None:
+        self.n += statement.strip().upper().startswith(("INSERT", "UPDATE", "DELETE"))
+
+
+def ours(steps: int, work: Path) -> tuple[list[float], float]:
+    """Per-step times of `graph.step.advance`, and SQLite commits per step."""
+    from graph.settings import Settings
+    from graph.step import StepRequest, advance
+    from graph.storage import open_store
+
+    model = ToolLoopModel()
+    settings = Settings(db=str(work / "ours.sqlite"))
+    times, commits = [], _Commits()
+    with open_store(settings.db, create=True) as store:
+        store.checkpointer.conn.set_trace_callback(commits.saver)
+        store.conn.set_trace_callback(commits.autocommit)
+        for i in range(steps):
+            request = StepRequest("t", task="bench" if i == 0 else None, max_attempts=10**6,
+                                  context_tokens=10**9)
+            start = time.perf_counter()
+            advance(store, request, settings, model_factory=lambda m, s: model)
+            times.append(time.perf_counter() - start)
+    return times, commits.n / steps
+
+
+def bare_sqlite(steps: int, work: Path) -> tuple[list[float], float]:
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    conn = sqlite3.connect(work / "bare.sqlite", check_same_thread=False)
+    commits = _Commits()
+    conn.set_trace_callback(commits.saver)
+    times = _bare(SqliteSaver(conn), steps, "async")
+    conn.close()
+    return times, commits.n / steps
+
+
+def json_steps(steps: int, work: Path) -> list[float]:
+    path, times, state = work / "s.json", [], {"attempts": 0, "messages": []}
+    for _ in range(steps):
+        start = time.perf_counter()
+        if path.exists():
+            state = json.loads(path.read_text())
+        state["attempts"] += 1
+        state["messages"].append({"role": "assistant", "content": "x" * 2000})
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "w") as fh:
+            json.dump(state, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def run(steps: int) -> str:
+    """Measures and returns the report."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    work = Path(tempfile.mkdtemp())
+    our_times, our_commits = ours(steps, work)
+    memory = _bare(InMemorySaver(), steps, "sync")
+    bare, bare_commits = bare_sqlite(steps, work)
+    jsonf = json_steps(steps, work)
+    base = statistics.median(memory)
+    rows = []
+    for name, times, commits in (("InMemorySaver (anchor)", memory, "-"),
+                                 ("SqliteSaver, async durability, no ledger", bare,
+                                  f"{bare_commits:.1f}"),
+                                 ("ours: durable SQLite + ledger + checks", our_times,
+                                  f"{our_commits:.1f}"),
+                                 ("JSON-file step", jsonf, "-")):
+        med = statistics.median(times)
+        rows.append([name, ms(med), ms(max(times) - min(times)), f"{med / base:.2f}", commits])
+    return table(f"One step in process ({steps} steps, state +~2 KB per step)",
+                 ["what", "median", "spread", "÷ InMemorySaver", "commits/step"], rows)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--steps", type=int, default=100)
+    print(run(parser.parse_args(argv).steps))
+
+
+if __name__ == "__main__":
+    main()
