@@ -61,7 +61,8 @@ def run(repeat: int) -> str:
     own = []
     for line in trace:
         parts = [p.strip() for p in line.split("|")]
-        if len(parts) == 3 and parts[2].split(".")[0] in ("graph", "nodes") and parts[0].split()[-1].isdigit():
+        ours_module = parts[2].split(".")[0] in ("graph", "nodes") if len(parts) == 3 else False
+        if ours_module and parts[0].split()[-1].isdigit():
             own.append((int(parts[0].split()[-1]), parts[2]))
     own_total = sum(us for us, _ in own)
     report += f"\n\nour own modules' self import time: {own_total / 1000:.1f} ms " \

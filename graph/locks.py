@@ -1,10 +1,14 @@
-"""One writer per thread on one machine: a byte-range lock per thread in `<db>.lock`.
+"""One writer per thread on one machine: a byte-range lock per thread on the database file.
 
-Each thread id maps to one byte of a lock file beside the SQLite database (offset from
-SHA-256 of the id, so any id is safe and threads never share a byte in practice). On
-Linux the lock is an open-file-description lock (`F_OFD_SETLK`): it conflicts even
-between two handles in one process and is released by the kernel when its process
-dies, `kill -9` included, so a dead holder never blocks a thread (INVARIANTS I8).
+Each thread id maps to one byte of the SQLite database file itself, far beyond the bytes
+SQLite locks (its lock bytes sit at 1 GiB; ours start at 1 TiB, offset from SHA-256 of
+the id, so threads never share a byte in practice). Locking the database file, not a
+file beside it, means every path that reaches the same file (symlinks, hard links)
+meets the same locks, and there is no lock file to delete. On Linux the lock is an
+open-file-description lock (`F_OFD_SETLK`): it conflicts even between two handles in
+one process and is released by the kernel when its process dies, `kill -9` included,
+so a dead holder never blocks a thread (INVARIANTS I8). The handle is closed only after
+SQLite's own connections (closing any handle drops a process's POSIX locks on a file).
 Elsewhere it falls back to POSIX `lockf`, which does not conflict within one process.
 """
 
@@ -24,20 +28,24 @@ from graph.errors import BusyError
 _OFD_SETLK = getattr(fcntl, "F_OFD_SETLK", None)
 
 
+_BASE = 1 << 40
+"""First byte used for thread locks: far past SQLite's lock bytes (1 GiB + 512)."""
+
+
 def _offset(thread_id: str) -> int:
-    return int.from_bytes(hashlib.sha256(thread_id.encode()).digest()[:7], "big")
+    return _BASE + int.from_bytes(hashlib.sha256(thread_id.encode()).digest()[:7], "big")
 
 
 class ThreadLocks:
-    """Per-thread exclusive locks over one lock file.
+    """Per-thread exclusive locks over byte ranges of one file.
 
     Args:
-        path: The lock file; created mode 0600 if missing.
+        path: The database file (it must exist; nothing is written to it).
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        self._fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
 
     def _set(self, lock_type: int, thread_id: str) -> None:
         offset = _offset(thread_id)

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from graph.approvals import APPROVALS_DDL, SqlApprovals
 from graph.attempt_log import POSTGRES_LOG_DDL, SqlAttemptLog
-from graph.errors import BusyError, UsageError
+from graph.errors import BusyError, RefusedError, UsageError
 from graph.ledger import POSTGRES_LEDGER_DDL, SqlLedger
 from graph.tombstones import TOMBSTONE_DDL, SqlTombstones
 
@@ -46,13 +46,18 @@ SETUP_LOCK_KEY = _key("schema-setup")
 
 
 def redact(url: str) -> str:
-    """Returns `url` with any password replaced by `***`."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)
-    user = (parts.username or "") + ":***"
-    return urlunsplit(parts._replace(netloc=f"{user}@{netloc[-1]}"))
+    """Returns `url` with any password (in the user part or a query parameter) as `***`."""
+    import re
+
+    try:
+        parts = urlsplit(url)
+        netloc = parts.netloc
+        if parts.password is not None:
+            netloc = f"{parts.username or ''}:***@{netloc.rsplit('@', 1)[-1]}"
+        query = re.sub(r"(?i)(^|&)(password|passfile)=[^&]*", r"\1\2=***", parts.query)
+        return urlunsplit(parts._replace(netloc=netloc, query=query))
+    except ValueError:
+        return "postgresql://(unparsable URL)"
 
 
 class AdvisoryThreadLocks:
@@ -149,11 +154,18 @@ def _setup_serialized(control: Any, checkpointer: Any, timeout_s: float = 120.0)
 
 
 @contextmanager
-def open_postgres(url: str, *, read_only: bool = False) -> Iterator[PostgresStore]:
+def open_postgres(url: str, *, create: bool = True, read_only: bool = False
+                  ) -> Iterator[PostgresStore]:
     """Connects, sets the schema up once (serialized), and yields the store.
 
-    With `read_only`, both sessions run with `default_transaction_read_only` and the
-    schema set-up is skipped.
+    A database without our ledger is set up only with `create` (a new thread); resuming,
+    history and verification refuse it instead of adding tables. An older schema of ours
+    gains the tables it lacks. With `read_only`, both sessions run with
+    `default_transaction_read_only` and nothing is set up.
+
+    Raises:
+        UsageError: The server cannot be reached or refuses the login (exit 2).
+        RefusedError: `no_such_file` for a database holding no checkpoint ledger.
 
     Raises:
         UsageError: The server cannot be reached or refuses the login (exit 2).
@@ -183,7 +195,11 @@ def open_postgres(url: str, *, read_only: bool = False) -> Iterator[PostgresStor
     conns = (saver_conn, control)
     try:
         checkpointer = PostgresSaver(saver_conn, serde=make_serde())
-        if not read_only and not _schema_ready(control, len(PostgresSaver.MIGRATIONS)):
+        if not _schema_ready(control, len(PostgresSaver.MIGRATIONS)):
+            ours = control.execute("SELECT to_regclass('attempt_ledger')").fetchone()[0]
+            if read_only or (ours is None and not create):
+                raise RefusedError(f"{location} holds no mandapi-resume checkpoint database",
+                                   error_code="no_such_file")
             _setup_serialized(control, checkpointer)
         store = PostgresStore(location, checkpointer, SqlLedger(control, placeholder="%s"),
                               SqlAttemptLog(control, placeholder="%s"),

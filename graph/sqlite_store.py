@@ -37,7 +37,7 @@ _PRAGMAS = (
 
 @contextmanager
 def _private_files() -> Iterator[None]:
-    """Creates files (database, `-wal`, `-shm`, lock) readable by the owner only (0600)."""
+    """Creates files (database, `-wal`, `-shm`) readable by the owner only (0600)."""
     old = os.umask(0o077)
     try:
         yield
@@ -110,7 +110,7 @@ class SqliteStore:
         log: The attempt log, on the ledger's connection.
         tombstones: Tombstones of pruned threads, on the ledger's connection.
         approvals: Decisions on write calls, on the ledger's connection.
-        locks: Per-thread writer locks (`<db>.lock`); None when opened read-only.
+        locks: Per-thread writer locks on the database file; None when opened read-only.
     """
 
     location: str
@@ -124,7 +124,7 @@ class SqliteStore:
     _conns: tuple[sqlite3.Connection, ...]
 
     def close(self) -> None:
-        """Closes both connections and the lock file."""
+        """Closes both connections, then the lock handle (see `graph.locks`)."""
         for conn in self._conns:
             conn.close()
         if self.locks is not None:
@@ -179,7 +179,7 @@ def open_sqlite(path: Path, *, create: bool, read_only: bool = False) -> Iterato
     Raises:
         RefusedError: `no_such_file` or `damaged` (see `check_database`).
     """
-    path = path.resolve()  # one lock file per database, whatever symlink names it
+    path = path.resolve()
     if create and not read_only and not path.exists():
         if not path.parent.is_dir():
             raise UsageError(f"folder {path.parent} for the database does not exist")
@@ -208,8 +208,8 @@ def open_sqlite(path: Path, *, create: bool, read_only: bool = False) -> Iterato
         with _private_files():
             saver_conn = _connect(path)
             ledger_conn = _connect(path, isolation_level=None)
-            locks = ThreadLocks(path.with_name(path.name + ".lock"))
             checkpointer = _setup_schema(saver_conn, ledger_conn)
+            locks = ThreadLocks(path)
     store = SqliteStore(str(path), checkpointer, SqlLedger(ledger_conn), SqlAttemptLog(ledger_conn),
                         SqlTombstones(ledger_conn), SqlApprovals(ledger_conn), locks, ledger_conn,
                         (saver_conn, ledger_conn))

@@ -129,7 +129,14 @@ _WRITER_OF_NEXT = {("tools",): "reason", ("reason",): "budget", ("budget",): "to
 """For a checkpoint's next node, a node whose edges lead there (for `update_state`)."""
 
 
-def _check_ledger(entry: Any, values: dict[str, Any], thread_id: str, location: str) -> None:
+def check_ledger(entry: Any, values: dict[str, Any], thread_id: str, location: str,
+                 log_rows: list[dict[str, Any]]) -> None:
+    """Cross-checks a thread's ledger row against its checkpoint and attempt log.
+
+    Raises:
+        RefusedError: `damaged` when the row is missing, has another maximum, or counts
+            fewer attempts, or fewer sent attempts, than the thread already shows.
+    """
     where = f"{location}: thread {thread_id!r}"
     if entry is None:
         raise RefusedError(f"{where} has no attempt-ledger row; refusing to resume without "
@@ -141,6 +148,15 @@ def _check_ledger(entry: Any, values: dict[str, Any], thread_id: str, location: 
     if entry.attempts < values["progress"]["attempts"]:
         raise RefusedError(f"{where}: the ledger counts {entry.attempts} attempt(s), fewer than "
                            f"the checkpoint's {values['progress']['attempts']}",
+                           error_code="damaged")
+    # Requests already made that the ledger must have claimed: the mirrored count (less
+    # one counted-but-unsent attempt), every assistant message, every logged attempt.
+    replies = sum(1 for m in values["messages"] if m["role"] == "assistant")
+    logged = max((r["attempt"] for r in log_rows if r["kind"] == "reason"), default=0)
+    needed = max(values["progress"]["attempts"] - 1, replies, logged)
+    if entry.claimed < needed:
+        raise RefusedError(f"{where}: the ledger has {entry.claimed} sent attempt(s), but the "
+                           f"thread already shows {needed}; refusing to send uncounted requests",
                            error_code="damaged")
 
 
@@ -304,7 +320,7 @@ def advance(
             values = loaded.values
             _check_identity(values, request, settings)
             max_attempts = values["thread"]["max_attempts"]
-            _check_ledger(entry, values, thread_id, store.location)
+            check_ledger(entry, values, thread_id, store.location, store.log.rows(thread_id))
             pending = pending_review(loaded.snapshot)
             if pending is not None:
                 return _review(graph, config, store, loaded, request, pending)

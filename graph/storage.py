@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from graph.errors import UsageError
 
 POSTGRES_PREFIXES = ("postgresql://", "postgres://")
 
@@ -32,10 +35,13 @@ def open_store(db: str, *, create: bool, read_only: bool = False) -> Iterator[An
     Raises:
         graph.errors.RefusedError: The database is missing or unusable (exit 4).
     """
+    if re.match(r"\s*\w+\s*=", db):
+        raise UsageError("--db takes a SQLite file path or a postgresql:// URL, not a libpq "
+                         "key=value string")
     if is_postgres(db):
         from graph.postgres_store import open_postgres
 
-        with open_postgres(db, read_only=read_only) as store:
+        with open_postgres(db, create=create, read_only=read_only) as store:
             yield store
     else:
         from graph.sqlite_store import open_sqlite

@@ -261,7 +261,7 @@ def test_damaged_database_file_is_refused_and_left_byte_identical(
     make_thread(str(sqlite_db))
     damage(sqlite_db)
     before = sorted((p.name, p.read_bytes() if p.is_file() else b"<dir>")
-                    for p in sqlite_db.parent.iterdir() if p.name != "checkpoints.sqlite.lock")
+                    for p in sqlite_db.parent.iterdir())
     model, factory = no_requests()
     argv = ["--thread", "t1", "--once", "--db", str(sqlite_db)] + (["--task", TASK] if with_task
                                                                    else [])
@@ -269,7 +269,7 @@ def test_damaged_database_file_is_refused_and_left_byte_identical(
     assert (out["exit_code"], out["error_code"]) == (4, code), out
     assert str(sqlite_db) in out["error"]
     after = sorted((p.name, p.read_bytes() if p.is_file() else b"<dir>")
-                   for p in sqlite_db.parent.iterdir() if p.name != "checkpoints.sqlite.lock")
+                   for p in sqlite_db.parent.iterdir())
     assert after == before and model.requests == []
 
 
@@ -296,3 +296,35 @@ def test_metadata_holds_only_opaque_ids(backend) -> None:
             assert "shipping" not in text and "offline-demo" not in text
             assert set(item.config["configurable"]) <= {"thread_id", "checkpoint_ns",
                                                          "checkpoint_id"}
+
+
+def test_ledger_reset_behind_the_triggers_is_refused_before_any_request(backend) -> None:
+    from tests.fakes import ScriptedModel, timeout_error
+
+    model = ScriptedModel([timeout_error()])
+    run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", backend.db],
+            model_factory=lambda m, s: model)
+    backend.execute("DELETE FROM attempt_ledger WHERE thread_id = 't1'")
+    backend.execute("INSERT INTO attempt_ledger VALUES ('t1', 1, 0, 4, 'x', 'x')")
+    model2, factory = no_requests()
+    out = run_cli(["--thread", "t1", "--once", "--db", backend.db], model_factory=factory)
+    assert (out["exit_code"], out["error_code"]) == (4, "damaged")
+    assert "uncounted" in out["error"] and model2.requests == []
+
+
+def test_verify_lists_checksum_failures_in_old_checkpoints_without_crashing(backend) -> None:
+    from graph.verify import verify
+
+    for thread in ("a", "b"):
+        run_cli(["--thread", thread, "--task", TASK, "--db", backend.db])
+    if backend.name == "sqlite":
+        backend.execute("UPDATE checkpoints SET checkpoint = X'00' || checkpoint WHERE "
+                        "thread_id = 'a' AND checkpoint_id = (SELECT min(checkpoint_id) FROM "
+                        "checkpoints WHERE thread_id = 'a')")
+    else:
+        backend.execute("UPDATE checkpoint_blobs SET blob = '\\x00'::bytea || blob WHERE "
+                        "thread_id = 'a' AND channel = 'progress' AND version = (SELECT "
+                        "min(version) FROM checkpoint_blobs WHERE thread_id = 'a' AND "
+                        "channel = 'progress')")
+    problems = verify(backend.db)
+    assert len(problems) == 1 and "'a'" in problems[0]

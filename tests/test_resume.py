@@ -164,6 +164,7 @@ def test_thread_killed_right_after_its_input_checkpoint_resumes(backend, input_s
     """LangGraph saves the input checkpoint, then the input as its pending writes."""
     run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", backend.db])
     _keep_only_input_checkpoint(backend, keep_input_writes=input_saved)
+    backend.execute("DELETE FROM attempt_log")
     backend.execute("DELETE FROM attempt_ledger")
     backend.execute("INSERT INTO attempt_ledger VALUES ('t1', 0, 0, 4, 'x', 'x')")
     if input_saved:

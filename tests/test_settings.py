@@ -66,12 +66,20 @@ def test_explicit_model_wins_over_the_environment_on_resume(sqlite_db: Path, mon
     assert (out["exit_code"], out["status"]) == (0, "done")
 
 
-def test_a_symlinked_database_path_shares_the_same_lock(sqlite_db: Path) -> None:
+def test_every_path_to_the_database_meets_the_same_writer_lock(sqlite_db: Path) -> None:
+    from graph.storage import open_store
+
     run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", str(sqlite_db)])
-    link = sqlite_db.parent / "alias.sqlite"
-    link.symlink_to(sqlite_db)
-    run_cli(["--thread", "t1", "--once", "--db", str(link)])
-    assert not (sqlite_db.parent / "alias.sqlite.lock").exists()
+    symlink, hardlink = sqlite_db.parent / "alias.sqlite", sqlite_db.parent / "hard.sqlite"
+    symlink.symlink_to(sqlite_db)
+    hardlink.hardlink_to(sqlite_db)
+    with open_store(str(sqlite_db), create=False) as store, store.locks.hold("t1"):
+        for path in (sqlite_db, symlink, hardlink):
+            out = run_cli(["--thread", "t1", "--once", "--db", str(path)])
+            assert (out["exit_code"], out["error_code"]) == (5, "busy"), path
+    assert run_cli(["--thread", "t1", "--once", "--db", str(hardlink)])["status"] == "done"
+    assert sorted(p.name for p in sqlite_db.parent.iterdir()) == [
+        "alias.sqlite", "checkpoints.sqlite", "hard.sqlite"], "no lock file to delete"
 
 
 def test_langsmith_tracing_variables_never_upload_anything(sqlite_db: Path, monkeypatch) -> None:
@@ -102,3 +110,37 @@ def test_langsmith_tracing_variables_never_upload_anything(sqlite_db: Path, monk
         server.shutdown()
         server.server_close()
     assert received == []
+
+
+@pytest.mark.postgres
+def test_postgres_resume_and_reads_never_create_tables_in_a_foreign_database() -> None:
+    from graph.history import main as history_main
+    from graph.verify import main as verify_main
+    from tests.conftest import PostgresBackend, postgres_admin_url
+
+    pg = PostgresBackend(postgres_admin_url())
+    try:
+        before = pg.fingerprint()
+        out = run_cli(["--thread", "t1", "--once", "--db", pg.db])
+        assert (out["exit_code"], out["error_code"]) == (4, "no_such_file")
+        assert history_main(["--list", "--db", pg.db]) == 4
+        assert verify_main(["--db", pg.db]) == 4
+        assert pg.fingerprint() == before
+    finally:
+        pg.drop()
+
+
+def test_postgres_passwords_are_redacted_everywhere() -> None:
+    from graph.postgres_store import redact
+
+    assert "s3cret" not in redact("postgresql://u:s3cret@h:5432/db")
+    assert "s3cret" not in redact("postgresql://u@h:5432/db?sslmode=require&password=s3cret")
+    out = run_cli(["--thread", "t", "--once", "--db",
+                   "postgresql://postgres@127.0.0.1:1/x?password=s3cret"])
+    assert out["exit_code"] == 2 and "s3cret" not in out["error"]
+
+
+def test_libpq_key_value_strings_are_refused_not_taken_as_file_names(tmp_path: Path) -> None:
+    out = run_cli(["--thread", "t", "--task", TASK, "--db", "host=127.0.0.1 password=s3cret"])
+    assert (out["exit_code"], out["error_code"]) == (2, "usage")
+    assert "s3cret" not in out["error"] and list(tmp_path.iterdir()) == []
