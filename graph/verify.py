@@ -5,8 +5,9 @@
 Reads only. On SQLite it runs `PRAGMA integrity_check` (slow on large files, which is
 why ordinary steps do only a bounded check), then reads every thread the way
 `graph.run` does (checksums, strict decoding, schema, ledger cross-checks) and every
-older checkpoint of its history, listing each problem instead of stopping at the first. Exit 0 when everything is intact, 4 when anything is refused (each
-problem is listed), 2 for usage errors.
+older checkpoint of its history, listing each problem instead of stopping at the first.
+Exit 0 when everything is intact, 4 when anything is refused (each problem is listed),
+2 for usage errors.
 """
 
 from __future__ import annotations
@@ -71,8 +72,9 @@ def verify(db: str) -> list[str]:
 
 
 def _thread_ids(store: Any) -> list[str]:
-    """Every thread id in the checkpoint and ledger tables, sorted (read with plain SQL, so
-    one undecodable checkpoint cannot hide the others).
+    """Every thread id in the checkpoint and ledger tables, sorted.
+
+    Read with plain SQL, so one undecodable checkpoint cannot hide the others.
     """
     ids = {row[0] for row in store.conn.execute("SELECT DISTINCT thread_id FROM checkpoints")}
     ids |= {row[0] for row in store.conn.execute("SELECT thread_id FROM attempt_ledger")}
