@@ -7,9 +7,9 @@ writes are applied here, locally (an approval never makes a model request), then
 interrupt is resumed with `Command(resume=...)` carrying the call ids and hashes, and
 the graph stops before the budget node.
 
-At most once in effect: before writing, the decision row records the file's hash
-before and the hash it will have after (the idempotency key is thread, call id and
-argument hash). A write is a temporary file, fsync and rename; it is then marked
+At most once in effect: just before each write (in call order, so two writes to one
+file chain), the decision row records the file's hash before and the hash it will have
+after (the idempotency key is thread, call id and argument hash). A write is a temporary file, fsync and rename; it is then marked
 applied. After a crash at any point, a file already at the planned hash is marked
 applied without writing again; a file still at the old hash is written; a file changed
 by anyone else is refused.
@@ -88,6 +88,12 @@ class SqlApprovals:
         self._run(f"INSERT INTO write_approvals ({', '.join(_COLUMNS)}) VALUES "
                   f"({', '.join('?' for _ in _COLUMNS)})", tuple(row[c] for c in _COLUMNS))
 
+    def plan(self, thread_id: str, tool_call_id: str, before: str, after: str) -> None:
+        """Records, before writing, the file's hash now and the hash it will have after."""
+        self._run("UPDATE write_approvals SET before_sha256 = ?, after_sha256 = ? WHERE "
+                  "thread_id = ? AND tool_call_id = ? AND before_sha256 IS NULL",
+                  (before, after, thread_id, tool_call_id))
+
     def mark_applied(self, thread_id: str, tool_call_id: str) -> None:
         """Marks an approved write as done."""
         self._run("UPDATE write_approvals SET applied_at = ? WHERE thread_id = ? AND "
@@ -158,11 +164,9 @@ def decide(store: Any, thread_id: str, pending: list[dict[str, Any]], values: di
         else:
             try:
                 name, rel, text = parse_write(call)
-                target = resolve_target(root, rel)
-                row.update(target=rel, before_sha256=file_sha256(target),
-                           after_sha256=_sha(planned_content(target, name, text)),
-                           result=f"Approved by the reviewer and applied: {name} {rel} "
-                                  f"({len(text.encode())} bytes).")
+                resolve_target(root, rel)
+                row.update(target=rel, result=f"Approved by the reviewer and applied: {name} "
+                                              f"{rel} ({len(text.encode())} bytes).")
             except WriteError as exc:
                 row.update(result=f"TOOL ERROR: approved, but the write cannot be done: {exc}",
                            applied_at=_now())
@@ -187,15 +191,21 @@ def apply_approved(store: Any, thread_id: str, values: dict[str, Any],
     where = f"{store.location}: thread {thread_id!r}"
     calls = _current_calls(values)
     root = values["thread"]["allow_writes"]
-    for cid, row in decisions.items():
-        if row["decision"] != "approve" or row["applied_at"] is not None:
-            continue
+    todo = [(cid, row) for cid, row in decisions.items()
+            if row["decision"] == "approve" and row["applied_at"] is None]
+    for cid, row in todo:  # every call checked before anything is written
         call = calls.get(cid)
         if call is None or call_hash(call) != row["args_sha256"]:
             raise RefusedError(f"{where}: write call {cid!r} changed after it was approved; "
                                "nothing is written", error_code="tampered")
-        name, rel, text = parse_write(call)
+    order = list(calls)
+    for cid, row in sorted(todo, key=lambda item: order.index(item[0])):  # call order
+        name, rel, text = parse_write(calls[cid])
         target = resolve_target(root, rel)
+        if row["before_sha256"] is None:  # plan first, so a crash can tell done from not
+            row["before_sha256"] = file_sha256(target)
+            row["after_sha256"] = _sha(planned_content(target, name, text))
+            store.approvals.plan(thread_id, cid, row["before_sha256"], row["after_sha256"])
         current = file_sha256(target)
         if current == row["before_sha256"]:
             atomic_write(target, planned_content(target, name, text))

@@ -50,9 +50,9 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.parent is not None:
             check_thread_id(args.parent)
-        if args.max_requests is not None and args.max_requests < 1:
-            parser.error("--max-requests must be a positive integer")
-        items = read_tasks(args.tasks, args.parent)
+        if args.max_requests is not None and not 1 <= args.max_requests <= 10**9:
+            parser.error("--max-requests must be a positive integer up to 1000000000")
+        items = read_tasks(args.tasks, args.parent, live=args.live)
         settings = resolve_settings(db=resolve_db(args.db), live=args.live, timeout_s=None)
         cap_id = args.batch_id or (f"parent:{args.parent}" if args.parent else args.tasks.name)
         if args.enqueue:

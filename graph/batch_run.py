@@ -24,6 +24,8 @@ FIELDS = {"thread_id": str, "task": str, "model": str, "max_attempts": int, "max
           "context_tokens": int, "workspace": str, "allow_writes": str}
 """Fields a tasks-file line may carry (as the run command's flags of the same names)."""
 FINISHED = ("done", "exhausted", "cancelled")
+LIMITS = {"max_attempts": 1_000_000, "max_tokens": 10**12, "context_tokens": 10_000_000}
+"""Largest accepted value of each integer field."""
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,7 @@ def subtask_id(parent: str, index: int) -> str:
     return f"{parent}:sub_{index}"
 
 
-def read_tasks(path: Path, parent: str | None = None) -> list[BatchItem]:
+def read_tasks(path: Path, parent: str | None = None, live: bool = True) -> list[BatchItem]:
     """Reads and checks every line of a JSON-lines tasks file before anything runs.
 
     Args:
@@ -60,6 +62,7 @@ def read_tasks(path: Path, parent: str | None = None) -> list[BatchItem]:
             `FIELDS`; blank lines are skipped.
         parent: With a parent id, lines carry no `thread_id`: subtask ids are derived
             (`subtask_id`), in file order.
+        live: Whether paid models are allowed (a line naming one without it is invalid).
 
     Returns:
         The items, in file order.
@@ -93,6 +96,14 @@ def read_tasks(path: Path, parent: str | None = None) -> list[BatchItem]:
                     raise ValueError(f"{key} must be a {'positive integer' if kind is int else 'string'}")
             if "task" not in data:
                 raise ValueError("task is missing")
+            for key, limit in LIMITS.items():
+                if data.get(key) is not None and data[key] > limit:
+                    raise ValueError(f"{key} must be at most {limit}")
+            if data.get("model") not in (None, "offline-demo") and not live:
+                raise ValueError(f"model {data['model']!r} makes paid requests: add --live")
+            for key in ("workspace", "allow_writes"):
+                if data.get(key) is not None and not Path(data[key]).expanduser().is_dir():
+                    raise ValueError(f"{key} folder {data[key]} does not exist")
             check_thread_id(data["thread_id"])
             check_task(data["task"])
             if data["thread_id"] in seen:
@@ -211,14 +222,20 @@ def run_batch(store: Any, items: list[BatchItem], settings: Any, *, once: bool,
             if _cap_full(store, cap_id):
                 outcome = _held_by_cap(store, item, cap_id)
             else:
+                before = store.ledger.read(item.thread_id)
                 outcome = advance(store, item.request(once), settings, charge=cap_id,
                                   **step_kwargs)
+                after = store.ledger.read(item.thread_id)
+                if (outcome.status == "ready" and _cap_full(store, cap_id) and after is not None
+                        and before is not None and after.claimed == before.claimed):
+                    outcome.exit_code, outcome.error_code = ExitCode.BATCH_CAP, "batch_cap"
+                    outcome.error = f"request cap {cap_id!r} is full; no request was sent"
         except RunError as exc:  # busy in another worker: skipped for now; others: reported
             outcome = Outcome.from_error(item.thread_id, exc)
         report.outcomes.append(outcome)
         if progress is not None:
             progress.update(outcome)
-        if outcome.status not in FINISHED and _cap_full(store, cap_id):
+        if outcome.error_code == "batch_cap":
             report.cap_reached = True
     failed = any(o.exit_code not in (ExitCode.OK, ExitCode.EXHAUSTED, ExitCode.AWAITING_APPROVAL,
                                      ExitCode.BUSY, ExitCode.BATCH_CAP) for o in report.outcomes)

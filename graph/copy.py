@@ -2,12 +2,15 @@
 
   python -m graph.copy --from PATH_OR_URL --to PATH_OR_URL [--thread ID ...] [--json]
 
-Copies every checkpoint (oldest first, with its pending writes), the ledger row, the
-attempt log, write-approval decisions and tombstones, through LangGraph's own
+Copies every checkpoint (oldest first, with its pending writes), the ledger row (first,
+so an interrupted copy leaves a thread that is refused, never one with a fresh budget),
+the attempt log, write-approval decisions, tombstones and the request caps, through LangGraph's own
 checkpointer API on both sides, so the copy is re-serialized with fresh checksums and a
 copied thread resumes exactly where it stopped. Every source thread is loaded and
 checked first; a thread that already exists at the target (checkpoints, ledger row or
-tombstone) is refused (exit 4) and nothing is copied. Exit 0, 2 usage, 4 refused.
+tombstone) is refused (exit 4) and nothing is copied. It is a copy, not a move: the
+source is left as it was, so switch every scheduler to the target afterwards. Exit 0,
+2 usage, 4 refused.
 """
 
 from __future__ import annotations
@@ -63,13 +66,35 @@ def copy_threads(src: Any, dst: Any, thread_ids: list[str] | None = None) -> lis
         if _exists(dst, thread_id):
             raise RefusedError(f"thread {thread_id!r} already exists in {dst.location}; "
                                "nothing was copied", error_code="exists")
+    _copy_caps(src, dst)
     for thread_id in ids:
         _copy_one(src, dst, thread_id)
     return ids
 
 
+def _copy_caps(src: Any, dst: Any) -> None:
+    """Copies request caps the target lacks; a cap present on both must agree."""
+    d = _ph(dst)
+    for cap_id, requests, maximum in src.conn.execute(
+            "SELECT cap_id, requests, max_requests FROM request_caps").fetchall():
+        existing = dst.ledger.cap(cap_id)
+        if existing is None:
+            dst.conn.execute(f"INSERT INTO request_caps VALUES ({d}, {d}, {d})",
+                             (cap_id, requests, maximum))
+        elif existing[1] != maximum or existing[0] < requests:
+            raise RefusedError(f"request cap {cap_id!r} differs in {dst.location}; nothing "
+                               "more was copied", error_code="exists")
+
+
 def _copy_one(src: Any, dst: Any, thread_id: str) -> None:
     s, d = _ph(src), _ph(dst)
+    # The ledger row goes first: a copy interrupted later leaves a thread whose counted
+    # attempts have no checkpoint, which is refused, never restarted with a new budget.
+    row = src.conn.execute(f"SELECT thread_id, attempts, claimed, max_attempts, created_at, "
+                           f"updated_at FROM attempt_ledger WHERE thread_id = {s}",
+                           (thread_id,)).fetchone()
+    if row is not None:
+        dst.conn.execute(f"INSERT INTO attempt_ledger VALUES ({', '.join([d] * 6)})", tuple(row))
     tombstone = src.tombstones.get(thread_id)
     if tombstone is not None:
         dst.conn.execute(f"INSERT INTO thread_tombstones VALUES ({d}, {d}, {d})",
@@ -86,11 +111,6 @@ def _copy_one(src: Any, dst: Any, thread_id: str) -> None:
             by_task[task_id].append((channel, value))
         for task_id, writes in by_task.items():
             dst.checkpointer.put_writes(saved, writes, task_id)
-    row = src.conn.execute(f"SELECT thread_id, attempts, claimed, max_attempts, created_at, "
-                           f"updated_at FROM attempt_ledger WHERE thread_id = {s}",
-                           (thread_id,)).fetchone()
-    if row is not None:
-        dst.conn.execute(f"INSERT INTO attempt_ledger VALUES ({', '.join([d] * 6)})", tuple(row))
     for entry in src.log.rows(thread_id):
         dst.conn.execute(
             f"INSERT INTO attempt_log (thread_id, attempt, kind, payload, created_at) VALUES "

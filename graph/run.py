@@ -34,12 +34,22 @@ from graph.outcome import Outcome
 
 def _positive(text: str) -> int:
     value = int(text)
-    if value < 1:
+    if not 1 <= value <= 10**12:
         raise ValueError(text)
     return value
 
 
 _positive.__name__ = "positive integer"
+
+
+def _attempts(text: str) -> int:
+    value = _positive(text)
+    if value > 1_000_000:
+        raise ValueError(text)
+    return value
+
+
+_attempts.__name__ = "number of attempts (1 to 1000000)"
 
 
 def _parser() -> Parser:
@@ -55,7 +65,7 @@ def _parser() -> Parser:
     parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
     parser.add_argument("--workspace", metavar="DIR",
                         help="read-only folder the model may list, read and search (fixed at creation)")
-    parser.add_argument("--max-attempts", type=_positive, metavar="N",
+    parser.add_argument("--max-attempts", type=_attempts, metavar="N",
                         help="model requests allowed for a new thread (default 4; fixed at creation)")
     parser.add_argument("--max-tokens", type=_positive, metavar="N",
                         help="stop before a request once the thread used N tokens (fixed at creation)")

@@ -43,11 +43,9 @@ def _evidence_of(text: str) -> list[str]:
         data = json.loads(text)
     except (json.JSONDecodeError, TypeError):
         data = None
-    found = list(data.get("evidence") or []) if isinstance(data, dict) else []
-    for match in _EVIDENCE.findall(text or ""):
-        if match not in found:
-            found.append(match)
-    return [str(e) for e in found]
+    if isinstance(data, dict):  # our tools' JSON names its evidence exactly
+        return [str(e) for e in data.get("evidence") or []]
+    return list(dict.fromkeys(_EVIDENCE.findall(text or "")))
 
 
 def stub(tool_message: dict[str, Any], call: dict[str, Any] | None) -> dict[str, Any]:

@@ -72,6 +72,19 @@ def request_messages(stored: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _check_new_call_ids(message: Mapping[str, Any], stored: list[Mapping[str, Any]]) -> None:
+    """Refuses a reply whose tool-call ids repeat, within it or with the stored history.
+
+    Raises:
+        ModelRequestError: `bad_response` (the attempt stays spent; nothing is stored, so
+            the thread stays resumable).
+    """
+    ids = [c["id"] for c in message.get("tool_calls") or []]
+    used = {c["id"] for m in stored if m.get("role") == "assistant" for c in m.get("tool_calls") or []}
+    if len(set(ids)) != len(ids) or used & set(ids):
+        raise ModelRequestError("bad_response", "the model reused a tool call id")
+
+
 def _add_usage(total: Mapping[str, int], more: Mapping[str, int]) -> dict[str, int]:
     keys = ("prompt_tokens", "completion_tokens", "total_tokens")
     return {k: int(total.get(k, 0)) + int(more.get(k, 0)) for k in keys}
@@ -105,6 +118,7 @@ def reason_node(state: Mapping[str, Any], runtime: Runtime[StepContext]) -> dict
         message = reply.message
         if not message.get("tool_calls") and not (message.get("content") or "").strip():
             raise ModelRequestError("bad_response", "the model returned neither text nor a tool call")
+        _check_new_call_ids(message, state["messages"])
     except ModelRequestError as exc:
         error = {"attempt": attempt, "error_code": exc.error_code, "message": exc.message}
         ctx.log.record(ctx.thread_id, attempt, "reason", {"outcome": "error", **error})

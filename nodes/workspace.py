@@ -16,6 +16,8 @@ MAX_READ_LINES = 200
 """Most lines one `read_file` returns."""
 MAX_LINE_CHARS = 400
 """Longer lines are cut (characters)."""
+MAX_READ_CHARS = 6_000
+"""Most text one `read_file` returns (characters): the evidence id names only lines shown."""
 MAX_LIST_ENTRIES = 300
 MAX_MATCHES = 50
 MAX_SEARCH_BYTES = 2_000_000
@@ -42,7 +44,7 @@ class Workspace:
         self.root = Path(root).resolve()
 
     def _resolve(self, rel: Any) -> tuple[Path, str]:
-        if not isinstance(rel, str) or not rel.strip():
+        if not isinstance(rel, str) or not rel.strip() or "\x00" in rel:
             raise WorkspaceError("'path' must be a non-empty relative path")
         pure = PurePosixPath(rel)
         if pure.is_absolute() or rel.startswith(("/", "\\")) or ":" in (pure.parts or ("",))[0]:
@@ -91,12 +93,19 @@ class Workspace:
         if self._is_binary(full):
             return {"path": rel, "binary": True, "bytes": full.stat().st_size, "evidence": []}
         limit = min(limit, MAX_READ_LINES)
-        lines, total = [], 0
+        lines, total, chars = [], 0, 0
         with open(full, encoding="utf-8", errors="replace") as fh:
             for number, line in enumerate(fh, start=1):
                 total = number
-                if offset <= number < offset + limit:
-                    lines.append(line.rstrip("\n")[:MAX_LINE_CHARS])
+                if "\x00" in line:
+                    return {"path": rel, "binary": True, "bytes": full.stat().st_size,
+                            "evidence": []}
+                text = line.rstrip("\n")[:MAX_LINE_CHARS]
+                if offset <= number < offset + limit and chars + len(text) <= MAX_READ_CHARS:
+                    lines.append(text)
+                    chars += len(text) + 1
+                elif number >= offset + len(lines) and lines:
+                    limit = len(lines)  # the character cap ended the range
         if offset > max(total, 1):
             raise WorkspaceError(f"{path!r} has {total} lines; offset {offset} is past the end")
         end = offset + len(lines) - 1

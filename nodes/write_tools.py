@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -80,7 +81,7 @@ def resolve_target(root: str | Path, rel: str) -> Path:
     """
     base = Path(root).resolve()
     pure = PurePosixPath(rel)
-    if not rel.strip() or pure.is_absolute() or rel.startswith(("/", "\\")) or ".." in pure.parts:
+    if "\x00" in rel or not rel.strip() or pure.is_absolute() or rel.startswith(("/", "\\")) or ".." in pure.parts:
         raise WriteError(f"{rel!r} is not a plain relative path inside the writable folder")
     target = base.joinpath(*pure.parts)
     node = base
@@ -107,11 +108,19 @@ def planned_content(path: Path, name: str, text: str) -> bytes:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """Writes `data` to `path` atomically: a temporary file, fsync, rename, fsync the folder."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    """Writes `data` to `path` atomically: a temporary file, fsync, rename, fsync the folder.
+
+    The temporary file is created exclusively and never through a symlink
+    (`O_EXCL | O_NOFOLLOW`), and the file keeps its permissions.
+    """
+    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
     try:
-        os.write(fd, data)
+        os.fchmod(fd, mode)
+        written = 0
+        while written < len(data):
+            written += os.write(fd, data[written:])
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -108,7 +108,9 @@ class FakeMandApi:
         messages = body["messages"]
         tools_seen = [m for m in messages if m["role"] == "tool"]
         if self.never_finish or not tools_seen:
-            turn = sum(1 for m in messages if m["role"] == "assistant") + 1
+            with self._lock:
+                self._calls = getattr(self, "_calls", 0) + 1
+                turn = self._calls
             task = next(m["content"] for m in messages if m["role"] == "user")
             message = {"role": "assistant", "content": None, "tool_calls": [{
                 "id": f"call_{turn}", "type": "function",

@@ -200,3 +200,38 @@ def test_history_shows_each_decision(backend, out_dir: Path) -> None:
     assert [(d["tool_call_id"], d["decision"], d["reason"], d["applied"]) for d in decisions] == [
         ("w1", "approve", None, True), ("w2", "reject", "not needed", False)]
     assert all(len(d["args_sha256"]) == 64 and d["decided_at"] for d in decisions)
+
+
+def test_two_approved_writes_to_one_file_in_one_message_both_apply_once(backend, out_dir) -> None:
+    class TwoAppends(Writer):
+        def complete(self, messages, tools):
+            self.requests.append(messages)
+            return ModelReply({"role": "assistant", "content": None, "tool_calls": [
+                write_call("a1", "append_file", "log.txt", "one\n"),
+                write_call("a2", "append_file", "log.txt", "two\n")]},
+                {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2})
+
+    model = TwoAppends()
+    run_cli(["--thread", "two", "--task", TASK, "--allow-writes", str(out_dir), "--once",
+             "--db", backend.db], model_factory=lambda m, s: model)
+    run_cli(["--thread", "two", "--db", backend.db])
+    out = run_cli(["--thread", "two", "--approve", "a2", "--approve", "a1", "--db", backend.db])
+    assert out["exit_code"] == 0, out
+    assert (out_dir / "log.txt").read_text() == "start\none\ntwo\n"
+    run_cli(["--thread", "two", "--db", backend.db])
+    assert (out_dir / "log.txt").read_text() == "start\none\ntwo\n"
+
+
+def test_writes_keep_file_modes_and_never_follow_a_planted_link(backend, out_dir, tmp_path) -> None:
+    import os
+
+    (out_dir / "log.txt").chmod(0o600)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("untouched")
+    waiting_thread(backend, out_dir)
+    for pid_guess in range(os.getpid(), os.getpid() + 3):
+        (out_dir / f".report.md.{pid_guess}.tmp").symlink_to(victim)
+    run_cli(["--thread", "w", "--approve", "w1", "--approve", "w2", "--db", backend.db])
+    assert victim.read_text() == "untouched"
+    assert not (out_dir / "report.md").is_symlink()
+    assert (out_dir / "log.txt").stat().st_mode & 0o777 == 0o600

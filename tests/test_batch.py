@@ -102,3 +102,20 @@ def test_max_requests_holds_exactly_under_concurrency(backend, tmp_path: Path) -
     claimed = sum((backend.ledger_row(f"k{i}") or (0, 0, 0))[1] for i in range(12))
     assert claimed == 7
     assert all(p.returncode in (0, 8) for p in procs)
+
+
+def test_a_cap_filled_exactly_by_the_last_step_is_not_a_stop(backend, tmp_path) -> None:
+    path = tasks_file(tmp_path, [{"thread_id": f"e{i}", "task": TASK} for i in range(2)])
+    assert batch_main([str(path), "--db", backend.db, "--once", "--max-requests", "2"]) == 0
+    assert batch_main([str(path), "--db", backend.db, "--once", "--max-requests", "2"]) == 8
+
+
+def test_lines_that_could_only_fail_later_are_refused_up_front(backend, tmp_path, capsys) -> None:
+    path = tasks_file(tmp_path, [{"thread_id": "a", "task": TASK},
+                                 {"thread_id": "b", "task": TASK, "model": "paid-model"},
+                                 {"thread_id": "c", "task": TASK, "workspace": str(tmp_path / "no")},
+                                 {"thread_id": "d", "task": TASK, "max_attempts": 3_000_000_000}])
+    assert batch_main([str(path), "--db", backend.db, "--json"]) == 2
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert all(f"line {n}:" in error for n in (2, 3, 4))
+    assert backend.ledger_row("a") is None

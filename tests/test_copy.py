@@ -55,3 +55,16 @@ def test_tombstones_travel_with_the_copy(pair) -> None:
     assert copy_main(["--from", src.db, "--to", dst.db]) == 0
     out = run_cli(["--thread", "a", "--task", TASK, "--db", dst.db])
     assert (out["exit_code"], out["error_code"]) == (4, "pruned")
+
+
+def test_request_caps_travel_with_the_copy(pair, tmp_path) -> None:
+    from graph.batch import main as batch_main
+
+    src, dst = pair
+    tasks = tmp_path / "cap.jsonl"
+    tasks.write_text("".join(f'{{"thread_id": "c{i}", "task": "{TASK}"}}\n' for i in range(3)))
+    assert batch_main([str(tasks), "--db", src.db, "--once", "--max-requests", "2"]) == 8
+    assert copy_main(["--from", src.db, "--to", dst.db]) == 0
+    assert batch_main([str(tasks), "--db", dst.db, "--once", "--max-requests", "2"]) == 8
+    claimed = sum((dst.ledger_row(f"c{i}") or (0, 0, 0))[1] for i in range(3))
+    assert claimed == 2, "the cap is never reset by moving databases"

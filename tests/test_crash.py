@@ -26,7 +26,7 @@ from tests.fake_mandapi import FakeMandApi
 
 pytestmark = pytest.mark.slow
 
-KILL_THREADS = 30
+KILL_THREADS = 36
 """Threads per backend; each goes through several kill/resume cycles (>= 100 kills)."""
 SCHEDULE = (*KILL_POINTS, *NODE_WRITES_KILL_POINTS, "during_request", "random", None)
 

@@ -93,3 +93,15 @@ def test_injected_tool_text_stays_data_and_system_prompt_stays_the_constant(
     assert second[0] == {"role": "system", "content": SYSTEM_PROMPT}
     (tool_msg,) = [m for m in second if injection in str(m.get("content"))]
     assert tool_msg["role"] == "tool"
+
+
+def test_a_reply_reusing_a_tool_call_id_is_a_bad_response_and_the_thread_stays_usable(
+    backend
+) -> None:
+    model = ScriptedModel([tool_call_reply("dup"), tool_call_reply("dup"), answer_reply("ok")])
+    factory = lambda m, s: model  # noqa: E731
+    run_cli(["--thread", "t1", "--task", "q", "--once", "--db", backend.db], model_factory=factory)
+    out = run_cli(["--thread", "t1", "--once", "--db", backend.db], model_factory=factory)
+    assert (out["exit_code"], out["error_code"]) == (6, "bad_response")
+    out = run_cli(["--thread", "t1", "--once", "--db", backend.db], model_factory=factory)
+    assert (out["status"], out["attempts"]) == ("done", 3)

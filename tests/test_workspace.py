@@ -62,7 +62,7 @@ def test_search_text_gives_file_line_and_evidence(ws: Workspace) -> None:
 
 
 @pytest.mark.parametrize("path", ["../outside.txt", "/etc/passwd", "docs/../../outside.txt",
-                                  "escape.txt", "up/outside.txt", "nope.txt", ""])
+                                  "escape.txt", "up/outside.txt", "nope.txt", "", "b.md\u0000x"])
 def test_paths_outside_or_missing_are_tool_errors(ws: Workspace, path: str) -> None:
     text = run(ws, "read_file", path=path)
     assert text.startswith(TOOL_ERROR_PREFIX), text
@@ -71,3 +71,11 @@ def test_paths_outside_or_missing_are_tool_errors(ws: Workspace, path: str) -> N
 
 def test_workspace_tools_do_not_exist_without_a_workspace() -> None:
     assert "unknown tool" in run_tool_call(call("read_file", path="x"), None)
+
+
+def test_evidence_names_only_the_lines_shown(ws: Workspace) -> None:
+    (ws.root / "long.txt").write_text("\n".join("z" * 390 for _ in range(100)))
+    out = json.loads(run(ws, "read_file", path="long.txt"))
+    shown = len(out["text"].splitlines())
+    assert shown < 100 and out["evidence"] == [f"long.txt#L1-L{shown}"]
+    assert out["end_line"] == shown and out["total_lines"] == 100
