@@ -9,10 +9,10 @@ the graph stops before the budget node.
 
 At most once in effect: just before each write (in call order, so two writes to one
 file chain), the decision row records the file's hash before and the hash it will have
-after (the idempotency key is thread, call id and argument hash). A write is a temporary file, fsync and rename; it is then marked
-applied. After a crash at any point, a file already at the planned hash is marked
-applied without writing again; a file still at the old hash is written; a file changed
-by anyone else is refused.
+after (the idempotency key is thread, call id and argument hash). A write is a
+temporary file, fsync and rename; it is then marked applied. After a crash at any
+point, a file already at the planned hash is marked applied without writing again; a
+file still at the old hash is written; a file changed by anyone else is refused.
 
 Pitfalls handled (LangGraph 1.2): a `Command(resume=...)` sent while a thread is paused
 by `interrupt_after` is consumed by the next `interrupt()`, and invoking with `None`

@@ -81,7 +81,8 @@ def resolve_target(root: str | Path, rel: str) -> Path:
     """
     base = Path(root).resolve()
     pure = PurePosixPath(rel)
-    if "\x00" in rel or not rel.strip() or pure.is_absolute() or rel.startswith(("/", "\\")) or ".." in pure.parts:
+    if ("\x00" in rel or not rel.strip() or pure.is_absolute() or rel.startswith(("/", "\\"))
+            or ".." in pure.parts):
         raise WriteError(f"{rel!r} is not a plain relative path inside the writable folder")
     target = base.joinpath(*pure.parts)
     node = base

@@ -124,9 +124,11 @@ class FakeMandApi:
 
     def requests(self) -> list[dict[str, Any]]:
         """Every request received so far, in arrival order."""
-        if not self.log.exists():
-            return []
-        return [json.loads(line) for line in self.log.read_text().splitlines() if line.strip()]
+        with self._lock:  # never read a line another handler is still writing
+            if not self.log.exists():
+                return []
+            text = self.log.read_text()
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
 
     def __enter__(self) -> FakeMandApi:
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()

@@ -70,7 +70,7 @@ def test_three_queue_workers_share_sixty_threads_and_survive_a_killed_worker(tmp
             assert len(sent) <= claimed <= attempts <= maximum == 4, (i, len(sent), claimed)
             # One writer at a time: a thread's requests never overlap (each is held 0.05 s).
             times = sorted(r["at"] for r in sent)
-            assert all(b - a >= 0.045 for a, b in zip(times, times[1:])), (i, times)
+            assert all(b - a >= 0.045 for a, b in zip(times, times[1:], strict=False)), (i, times)
         # Requests received == attempts counted, except at most one per thread for a step
         # the killed worker had claimed but not yet sent.
         lost = sum(pg.ledger_row(f"q{i}")[1] for i in range(THREADS)) - len(requests)
