@@ -33,8 +33,20 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms"
 
 
+def prose(seed: int, chars: int = 2000) -> str:
+    """Deterministic text that compresses like prose, not like one repeated letter."""
+    import random
+
+    rng = random.Random(seed)
+    words = "order ship return invoice parcel refund warranty courier customs label delay".split()
+    out = []
+    while sum(len(w) + 1 for w in out) < chars:
+        out.append(rng.choice(words) + str(rng.randint(0, 9999)))
+    return " ".join(out)[:chars]
+
+
 class ToolLoopModel:
-    """Asks for a tool on every request; each tool result is about `result_bytes` long."""
+    """Asks for a tool on every request, with ~2 KB of assistant text each time."""
 
     def __init__(self) -> None:
         self.n = 0
@@ -44,5 +56,5 @@ class ToolLoopModel:
         call = {"id": f"call_{self.n}", "type": "function",
                 "function": {"name": "search_references",
                              "arguments": json.dumps({"query": "shipping " + "x" * 40})}}
-        return ModelReply({"role": "assistant", "content": "y" * 2000, "tool_calls": [call]},
+        return ModelReply({"role": "assistant", "content": prose(self.n), "tool_calls": [call]},
                           {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20})
