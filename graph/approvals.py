@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from graph.errors import RefusedError, UsageError
+from graph.sql import SqlTable
 from nodes.write_tools import (
     WriteError,
     atomic_write,
@@ -61,26 +62,14 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-class SqlApprovals:
-    """Decision rows over an autocommit DB-API connection (`?` or `%s` placeholders)."""
-
-    def __init__(self, conn: Any, *, placeholder: str = "?") -> None:
-        self._conn = conn
-        self._ph = placeholder
-
-    def _run(self, sql: str, params: tuple) -> Any:
-        return self._conn.execute(sql.replace("?", self._ph), params)
+class SqlApprovals(SqlTable):
+    """Decision rows on write calls (see `graph.sql.SqlTable`)."""
 
     def rows(self, thread_id: str) -> dict[str, dict[str, Any]]:
         """The thread's decisions by call id (empty for a database from before approvals)."""
-        try:
-            found = self._run(f"SELECT {', '.join(_COLUMNS)} FROM write_approvals "
-                              "WHERE thread_id = ? ORDER BY decided_at, tool_call_id",
-                              (thread_id,)).fetchall()
-        except Exception as exc:  # noqa: BLE001 - only a missing table is expected here
-            if "write_approvals" in str(exc):
-                return {}
-            raise
+        found = self._rows_if_table(
+            "write_approvals", f"SELECT {', '.join(_COLUMNS)} FROM write_approvals "
+            "WHERE thread_id = ? ORDER BY decided_at, tool_call_id", (thread_id,)) or []
         return {row[1]: dict(zip(_COLUMNS, row, strict=True)) for row in found}
 
     def add(self, row: dict[str, Any]) -> None:

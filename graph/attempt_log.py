@@ -12,6 +12,8 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from graph.sql import SqlTable
+
 _COLUMNS = """
     thread_id  TEXT NOT NULL,
     attempt    INTEGER NOT NULL,
@@ -39,38 +41,23 @@ FOR EACH ROW EXECUTE FUNCTION attempt_log_append_only();
 """
 
 
-class SqlAttemptLog:
-    """Appends and reads attempt-log rows over an autocommit DB-API connection.
-
-    Args:
-        conn: As for `graph.ledger.SqlLedger`.
-        placeholder: `?` (sqlite3) or `%s` (psycopg).
-    """
-
-    def __init__(self, conn: Any, *, placeholder: str = "?") -> None:
-        self._conn = conn
-        self._ph = placeholder
+class SqlAttemptLog(SqlTable):
+    """Appends and reads attempt-log rows (see `graph.sql.SqlTable`)."""
 
     def record(self, thread_id: str, attempt: int, kind: str, payload: dict[str, Any]) -> None:
         """Appends one row, committed before it returns (`kind`: `reason` or `tool`)."""
-        sql = ("INSERT INTO attempt_log (thread_id, attempt, kind, payload, created_at) "
-               "VALUES (?, ?, ?, ?, ?)").replace("?", self._ph)
-        self._conn.execute(sql, (thread_id, attempt, kind, json.dumps(payload, ensure_ascii=False),
-                                 datetime.now(UTC).isoformat(timespec="seconds")))
+        self._run("INSERT INTO attempt_log (thread_id, attempt, kind, payload, created_at) "
+                  "VALUES (?, ?, ?, ?, ?)",
+                  (thread_id, attempt, kind, json.dumps(payload, ensure_ascii=False),
+                   datetime.now(UTC).isoformat(timespec="seconds")))
 
     def rows(self, thread_id: str) -> list[dict[str, Any]]:
         """The thread's rows, oldest first: `attempt`, `kind`, `payload` (dict), `created_at`.
 
         Returns an empty list for a database written before the log existed.
         """
-        sql = ("SELECT attempt, kind, payload, created_at FROM attempt_log WHERE thread_id = ? "
-               "ORDER BY id").replace("?", self._ph)
-        try:
-            found = self._conn.execute(sql, (thread_id,)).fetchall()
-        except Exception as exc:  # noqa: BLE001 - only a missing table is expected here
-            if "attempt_log" in str(exc) and ("no such table" in str(exc)
-                                              or "does not exist" in str(exc)):
-                return []
-            raise
+        found = self._rows_if_table(
+            "attempt_log", "SELECT attempt, kind, payload, created_at FROM attempt_log "
+            "WHERE thread_id = ? ORDER BY id", (thread_id,)) or []
         return [{"attempt": a, "kind": k, "payload": json.loads(p), "created_at": t}
                 for a, k, p, t in found]

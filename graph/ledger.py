@@ -10,12 +10,9 @@ single statement on an autocommit connection, so it is committed (on SQLite with
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
 
+from graph.sql import SqlTable, transaction
 from nodes.context import LedgerEntry
 
 _CAPS = """
@@ -70,37 +67,8 @@ class _Rollback(Exception):
     pass
 
 
-@contextmanager
-def transaction(conn: Any) -> Iterator[None]:
-    """One transaction on an autocommit connection (sqlite3 or psycopg); rolls back on error."""
-    if isinstance(conn, sqlite3.Connection):
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
-    else:
-        with conn.transaction():
-            yield
-
-
-class SqlLedger:
-    """The attempt ledger over a DB-API connection in autocommit mode.
-
-    Args:
-        conn: A `sqlite3` connection with `isolation_level=None`, or a psycopg
-            connection with `autocommit=True` (tuple rows).
-        placeholder: The driver's parameter marker: `?` (sqlite3) or `%s` (psycopg).
-    """
-
-    def __init__(self, conn: Any, *, placeholder: str = "?") -> None:
-        self._conn = conn
-        self._ph = placeholder
-
-    def _run(self, sql: str, params: tuple) -> Any:
-        return self._conn.execute(sql.replace("?", self._ph), params)
+class SqlLedger(SqlTable):
+    """The attempt ledger over an autocommit connection (see `graph.sql.SqlTable`)."""
 
     def read(self, thread_id: str) -> LedgerEntry | None:
         """Returns the thread's entry, or None when the ledger has no row for it."""

@@ -23,8 +23,8 @@ from typing import Any
 
 from graph.errors import BusyError, RefusedError, UsageError
 from graph.factory import build_graph
-from graph.ledger import transaction
 from graph.loading import load_thread
+from graph.sql import transaction
 
 _AGE = re.compile(r"(\d+)([smhd])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}

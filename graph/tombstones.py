@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+from graph.sql import SqlTable
 
 TOMBSTONE_DDL = """
 CREATE TABLE IF NOT EXISTS thread_tombstones (
@@ -23,34 +24,16 @@ class Tombstone:
     pruned_at: str
 
 
-class SqlTombstones:
-    """Reads and writes tombstones over an autocommit DB-API connection.
-
-    Args:
-        conn: As for `graph.ledger.SqlLedger`.
-        placeholder: `?` (sqlite3) or `%s` (psycopg).
-    """
-
-    def __init__(self, conn: Any, *, placeholder: str = "?") -> None:
-        self._conn = conn
-        self._ph = placeholder
-
-    def _sql(self, sql: str) -> str:
-        return sql.replace("?", self._ph)
+class SqlTombstones(SqlTable):
+    """Reads and writes tombstones (see `graph.sql.SqlTable`)."""
 
     def get(self, thread_id: str) -> Tombstone | None:
         """The thread's tombstone, or None (also for a database from before tombstones)."""
-        try:
-            row = self._conn.execute(self._sql(
-                "SELECT thread_id, final_status, pruned_at FROM thread_tombstones "
-                "WHERE thread_id = ?"), (thread_id,)).fetchone()
-        except Exception as exc:  # noqa: BLE001 - only a missing table is expected here
-            if "thread_tombstones" in str(exc):
-                return None
-            raise
-        return Tombstone(*row) if row else None
+        rows = self._rows_if_table(
+            "thread_tombstones", "SELECT thread_id, final_status, pruned_at FROM "
+            "thread_tombstones WHERE thread_id = ?", (thread_id,))
+        return Tombstone(*rows[0]) if rows else None
 
     def remove(self, thread_id: str) -> None:
         """Deletes the tombstone (for `--restart-pruned`)."""
-        self._conn.execute(self._sql("DELETE FROM thread_tombstones WHERE thread_id = ?"),
-                           (thread_id,))
+        self._run("DELETE FROM thread_tombstones WHERE thread_id = ?", (thread_id,))
