@@ -47,7 +47,7 @@ class MemoryLedger:
 def _initial() -> Any:
     from graph.state import initial_state
 
-    return initial_state(task="bench", model="offline-demo", max_attempts=10**6,
+    return initial_state(thread_id="t", task="bench", model="offline-demo", max_attempts=10**6,
                          created_at="2026-01-01T00:00:00+00:00", context_tokens=10**9)
 
 

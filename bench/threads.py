@@ -51,7 +51,7 @@ def memory_anchor(threads: int, steps: int) -> float:
     for t in range(threads):
         ctx = StepContext(f"t{t}", MemoryLedger(), model)
         config = {"configurable": {"thread_id": f"t{t}"}}
-        graph_input = initial_state(task="shipping?", model="offline-demo", max_attempts=4,
+        graph_input = initial_state(thread_id=f"t{t}", task="shipping?", model="offline-demo", max_attempts=4,
                                     created_at="2026-01-01T00:00:00+00:00")
         for _ in range(steps):
             if graph_input is None and not graph.get_state(config).next:

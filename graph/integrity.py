@@ -14,7 +14,7 @@ from graph.state import STATUSES, graph_signature
 from nodes.pairing import UnsafeHistoryError, open_calls
 
 _THREAD_KEYS: dict[str, tuple[type, ...]] = {
-    "schema_version": (int,), "task": (str,), "model": (str,), "max_attempts": (int,),
+    "schema_version": (int,), "thread_id": (str,), "task": (str,), "model": (str,), "max_attempts": (int,),
     "created_at": (str,), "graph": (str,), "workspace": (str, type(None)),
     "max_tokens": (int, type(None)), "context_tokens": (int,), "allow_writes": (str, type(None))}
 _PROGRESS_KEYS: dict[str, tuple[type, ...]] = {
@@ -144,8 +144,9 @@ def check_messages(messages: Any, task: str) -> None:
         raise _bad(str(exc)) from None
 
 
-def validate_state(values: Any, next_nodes: tuple[str, ...] = ()) -> None:
-    """Checks migrated state values and the checkpoint's next nodes.
+def validate_state(values: Any, next_nodes: tuple[str, ...] = (), thread_id: str | None = None
+                   ) -> None:
+    """Checks migrated state values, the thread they belong to and the next nodes.
 
     Raises:
         RefusedError: `damaged` or `incompatible` (see module doc).
@@ -153,6 +154,8 @@ def validate_state(values: Any, next_nodes: tuple[str, ...] = ()) -> None:
     _check_keys("state", values, {"thread", "messages", "progress"},
                 {"thread", "messages", "progress"})
     _check_thread(values["thread"])
+    if thread_id is not None and values["thread"]["thread_id"] != thread_id:
+        raise _bad(f"the stored state belongs to thread {values['thread']['thread_id']!r}")
     _check_progress(values["progress"], values["thread"]["max_attempts"])
     check_messages(values["messages"], values["thread"]["task"])
     unknown = set(next_nodes) - GRAPH_NODES

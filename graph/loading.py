@@ -46,15 +46,16 @@ def read_snapshot(graph: Any, config: dict[str, Any], where: str) -> Any:
                            error_code="damaged") from None
 
 
-def check_values(values: Any, next_nodes: tuple[str, ...], where: str) -> tuple[dict, int]:
-    """Migrates and validates stored values; returns them with their stored version.
+def check_values(values: Any, next_nodes: tuple[str, ...], where: str,
+                 thread_id: str) -> tuple[dict, int]:
+    """Migrates and validates the stored values of `thread_id`; returns them and their version.
 
     Raises:
         RefusedError: `damaged` or `incompatible`, prefixed with `where`.
     """
     try:
-        migrated, version = migrate(values)
-        validate_state(migrated, next_nodes)
+        migrated, version = migrate(values, thread_id)
+        validate_state(migrated, next_nodes, thread_id)
     except RefusedError as exc:
         raise RefusedError(f"{where}: {exc.message}", error_code=exc.error_code) from None
     return migrated, version
@@ -83,7 +84,7 @@ def load_thread(graph: Any, thread_id: str, location: str) -> LoadedThread | Non
         if snapshot.config and snapshot.config.get("configurable", {}).get("checkpoint_id"):
             raise RefusedError(f"{where}: the checkpoint has no state", error_code="damaged")
         return None
-    values, version = check_values(stored, tuple(snapshot.next), where)
+    values, version = check_values(stored, tuple(snapshot.next), where, thread_id)
     return LoadedThread(snapshot, values, version)
 
 

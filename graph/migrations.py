@@ -34,13 +34,19 @@ def _v3_to_v4(values: dict[str, Any]) -> dict[str, Any]:
     return {**values, "thread": {**values["thread"], "schema_version": 4, "allow_writes": None}}
 
 
-STEPS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
-    1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
+def _v4_to_v5(values: dict[str, Any], thread_id: str) -> dict[str, Any]:
+    """v5 stores the thread id; a v4 thread takes the id it is read under."""
+    return {**values, "thread": {**values["thread"], "schema_version": 5, "thread_id": thread_id}}
+
+
+STEPS: dict[int, Callable[..., dict[str, Any]]] = {
+    1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5}
+_NEEDS_THREAD_ID = {4}
 """`STEPS[n]` turns version n into version n + 1."""
 
 
-def migrate(values: dict[str, Any]) -> tuple[dict[str, Any], int]:
-    """Brings stored values to `SCHEMA_VERSION`.
+def migrate(values: dict[str, Any], thread_id: str) -> tuple[dict[str, Any], int]:
+    """Brings stored values, read under `thread_id`, to `SCHEMA_VERSION`.
 
     Returns:
         The migrated values (a new dict; the input is not changed) and the version
@@ -66,6 +72,7 @@ def migrate(values: dict[str, Any]) -> tuple[dict[str, Any], int]:
         if version not in STEPS:
             raise RefusedError(f"no migration from schema version {version}",
                                error_code="incompatible")
-        current = STEPS[version](current)
+        step = STEPS[version]
+        current = step(current, thread_id) if version in _NEEDS_THREAD_ID else step(current)
         version += 1
     return current, stored

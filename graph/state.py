@@ -11,11 +11,12 @@ from typing import Annotated, Any
 
 from typing_extensions import TypedDict
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """Version of this state layout; stored in `thread.schema_version`.
 
 History: v1 (first release); v2 adds `thread.graph`; v3 adds `thread.workspace`,
-`thread.max_tokens` and `thread.context_tokens`; v4 adds `thread.allow_writes`. Older versions migrate on load
+`thread.max_tokens` and `thread.context_tokens`; v4 adds `thread.allow_writes`; v5 adds
+`thread.thread_id`, binding the stored state to its thread. Older versions migrate on load
 (`graph.migrations`); each version has a fixture database in `tests/fixtures/`.
 """
 
@@ -33,6 +34,8 @@ class ThreadInfo(TypedDict):
 
     schema_version: int
     """Layout version of this state (`SCHEMA_VERSION` when written)."""
+    thread_id: str
+    """The thread this state belongs to; a state found under another id is refused."""
     task: str
     """The task text, exactly as given with `--task`."""
     model: str
@@ -122,7 +125,7 @@ def graph_signature(with_workspace: bool = False, with_writes: bool = False) -> 
     return f"nodes=budget,reason,tools;tools={','.join(tools)}"
 
 
-def initial_state(*, task: str, model: str, max_attempts: int, created_at: str,
+def initial_state(*, thread_id: str, task: str, model: str, max_attempts: int, created_at: str,
                   workspace: str | None = None, max_tokens: int | None = None,
                   context_tokens: int = DEFAULT_CONTEXT_TOKENS,
                   allow_writes: str | None = None) -> ThreadState:
@@ -130,6 +133,7 @@ def initial_state(*, task: str, model: str, max_attempts: int, created_at: str,
     return ThreadState(
         thread=ThreadInfo(
             schema_version=SCHEMA_VERSION,
+            thread_id=thread_id,
             task=task,
             model=model,
             max_attempts=max_attempts,

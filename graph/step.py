@@ -307,6 +307,7 @@ def advance(
             max_attempts = request.max_attempts or DEFAULT_MAX_ATTEMPTS
             store.ledger.create(thread_id, max_attempts)
             graph_input: Any = initial_state(
+                thread_id=thread_id,
                 task=request.task,
                 model=model_id,
                 max_attempts=max_attempts,

@@ -63,7 +63,7 @@ def verify(db: str) -> list[str]:
                               store.location, store.log.rows(thread_id))
                 for snapshot in graph.get_state_history({"configurable": {"thread_id": thread_id}}):
                     if snapshot.values.get("thread"):  # the input checkpoint holds no state yet
-                        check_values(snapshot.values, tuple(snapshot.next), where)
+                        check_values(snapshot.values, tuple(snapshot.next), where, thread_id)
             except RefusedError as exc:
                 problems.append(exc.message)
             except (CheckpointIntegrityError, sqlite3.DatabaseError) as exc:

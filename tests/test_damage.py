@@ -328,3 +328,16 @@ def test_verify_lists_checksum_failures_in_old_checkpoints_without_crashing(back
                         "channel = 'progress')")
     problems = verify(backend.db)
     assert len(problems) == 1 and "'a'" in problems[0]
+
+
+def test_a_checkpoint_copied_from_another_thread_is_refused(backend) -> None:
+    make_thread(backend.db, "a")
+    make_thread(backend.db, "b")
+    for channel in ("thread", "messages", "progress"):
+        backend.set_raw("b", channel, *backend.get_raw("a", channel))
+    before = backend.fingerprint()
+    model, factory = no_requests()
+    out = run_cli(["--thread", "b", "--once", "--db", backend.db], model_factory=factory)
+    assert (out["exit_code"], out["error_code"]) == (4, "damaged"), out
+    assert "belongs to thread 'a'" in out["error"]
+    assert model.requests == [] and backend.fingerprint() == before

@@ -78,7 +78,7 @@ def test_old_checkpoints_stay_readable_for_history(old) -> None:
         for snapshot in graph.get_state_history({"configurable": {"thread_id": f"{v}_ready"}}):
             if snapshot.next != ("__start__",):
                 versions.append(snapshot.values["thread"]["schema_version"])
-                check_values(snapshot.values, tuple(snapshot.next), "history")
+                check_values(snapshot.values, tuple(snapshot.next), "history", f"{v}_ready")
     assert int(v[1:]) in versions and SCHEMA_VERSION in versions
 
 
