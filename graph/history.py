@@ -65,6 +65,16 @@ def render(history: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _page(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 10_000:
+        raise ValueError(text)
+    return value
+
+
+_page.__name__ = "page size (1 to 10000)"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Prints one thread's history or the thread list; returns the exit code."""
     argv = sys.argv[1:] if argv is None else argv
@@ -73,8 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--thread", help="the thread to show")
     which.add_argument("--list", action="store_true", help="list every thread")
-    parser.add_argument("--checkpoints", type=int, default=50, metavar="N",
-                        help="show the latest N checkpoints (default 50)")
+    parser.add_argument("--checkpoints", type=_page, default=50, metavar="N",
+                        help="show the latest N checkpoints (1 to 10000, default 50)")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     as_json = "--json" in argv
     try:

@@ -39,7 +39,13 @@ def parse_age(text: str) -> timedelta:
     match = _AGE.fullmatch(text.strip())
     if not match:
         raise UsageError(f"age {text!r} must look like 90s, 30m, 24h or 7d")
-    return timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+    try:
+        age = timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+    except OverflowError:
+        raise UsageError(f"age {text!r} is too large") from None
+    if age > timedelta(days=36_500):
+        raise UsageError(f"age {text!r} is more than a hundred years")
+    return age
 
 
 @dataclass(frozen=True)

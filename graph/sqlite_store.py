@@ -24,6 +24,7 @@ from graph.ledger import SQLITE_LEDGER_DDL, SqlLedger
 from graph.locks import ThreadLocks
 from graph.serde import make_serde
 from graph.tombstones import TOMBSTONE_DDL, SqlTombstones
+from nodes.files import sweep_stale
 
 BUSY_TIMEOUT_MS = 30_000
 """How long a writer waits for SQLite's database lock before failing (milliseconds)."""
@@ -147,6 +148,8 @@ def _create_atomically(path: Path) -> None:
     process killed during creation never leaves a half-made file that later runs
     would have to refuse.
     """
+    for suffix in (".creating", ".creating-wal", ".creating-shm"):  # left by killed creators
+        sweep_stale(path.parent, path.name, suffix)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.creating")
     with _private_files():
         conn = _connect(tmp, isolation_level=None)

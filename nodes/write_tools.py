@@ -13,6 +13,8 @@ import secrets
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from nodes.files import sweep_stale
+
 WRITE_TOOLS = ("write_file", "append_file")
 MAX_WRITE_CHARS = 200_000
 
@@ -114,6 +116,7 @@ def atomic_write(path: Path, data: bytes) -> None:
     The temporary file is created exclusively and never through a symlink
     (`O_EXCL | O_NOFOLLOW`), and the file keeps its permissions.
     """
+    sweep_stale(path.parent, path.name, ".tmp")  # left by a killed writer
     mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)

@@ -183,6 +183,7 @@ def test_sigkill_during_an_approved_write_applies_it_exactly_once(
     assert proc.exitcode == -signal.SIGKILL
     out = run_cli(["--thread", "w", "--db", backend.db, "--once"])  # resume after the crash
     assert (out["exit_code"], out["status"]) == (0, "ready"), out
+    assert not list(out_dir.glob(".*.tmp")), "a killed writer's temporary file is swept"
     assert (out_dir / "report.md").read_text() == "# Shipping\n3 to 5 days [ship-01]\n"
     assert (out_dir / "log.txt").read_text() == "start\nreport written\n"
     out = run_cli(["--thread", "w", "--db", backend.db])

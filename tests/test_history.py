@@ -119,3 +119,9 @@ def test_history_cli_runs_as_a_process(tmp_path) -> None:
     assert result.returncode == 0, result.stderr
     assert "status   done" in result.stdout and "Review required" in result.stdout
     assert "search_references" in result.stdout
+
+
+@pytest.mark.parametrize("page", ["0", "-1", "x"])
+def test_checkpoint_page_size_must_be_positive(backend, page, capsys) -> None:
+    run_cli(["--thread", "h1", "--task", TASK, "--once", "--db", backend.db])
+    assert history_main(["--thread", "h1", "--db", backend.db, "--checkpoints", page, "--json"]) == 2

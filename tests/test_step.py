@@ -161,3 +161,10 @@ def test_new_database_files_are_private(sqlite_db: Path) -> None:
     run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", str(sqlite_db)])
     for path in sqlite_db.parent.iterdir():
         assert path.stat().st_mode & 0o077 == 0, path
+
+
+def test_files_left_by_a_killed_creator_are_swept(sqlite_db: Path) -> None:
+    stale = sqlite_db.parent / f".{sqlite_db.name}.999999.creating"
+    stale.write_bytes(b"half made")
+    out = run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", str(sqlite_db)])
+    assert out["exit_code"] == 0 and not stale.exists()
