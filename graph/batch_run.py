@@ -222,12 +222,9 @@ def run_batch(store: Any, items: list[BatchItem], settings: Any, *, once: bool,
             if _cap_full(store, cap_id):
                 outcome = _held_by_cap(store, item, cap_id)
             else:
-                before = store.ledger.read(item.thread_id)
                 outcome = advance(store, item.request(once), settings, charge=cap_id,
                                   **step_kwargs)
-                after = store.ledger.read(item.thread_id)
-                if (outcome.status == "ready" and _cap_full(store, cap_id) and after is not None
-                        and before is not None and after.claimed == before.claimed):
+                if outcome.held_back and _cap_full(store, cap_id):
                     outcome.exit_code, outcome.error_code = ExitCode.BATCH_CAP, "batch_cap"
                     outcome.error = f"request cap {cap_id!r} is full; no request was sent"
         except RunError as exc:  # busy in another worker: skipped for now; others: reported

@@ -38,6 +38,8 @@ class Outcome:
     max_tokens: int | None = None
     pending_calls: list[dict[str, Any]] | None = None
     next_nodes: list[str] = field(default_factory=list)
+    held_back: bool = False
+    """The last invocation could not claim its counted attempt (a full request cap)."""
 
     @classmethod
     def from_state(cls, thread_id: str, values: dict[str, Any], next_nodes: tuple) -> Outcome:
@@ -82,6 +84,7 @@ class Outcome:
         """One JSON object, on one line."""
         data = asdict(self)
         data.pop("next_nodes")
+        data.pop("held_back")
         data["exit_code"] = int(self.exit_code)
         data["review_required"] = self.answer is not None
         return json.dumps(data, ensure_ascii=False, sort_keys=True)

@@ -383,6 +383,11 @@ def _invoke_steps(
         outcome = Outcome.from_state(thread_id, snapshot.values, snapshot.next)
         progress = snapshot.values["progress"]
         sent = store.ledger.read(thread_id).claimed > claimed_before
+        if not sent and progress.get("outcome") == "not_sent":
+            # The counted attempt could not be claimed (a full request cap): invoking
+            # again would only go round budget and reason without sending.
+            outcome.held_back = True
+            return outcome
         if sent and progress.get("outcome") == "error":
             error = progress["last_error"]
             outcome.error, outcome.error_code = error["message"], error["error_code"]

@@ -119,3 +119,12 @@ def test_lines_that_could_only_fail_later_are_refused_up_front(backend, tmp_path
     error = json.loads(capsys.readouterr().out)["error"]
     assert all(f"line {n}:" in error for n in (2, 3, 4))
     assert backend.ledger_row("a") is None
+
+
+def test_a_thread_the_cap_stops_mid_run_is_reported_held(backend, tmp_path, capsys) -> None:
+    path = tasks_file(tmp_path, [{"thread_id": "m1", "task": TASK}])
+    out = tmp_path / "r.jsonl"
+    assert batch_main([str(path), "--db", backend.db, "--max-requests", "1", "--out", str(out)]) == 8
+    row = json.loads(out.read_text())
+    assert (row["status"], row["error_code"], row["exit_code"]) == ("ready", "batch_cap", 8)
+    assert backend.ledger_row("m1")[1] == 1
