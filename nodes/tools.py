@@ -19,7 +19,14 @@ from nodes import references
 from nodes.context import StepContext
 from nodes.prompts import TOOL_ERROR_PREFIX
 from nodes.workspace import Workspace, WorkspaceError
-from nodes.write_tools import WRITE_TOOL_SPECS, WRITE_TOOLS, call_hash
+from nodes.write_tools import (
+    WRITE_TOOL_SPECS,
+    WRITE_TOOLS,
+    WriteError,
+    call_hash,
+    parse_write,
+    resolve_target,
+)
 
 MAX_TOOL_OUTPUT_CHARS = 8_000
 """Longest tool result kept and sent (characters); longer output is cut and marked."""
@@ -224,10 +231,19 @@ def tools_node(state: Mapping[str, Any], runtime: Runtime[StepContext]) -> dict[
     answered = {m.get("tool_call_id") for m in state["messages"] if m.get("role") == "tool"}
     calls = [c for c in calls if c["id"] not in answered]
     reviewed: dict[str, str] = {}
-    if state["thread"].get("allow_writes"):
-        writes = [c for c in calls if (c.get("function") or {}).get("name") in WRITE_TOOLS]
+    root = state["thread"].get("allow_writes")
+    if root:
+        writes = []
+        for call in calls:
+            if (call.get("function") or {}).get("name") not in WRITE_TOOLS:
+                continue
+            try:  # a write that could never be applied is refused now, not shown for review
+                resolve_target(root, parse_write(call)[1])
+                writes.append(call)
+            except WriteError as exc:
+                reviewed[call["id"]] = f"{TOOL_ERROR_PREFIX}{exc}"
         if writes:
-            reviewed = _review(writes)
+            reviewed.update(_review(writes))
     results = []
     for call in calls:
         text = reviewed[call["id"]] if call["id"] in reviewed else run_tool_call(call, workspace)
