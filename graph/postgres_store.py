@@ -20,15 +20,15 @@ import hashlib
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from graph.approvals import APPROVALS_DDL, SqlApprovals
-from graph.attempt_log import POSTGRES_LOG_DDL, SqlAttemptLog
+from graph.approvals import APPROVALS_DDL
+from graph.attempt_log import POSTGRES_LOG_DDL
 from graph.errors import BusyError, RefusedError, UsageError
-from graph.ledger import POSTGRES_LEDGER_DDL, SqlLedger
-from graph.tombstones import TOMBSTONE_DDL, SqlTombstones
+from graph.ledger import POSTGRES_LEDGER_DDL
+from graph.store import Store
+from graph.tombstones import TOMBSTONE_DDL
 
 KEEPALIVES = {"keepalives": 1, "keepalives_idle": 20, "keepalives_interval": 5,
               "keepalives_count": 4}
@@ -87,36 +87,6 @@ class AdvisoryThreadLocks:
                 self._conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
 
 
-@dataclass
-class PostgresStore:
-    """An open PostgreSQL checkpoint database.
-
-    Attributes:
-        location: The URL with its password redacted, for messages.
-        checkpointer: LangGraph's `PostgresSaver` on its own connection.
-        ledger: The attempt ledger on the control connection.
-        log: The attempt log, on the control connection.
-        tombstones: Tombstones of pruned threads, on the control connection.
-        approvals: Decisions on write calls, on the control connection.
-        locks: Per-thread advisory locks on the control connection.
-    """
-
-    location: str
-    checkpointer: Any
-    ledger: SqlLedger
-    log: SqlAttemptLog
-    tombstones: SqlTombstones
-    approvals: SqlApprovals
-    locks: AdvisoryThreadLocks
-    conn: Any
-    _conns: tuple[Any, ...]
-
-    def close(self) -> None:
-        """Closes both connections, releasing every advisory lock."""
-        for conn in self._conns:
-            conn.close()
-
-
 def _schema_ready(conn: Any, migrations: int) -> bool:
     """True when LangGraph's migrations and our ledger are all in place (no lock needed)."""
     row = conn.execute(
@@ -155,7 +125,7 @@ def _setup_serialized(control: Any, checkpointer: Any, timeout_s: float = 120.0)
 
 @contextmanager
 def open_postgres(url: str, *, create: bool = True, read_only: bool = False
-                  ) -> Iterator[PostgresStore]:
+                  ) -> Iterator[Store]:
     """Connects, sets the schema up once (serialized), and yields the store.
 
     A database without our ledger is set up only with `create` (a new thread); resuming,
@@ -201,11 +171,8 @@ def open_postgres(url: str, *, create: bool = True, read_only: bool = False
                 raise RefusedError(f"{location} holds no mandapi-resume checkpoint database",
                                    error_code="no_such_file")
             _setup_serialized(control, checkpointer)
-        store = PostgresStore(location, checkpointer, SqlLedger(control, placeholder="%s"),
-                              SqlAttemptLog(control, placeholder="%s"),
-                              SqlTombstones(control, placeholder="%s"),
-                              SqlApprovals(control, placeholder="%s"),
-                              AdvisoryThreadLocks(control), control, conns)
+        store = Store.build(location, checkpointer, control, placeholder="%s",
+                            locks=AdvisoryThreadLocks(control), conns=conns)
         yield store
     finally:
         for conn in conns:

@@ -13,17 +13,17 @@ import stat
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from graph.approvals import APPROVALS_DDL, SqlApprovals
-from graph.attempt_log import SQLITE_LOG_DDL, SqlAttemptLog
+from graph.approvals import APPROVALS_DDL
+from graph.attempt_log import SQLITE_LOG_DDL
 from graph.errors import RefusedError, UsageError
-from graph.ledger import SQLITE_LEDGER_DDL, SqlLedger
+from graph.ledger import SQLITE_LEDGER_DDL
 from graph.locks import ThreadLocks
 from graph.serde import make_serde
-from graph.tombstones import TOMBSTONE_DDL, SqlTombstones
+from graph.store import Store
+from graph.tombstones import TOMBSTONE_DDL
 from nodes.files import sweep_stale
 
 BUSY_TIMEOUT_MS = 30_000
@@ -100,38 +100,6 @@ def check_database(path: Path) -> None:
         raise refuse(f"is truncated ({path.stat().st_size} bytes, {pages} pages of {page_size})")
 
 
-@dataclass
-class SqliteStore:
-    """An open SQLite checkpoint database.
-
-    Attributes:
-        location: The database path, for messages.
-        checkpointer: LangGraph's `SqliteSaver` on its own connection.
-        ledger: The attempt ledger on a second, autocommit connection.
-        log: The attempt log, on the ledger's connection.
-        tombstones: Tombstones of pruned threads, on the ledger's connection.
-        approvals: Decisions on write calls, on the ledger's connection.
-        locks: Per-thread writer locks on the database file; None when opened read-only.
-    """
-
-    location: str
-    checkpointer: Any
-    ledger: SqlLedger
-    log: SqlAttemptLog
-    tombstones: SqlTombstones
-    approvals: SqlApprovals
-    locks: ThreadLocks | None
-    conn: sqlite3.Connection
-    _conns: tuple[sqlite3.Connection, ...]
-
-    def close(self) -> None:
-        """Closes both connections, then the lock handle (see `graph.locks`)."""
-        for conn in self._conns:
-            conn.close()
-        if self.locks is not None:
-            self.locks.close()
-
-
 def _setup_schema(saver_conn: sqlite3.Connection, ledger_conn: sqlite3.Connection) -> Any:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
@@ -166,7 +134,7 @@ def _create_atomically(path: Path) -> None:
 
 
 @contextmanager
-def open_sqlite(path: Path, *, create: bool, read_only: bool = False) -> Iterator[SqliteStore]:
+def open_sqlite(path: Path, *, create: bool, read_only: bool = False) -> Iterator[Store]:
     """Opens (and with `create`, creates) a checkpoint database file.
 
     Args:
@@ -213,9 +181,8 @@ def open_sqlite(path: Path, *, create: bool, read_only: bool = False) -> Iterato
             ledger_conn = _connect(path, isolation_level=None)
             checkpointer = _setup_schema(saver_conn, ledger_conn)
             locks = ThreadLocks(path)
-    store = SqliteStore(str(path), checkpointer, SqlLedger(ledger_conn), SqlAttemptLog(ledger_conn),
-                        SqlTombstones(ledger_conn), SqlApprovals(ledger_conn), locks, ledger_conn,
-                        (saver_conn, ledger_conn))
+    store = Store.build(str(path), checkpointer, ledger_conn, placeholder="?", locks=locks,
+                        conns=(saver_conn, ledger_conn))
     try:
         yield store
     finally:
