@@ -38,6 +38,36 @@ def estimate_tokens(payload: Any) -> int:
     return len(json.dumps(payload, ensure_ascii=False)) // CHARS_PER_TOKEN + 1
 
 
+class _Sizes:
+    """The JSON length of a message list, kept as a running total while it is edited.
+
+    `json.dumps` of a list is `[` + the items joined by `, ` + `]`, so the list's length
+    is the sum of its items' lengths plus 2 per separator and 2 for the brackets: the
+    estimate equals `estimate_tokens(list)` exactly, without serializing the whole
+    conversation again after each edit (issue 15: that re-serialization was most of a
+    step's cost).
+    """
+
+    def __init__(self, messages: Sequence[dict[str, Any]]) -> None:
+        self.lengths = [self.length(m) for m in messages]
+
+    @staticmethod
+    def length(message: dict[str, Any]) -> int:
+        return len(json.dumps(message, ensure_ascii=False))
+
+    def tokens(self, skip: set[int] | frozenset[int] = frozenset(), extra: int = 0) -> int:
+        """`estimate_tokens` of the list without the `skip` indexes, plus `extra` items.
+
+        Args:
+            skip: Indexes left out.
+            extra: Lengths of items added (each one more item in the list).
+        """
+        kept = [n for i, n in enumerate(self.lengths) if i not in skip]
+        count = len(kept) + (1 if extra else 0)
+        chars = 2 + sum(kept) + extra + (2 * (count - 1) if count else 0)
+        return chars // CHARS_PER_TOKEN + 1
+
+
 def _evidence_of(text: str) -> list[str]:
     try:
         data = json.loads(text)
@@ -86,7 +116,8 @@ def compact(messages: Sequence[dict[str, Any]], limit_tokens: int,
     """
     out = [dict(m) for m in messages]
     budget = limit_tokens - overhead_tokens
-    if estimate_tokens(out) <= budget:
+    sizes = _Sizes(out)
+    if sizes.tokens() <= budget:
         return out
     units = _units(out)
     protected = set(units[-1]) if units else set()
@@ -96,13 +127,15 @@ def compact(messages: Sequence[dict[str, Any]], limit_tokens: int,
             msg = out[index]
             if msg["role"] == "tool" and not str(msg["content"]).startswith(STUB_PREFIX):
                 out[index] = stub(msg, calls.get(msg["tool_call_id"]))
-        if estimate_tokens(out) <= budget:
+                sizes.lengths[index] = sizes.length(out[index])
+        if sizes.tokens() <= budget:
             return out
     for unit in units[:-1]:  # 2. shorten old assistant text
         msg = out[unit[0]]
         if msg["role"] == "assistant" and len(msg.get("content") or "") > _ASSISTANT_KEEP_CHARS:
             out[unit[0]] = {**msg, "content": msg["content"][:_ASSISTANT_KEEP_CHARS] + " …"}
-        if estimate_tokens(out) <= budget:
+            sizes.lengths[unit[0]] = sizes.length(out[unit[0]])
+        if sizes.tokens() <= budget:
             return out
     index_at = 1 if len(out) > 1 and _is_index(out[1]) else None
     entries = _index_entries(out[1]) if index_at else []
@@ -114,10 +147,11 @@ def compact(messages: Sequence[dict[str, Any]], limit_tokens: int,
         for index in unit:
             if out[index]["role"] == "tool":
                 entries += _entries_of(out[index], calls.get(out[index]["tool_call_id"]))
-        kept = _with_index([m for i, m in enumerate(out) if i not in dropped and i != index_at],
-                           entries)
-        if estimate_tokens(kept) <= budget:
-            return kept
+        index_msg = _index_message(entries)
+        skip = dropped | ({index_at} if index_at is not None else set())
+        extra = sizes.length(index_msg) if index_msg is not None else 0
+        if sizes.tokens(skip, extra) <= budget:
+            return _with_index([m for i, m in enumerate(out) if i not in skip], entries)
     return _with_index([m for i, m in enumerate(out)
                         if (i not in dropped or i in protected) and i != index_at], entries)
 
@@ -142,16 +176,23 @@ def _entries_of(tool_message: dict[str, Any], call: dict[str, Any] | None) -> li
     return [f"{e} (via {how})" for e in evidence]
 
 
-def _with_index(messages: list[dict[str, Any]], entries: list[str]) -> list[dict[str, Any]]:
-    """`messages` with the evidence index (deduplicated, capped) right after the task."""
+def _index_message(entries: list[str]) -> dict[str, Any] | None:
+    """The evidence index message (deduplicated, capped), or None without entries."""
     unique = list(dict.fromkeys(entries))
     if len(unique) > INDEX_ENTRIES:
         half = INDEX_ENTRIES // 2
         unique = unique[:half] + unique[-half:]
     if not unique:
+        return None
+    return {"role": "user", "content": INDEX_PREFIX + " (cite these ids; call the tool again "
+            "to re-read):\n" + "\n".join(f"- {e}" for e in unique)}
+
+
+def _with_index(messages: list[dict[str, Any]], entries: list[str]) -> list[dict[str, Any]]:
+    """`messages` with the evidence index (deduplicated, capped) right after the task."""
+    index = _index_message(entries)
+    if index is None:
         return messages
-    index = {"role": "user", "content": INDEX_PREFIX + " (cite these ids; call the tool again "
-             "to re-read):\n" + "\n".join(f"- {e}" for e in unique)}
     return [messages[0], index, *messages[1:]]
 
 
