@@ -19,8 +19,8 @@ from nodes.write_tools import (
     WriteError,
     call_hash,
     canonical_arguments,
+    check_path,
     parse_write,
-    resolve_target,
 )
 
 
@@ -43,7 +43,12 @@ def open_calls_of_last(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, 
 
 def split_writes(root: str | None, calls: list[dict[str, Any]]
                  ) -> tuple[list[dict[str, Any]], dict[str, str]]:
-    """(write calls to review, tool-error texts by call id of writes never applicable)."""
+    """(write calls to review, tool-error texts by call id of writes never applicable).
+
+    Decided from the calls alone (arguments and path syntax, never the file system),
+    so a re-run of the node on resume pauses for exactly the same calls; whether the
+    folder still allows the write is checked when a decision is made and applied.
+    """
     writes: list[dict[str, Any]] = []
     refused: dict[str, str] = {}
     if not root:
@@ -52,7 +57,7 @@ def split_writes(root: str | None, calls: list[dict[str, Any]]
         if (call.get("function") or {}).get("name") not in WRITE_TOOLS:
             continue
         try:
-            resolve_target(root, parse_write(call)[1])
+            check_path(parse_write(call)[1])
             writes.append(call)
         except WriteError as exc:
             refused[call["id"]] = f"{TOOL_ERROR_PREFIX}{exc}"

@@ -77,6 +77,23 @@ def parse_write(call: dict[str, Any]) -> tuple[str, str, str]:
     return name, args["path"], args["text"]
 
 
+def check_path(rel: str) -> PurePosixPath:
+    """`rel` as a path, if it is a plain relative path (checked without the file system).
+
+    The tools node decides with this alone which write calls are paused for review, so
+    the decision is the same when LangGraph re-runs the node on resume, whatever
+    happened to the folder meanwhile.
+
+    Raises:
+        WriteError: Empty, absolute, `..`, or a NUL character.
+    """
+    pure = PurePosixPath(rel)
+    if ("\x00" in rel or not rel.strip() or pure.is_absolute() or rel.startswith(("/", "\\"))
+            or ".." in pure.parts):
+        raise WriteError(f"{rel!r} is not a plain relative path inside the writable folder")
+    return pure
+
+
 def resolve_target(root: str | Path, rel: str) -> Path:
     """The confined absolute path of `rel` under `root`.
 
@@ -84,10 +101,7 @@ def resolve_target(root: str | Path, rel: str) -> Path:
         WriteError: Absolute, `..`, a symlink anywhere on the way, or a missing folder.
     """
     base = Path(root).resolve()
-    pure = PurePosixPath(rel)
-    if ("\x00" in rel or not rel.strip() or pure.is_absolute() or rel.startswith(("/", "\\"))
-            or ".." in pure.parts):
-        raise WriteError(f"{rel!r} is not a plain relative path inside the writable folder")
+    pure = check_path(rel)
     target = base.joinpath(*pure.parts)
     node = base
     for part in pure.parts:
