@@ -86,7 +86,7 @@ def _check_unchanged(pending: list[dict[str, Any]], values: dict[str, Any], wher
                                error_code="tampered")
 
 
-def _not_applied(exc: Exception) -> str:
+def _not_applied(exc: Exception | str) -> str:
     return f"TOOL ERROR: approved, but the write could not be applied: {exc}. Nothing was written."
 
 
