@@ -7,12 +7,21 @@ writes are applied here, locally (an approval never makes a model request), then
 interrupt is resumed with `Command(resume=...)` carrying the call ids and hashes, and
 the graph stops before the budget node.
 
+Decisions belong to one turn: the paused message is the reply of the thread's
+current attempt, and rows are keyed by thread, attempt and call id (see
+`graph.approvals_table`), so a call id reused by a later reply never finds them.
+
 At most once in effect: just before each write (in call order, so two writes to one
 file chain), the decision row records the file's hash before and the hash it will have
-after (the idempotency key is thread, call id and argument hash). A write is a
-temporary file, fsync and rename; it is then marked applied. After a crash at any
+after (the idempotency key is thread, attempt, call id and argument hash). A write is
+a temporary file, fsync and rename; it is then marked applied. After a crash at any
 point, a file already at the planned hash is marked applied without writing again; a
 file still at the old hash is written; a file changed by anyone else is refused.
+
+An approved write that can no longer be applied (its folder was removed, its path now
+goes through a symlink or names a folder, the file system refuses it) is not an
+error of the run: its row records why, nothing is written for it, and the model is
+told in its tool result, so the thread continues.
 
 Pitfalls handled (LangGraph 1.2): a `Command(resume=...)` sent while a thread is paused
 by `interrupt_after` is consumed by the next `interrupt()`, and invoking with `None`
@@ -22,85 +31,44 @@ before any resume, and a waiting thread is never invoked otherwise.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import hashlib
 from typing import Any
 
+from graph.approvals_table import APPROVALS_DDL, SqlApprovals, now
 from graph.errors import RefusedError, UsageError
-from graph.sql import SqlTable
 from nodes.write_tools import (
     WriteError,
     atomic_write,
     call_hash,
+    canonical_arguments,
     file_sha256,
     parse_write,
     planned_content,
     resolve_target,
 )
 
-APPROVALS_DDL = """
-CREATE TABLE IF NOT EXISTS write_approvals (
-    thread_id     TEXT NOT NULL,
-    tool_call_id  TEXT NOT NULL,
-    tool          TEXT NOT NULL,
-    args_sha256   TEXT NOT NULL,
-    decision      TEXT NOT NULL CHECK (decision IN ('approve', 'reject')),
-    reason        TEXT,
-    decided_at    TEXT NOT NULL,
-    target        TEXT,
-    before_sha256 TEXT,
-    after_sha256  TEXT,
-    result        TEXT NOT NULL,
-    applied_at    TEXT,
-    PRIMARY KEY (thread_id, tool_call_id)
-);
-"""
-_COLUMNS = ("thread_id", "tool_call_id", "tool", "args_sha256", "decision", "reason",
-            "decided_at", "target", "before_sha256", "after_sha256", "result", "applied_at")
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-class SqlApprovals(SqlTable):
-    """Decision rows on write calls (see `graph.sql.SqlTable`)."""
-
-    def rows(self, thread_id: str) -> dict[str, dict[str, Any]]:
-        """The thread's decisions by call id (empty for a database from before approvals)."""
-        found = self._rows_if_table(
-            "write_approvals", f"SELECT {', '.join(_COLUMNS)} FROM write_approvals "
-            "WHERE thread_id = ? ORDER BY decided_at, tool_call_id", (thread_id,)) or []
-        return {row[1]: dict(zip(_COLUMNS, row, strict=True)) for row in found}
-
-    def add(self, row: dict[str, Any]) -> None:
-        """Records one decision; a second decision for the same call is refused by the key."""
-        self._run(f"INSERT INTO write_approvals ({', '.join(_COLUMNS)}) VALUES "
-                  f"({', '.join('?' for _ in _COLUMNS)})", tuple(row[c] for c in _COLUMNS))
-
-    def plan(self, thread_id: str, tool_call_id: str, before: str, after: str) -> None:
-        """Records, before writing, the file's hash now and the hash it will have after."""
-        self._run("UPDATE write_approvals SET before_sha256 = ?, after_sha256 = ? WHERE "
-                  "thread_id = ? AND tool_call_id = ? AND before_sha256 IS NULL",
-                  (before, after, thread_id, tool_call_id))
-
-    def mark_applied(self, thread_id: str, tool_call_id: str) -> None:
-        """Marks an approved write as done."""
-        self._run("UPDATE write_approvals SET applied_at = ? WHERE thread_id = ? AND "
-                  "tool_call_id = ? AND applied_at IS NULL", (_now(), thread_id, tool_call_id))
+__all__ = ["APPROVALS_DDL", "SqlApprovals", "apply_approved", "decide", "pending_review"]
 
 
 def pending_review(snapshot: Any) -> list[dict[str, Any]] | None:
     """The write calls a thread is paused on, or None when it is not waiting for review.
 
     Returns:
-        Each with `tool_call_id`, `name`, `arguments` and `sha256`, in call order.
+        Each with `tool_call_id`, `name`, `arguments` (canonical: exactly what an
+        approval applies) and `sha256`, in call order.
     """
     for task in snapshot.tasks or ():
         for pending in task.interrupts or ():
             value = pending.value
             if isinstance(value, dict) and value.get("kind") == "approval":
-                return list(value["pending"])
+                return [{**p, "arguments": canonical_arguments(p["arguments"])}
+                        for p in value["pending"]]
     return None
+
+
+def _turn(values: dict[str, Any]) -> int:
+    """The attempt whose reply is the paused message (tools runs right after reason)."""
+    return int(values["progress"]["attempts"])
 
 
 def _current_calls(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -118,9 +86,13 @@ def _check_unchanged(pending: list[dict[str, Any]], values: dict[str, Any], wher
                                error_code="tampered")
 
 
+def _not_applied(exc: Exception | str) -> str:
+    return f"TOOL ERROR: approved, but the write could not be applied: {exc}. Nothing was written."
+
+
 def decide(store: Any, thread_id: str, pending: list[dict[str, Any]], values: dict[str, Any],
            approve: list[str], reject: list[str], reason: str | None) -> dict[str, dict[str, Any]]:
-    """Checks and records decisions; returns every decision of the paused calls.
+    """Checks and records decisions; returns every decision of the paused turn, by call id.
 
     Raises:
         UsageError: An unknown or already decided call id (exit 2).
@@ -129,7 +101,8 @@ def decide(store: Any, thread_id: str, pending: list[dict[str, Any]], values: di
     where = f"{store.location}: thread {thread_id!r}"
     _check_unchanged(pending, values, where)
     by_id = {p["tool_call_id"]: p for p in pending}
-    decided = store.approvals.rows(thread_id)
+    turn = _turn(values)
+    decided = store.approvals.turn(thread_id, turn)
     asked = [(cid, "approve") for cid in approve] + [(cid, "reject") for cid in reject]
     seen: set[str] = set()
     for cid, _ in asked:
@@ -142,46 +115,72 @@ def decide(store: Any, thread_id: str, pending: list[dict[str, Any]], values: di
     calls = _current_calls(values)
     root = values["thread"]["allow_writes"]
     for cid, decision in asked:
-        call = calls[cid]
-        row = {"thread_id": thread_id, "tool_call_id": cid, "tool": by_id[cid]["name"],
-               "args_sha256": by_id[cid]["sha256"], "decision": decision, "decided_at": _now(),
-               "reason": reason if decision == "reject" else None, "target": None,
-               "before_sha256": None, "after_sha256": None, "applied_at": None}
+        row = {"thread_id": thread_id, "attempt": turn, "tool_call_id": cid,
+               "tool": by_id[cid]["name"], "arguments": by_id[cid]["arguments"],
+               "args_sha256": by_id[cid]["sha256"], "decision": decision, "decided_at": now(),
+               "reason": reason if decision == "reject" else None}
         if decision == "reject":
             row["result"] = (f"REJECTED by the reviewer: {reason or 'no reason given'}. "
                              "Nothing was written.")
         else:
             try:
-                name, rel, text = parse_write(call)
+                name, rel, text = parse_write(calls[cid])
                 resolve_target(root, rel)
                 row.update(target=rel, result=f"Approved by the reviewer and applied: {name} "
                                               f"{rel} ({len(text.encode())} bytes).")
             except WriteError as exc:
-                row.update(result=f"TOOL ERROR: approved, but the write cannot be done: {exc}",
-                           applied_at=_now())
+                row.update(error=str(exc), result=_not_applied(exc))
         store.approvals.add(row)
-    return store.approvals.rows(thread_id)
+    return store.approvals.turn(thread_id, turn)
 
 
 def _sha(data: bytes) -> str:
-    import hashlib
-
     return hashlib.sha256(data).hexdigest()
 
 
+def _apply_one(store: Any, thread_id: str, turn: int, cid: str, row: dict[str, Any],
+               call: dict[str, Any], root: str, where: str) -> None:
+    """Applies one approved write at most once in effect (see module doc).
+
+    Raises:
+        WriteError, OSError: It cannot be applied any more (the caller records why).
+        RefusedError: `conflict`: the file changed since the write was planned.
+    """
+    name, rel, text = parse_write(call)
+    target = resolve_target(root, rel)
+    if row["before_sha256"] is None:  # plan first, so a crash can tell done from not
+        row["before_sha256"] = file_sha256(target)
+        row["after_sha256"] = _sha(planned_content(target, name, text))
+        store.approvals.plan(thread_id, turn, cid, row["before_sha256"], row["after_sha256"])
+    current = file_sha256(target)
+    if current == row["before_sha256"]:
+        atomic_write(target, planned_content(target, name, text))
+    elif current != row["after_sha256"]:
+        raise RefusedError(f"{where}: {rel} changed since the write was approved; nothing "
+                           "is written", error_code="conflict")
+    store.approvals.mark_applied(thread_id, turn, cid)
+
+
 def apply_approved(store: Any, thread_id: str, values: dict[str, Any],
-                   decisions: dict[str, dict[str, Any]]) -> None:
-    """Applies every approved, not yet applied write, at most once in effect.
+                   decisions: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Applies every approved, not yet applied write of the paused turn, at most once in effect.
+
+    A write that can no longer be applied is recorded as not applied, with the reason,
+    and its tool result tells the model; the others still apply.
+
+    Returns:
+        The turn's decisions by call id, as stored afterwards.
 
     Raises:
         RefusedError: `tampered` (the call changed since approval) or `conflict` (the
-            file changed since approval); nothing is written.
+            file changed since approval); nothing more is written.
     """
     where = f"{store.location}: thread {thread_id!r}"
     calls = _current_calls(values)
     root = values["thread"]["allow_writes"]
-    todo = [(cid, row) for cid, row in decisions.items()
-            if row["decision"] == "approve" and row["applied_at"] is None]
+    turn = _turn(values)
+    todo = [(cid, row) for cid, row in decisions.items() if row["decision"] == "approve"
+            and row["applied_at"] is None and row["error"] is None]
     for cid, row in todo:  # every call checked before anything is written
         call = calls.get(cid)
         if call is None or call_hash(call) != row["args_sha256"]:
@@ -189,16 +188,10 @@ def apply_approved(store: Any, thread_id: str, values: dict[str, Any],
                                "nothing is written", error_code="tampered")
     order = list(calls)
     for cid, row in sorted(todo, key=lambda item: order.index(item[0])):  # call order
-        name, rel, text = parse_write(calls[cid])
-        target = resolve_target(root, rel)
-        if row["before_sha256"] is None:  # plan first, so a crash can tell done from not
-            row["before_sha256"] = file_sha256(target)
-            row["after_sha256"] = _sha(planned_content(target, name, text))
-            store.approvals.plan(thread_id, cid, row["before_sha256"], row["after_sha256"])
-        current = file_sha256(target)
-        if current == row["before_sha256"]:
-            atomic_write(target, planned_content(target, name, text))
-        elif current != row["after_sha256"]:
-            raise RefusedError(f"{where}: {rel} changed since the write was approved; nothing "
-                               "is written", error_code="conflict")
-        store.approvals.mark_applied(thread_id, cid)
+        try:
+            _apply_one(store, thread_id, turn, cid, row, calls[cid], root, where)
+        except (WriteError, OSError) as exc:
+            reason = str(exc) if isinstance(exc, WriteError) else (
+                f"{exc.strerror or type(exc).__name__} ({row.get('target')})")
+            store.approvals.mark_failed(thread_id, turn, cid, reason, _not_applied(reason))
+    return store.approvals.turn(thread_id, turn)

@@ -15,11 +15,25 @@ from typing import Any
 from graph.cli import Parser, resolve_db
 from graph.errors import RunError
 from graph.outcome import REVIEW_REMINDER
+from nodes.write_tools import WRITE_TOOLS, WriteError, parse_write
 
 
 def _short(text: Any, width: int) -> str:
     text = "" if text is None else " ".join(str(text).split())
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _call(call: dict[str, Any]) -> str:
+    """A tool call on one line; a write call with its path whole (never shortened away)."""
+    if call["name"] in WRITE_TOOLS:
+        try:
+            _, path, text = parse_write({"function": {"name": call["name"],
+                                                      "arguments": call["arguments"]}})
+        except WriteError:
+            pass
+        else:
+            return f"{call['name']} {path} ({len(text)} chars)"
+    return _short(f"{call['name']}({call.get('canonical_arguments', call['arguments'])})", 36)
 
 
 def render(history: dict[str, Any]) -> str:
@@ -49,14 +63,16 @@ def render(history: dict[str, Any]) -> str:
         detail = step["error"] if step["outcome"] in ("error", "no record") else step["thought"]
         lines.append(head + _short(detail, 60))
         for call in step["tool_calls"]:
-            lines.append(" " * 54 + _short(f"{call['name']}({call['arguments']})", 36) + " → "
+            lines.append(" " * 54 + _call(call) + " → "
                          + _short(call["observation"] or "(not run yet)", 50))
     if history.get("decisions"):
         lines += ["", "review decisions"]
         for d in history["decisions"]:
-            lines.append(f"  {d['tool_call_id']}  {d['tool']}  {d['decision']}"
+            lines.append(f"  step {d['step']}  {d['tool_call_id']}  {d['tool']} "
+                         f"{d['target'] or '-'}  {d['decision']}"
                          f"{' (' + d['reason'] + ')' if d['reason'] else ''}  {d['decided_at']}  "
-                         f"applied={'yes' if d['applied'] else 'no'}  sha256={d['args_sha256'][:12]}…")
+                         f"applied={'yes' if d['applied'] else 'no'}  sha256={d['args_sha256'][:12]}…"
+                         + (f"  not applied: {d['error']}" if d["error"] else ""))
     lines += ["", "checkpoint                              step  written_by    next      attempts"]
     for cp in history["checkpoints"]:
         attempts = "-" if cp["attempts"] is None else cp["attempts"]

@@ -32,6 +32,7 @@ from graph.settings import DEFAULT_MAX_ATTEMPTS, Settings, model_for_new_thread
 from graph.state import DEFAULT_CONTEXT_TOKENS, FINAL_STATUSES, SCHEMA_VERSION, initial_state
 from nodes.context import ChatModel, NoModel, StepContext
 from nodes.pairing import UnsafeHistoryError
+from nodes.review import needs_review
 
 
 @dataclass(frozen=True)
@@ -227,8 +228,7 @@ def _review(graph: Any, config: dict[str, Any], store: Any, loaded: Any, request
                        list(request.reject), request.reason)
     if not all(p["tool_call_id"] in decisions for p in pending):
         return Outcome.waiting(thread_id, loaded.values, pending, decisions)
-    apply_approved(store, thread_id, loaded.values, decisions)
-    decisions = store.approvals.rows(thread_id)
+    decisions = apply_approved(store, thread_id, loaded.values, decisions)
     payload = {"decisions": [{"tool_call_id": p["tool_call_id"], "sha256": p["sha256"],
                               "decision": decisions[p["tool_call_id"]]["decision"],
                               "result": decisions[p["tool_call_id"]]["result"]} for p in pending]}
@@ -377,6 +377,10 @@ def _invoke_steps(
                                f"cannot be sent: {exc}", error_code="damaged") from None
         graph_input = None
         snapshot = graph.get_state(config)
+        if tuple(snapshot.next) == ("tools",) and needs_review(snapshot.values):
+            # Say it now: run tools up to its review pause (no request; budget never runs).
+            graph.invoke(None, config, context=ctx, durability="sync", interrupt_before=["budget"])
+            snapshot = graph.get_state(config)
         pending = pending_review(snapshot)
         if pending is not None:
             return Outcome.waiting(thread_id, snapshot.values, pending, {})

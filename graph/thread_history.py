@@ -11,6 +11,7 @@ from typing import Any
 from graph.errors import RefusedError
 from graph.factory import build_graph
 from graph.loading import check_values, load_thread, pending_input, read_snapshot
+from nodes.write_tools import canonical_arguments
 
 OBSERVATION_PREVIEW_CHARS = 80
 
@@ -33,16 +34,19 @@ def step_log(store: Any, thread_id: str) -> list[dict[str, Any]]:
         Dicts with `step` (attempt number), `outcome` (`tool_calls`, `answer`, `error`,
         or `no record` for a claimed attempt whose process stopped before recording),
         `thought` (assistant text or None), `tool_calls` (each with `id`, `name`,
-        `arguments` and its whole `observation`, None if the tool has not run),
+        `arguments` as sent by the model, `canonical_arguments` (what the tool used
+        and a review showed; the raw text when ambiguous) and its whole
+        `observation`, None if the tool has not run),
         `tokens` (total tokens of the request), `error_code`, `error` and
         `completed_at` (UTC, ISO 8601).
     """
     steps: dict[int, dict[str, Any]] = {}
-    observations: dict[str, str] = {}
+    observations: dict[tuple[int, str], str] = {}  # by (attempt, call id): ids recur per turn
     for row in store.log.rows(thread_id):
         payload = row["payload"]
         if row["kind"] == "tool":
-            observations.setdefault(payload["tool_call_id"], payload["observation"])
+            observations.setdefault((row["attempt"], payload["tool_call_id"]),
+                                    payload["observation"])
             continue
         steps.setdefault(row["attempt"], {
             "step": row["attempt"], "outcome": payload["outcome"],
@@ -60,7 +64,8 @@ def step_log(store: Any, thread_id: str) -> list[dict[str, Any]]:
             "completed_at": None})
     for step in steps.values():
         for call in step["tool_calls"]:
-            call["observation"] = observations.get(call["id"])
+            call["observation"] = observations.get((step["step"], call["id"]))
+            call["canonical_arguments"] = canonical_arguments(call.get("arguments"))
     return [steps[k] for k in sorted(steps)]
 
 
@@ -104,8 +109,11 @@ def thread_history(store: Any, thread_id: str, checkpoint_limit: int = 50) -> di
 
     Returns:
         `{"header": {...}, "steps": step_log(...), "checkpoints": checkpoints(...),
-        "decisions": [...]}` (decisions on write calls: `tool_call_id`, `tool`,
-        `args_sha256`, `decision`, `reason`, `decided_at`, `applied`, `result`);
+        "decisions": [...]}` (decisions on write calls: `step` (the attempt whose reply
+        asked for the call), `tool_call_id`, `tool`, `target` (the path, whole),
+        `arguments` (the canonical text approved; None on rows from before it was
+        kept), `args_sha256`, `decision`, `reason`, `decided_at`, `applied`, `error`
+        (why an approved write was not applied) and `result`);
         the header has `thread_id`, `task`, `model`, `status`, `attempts`,
         `max_attempts`, `usage` (tokens), `max_tokens`, `context_tokens`, `workspace`,
         `created_at`, `updated_at`, `answer`, `stop_reason` and `review_required`.
@@ -133,11 +141,12 @@ def thread_history(store: Any, thread_id: str, checkpoint_limit: int = 50) -> di
         "answer": progress["answer"], "stop_reason": progress["stop_reason"],
         "review_required": progress["answer"] is not None,
     }
-    decisions = [{"tool_call_id": r["tool_call_id"], "tool": r["tool"],
+    decisions = [{"step": r["attempt"], "tool_call_id": r["tool_call_id"], "tool": r["tool"],
+                  "target": r["target"], "arguments": r["arguments"],
                   "args_sha256": r["args_sha256"], "decision": r["decision"], "reason": r["reason"],
                   "decided_at": r["decided_at"], "applied": r["applied_at"] is not None
-                  and r["decision"] == "approve" and not r["result"].startswith("TOOL ERROR"),
-                  "result": r["result"]} for r in store.approvals.rows(thread_id).values()]
+                  and r["decision"] == "approve", "error": r["error"], "result": r["result"]}
+                 for r in store.approvals.rows(thread_id).values()]
     return {"header": header, "steps": step_log(store, thread_id),
             "checkpoints": checkpoints(store, thread_id, checkpoint_limit), "decisions": decisions}
 

@@ -89,6 +89,23 @@ def stub(tool_message: dict[str, Any], call: dict[str, Any] | None) -> dict[str,
                        "(call the tool again to re-read)"}
 
 
+def calls_by_position(messages: Sequence[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """The call each tool result answers, by the result's index in `messages`.
+
+    Pairing is positional: a result answers the call with its id in the latest
+    assistant message before it, so an id used again by a later turn never picks
+    up another turn's call.
+    """
+    found: dict[int, dict[str, Any]] = {}
+    current: dict[str, dict[str, Any]] = {}
+    for index, msg in enumerate(messages):
+        if msg["role"] == "assistant":
+            current = {c["id"]: c for c in msg.get("tool_calls") or []}
+        elif msg["role"] == "tool" and msg.get("tool_call_id") in current:
+            found[index] = current[msg["tool_call_id"]]
+    return found
+
+
 def _units(messages: Sequence[dict[str, Any]]) -> list[list[int]]:
     """Indexes grouped into exchanges: each assistant message with its tool results."""
     units: list[list[int]] = []
@@ -121,12 +138,12 @@ def compact(messages: Sequence[dict[str, Any]], limit_tokens: int,
         return out
     units = _units(out)
     protected = set(units[-1]) if units else set()
-    calls = {c["id"]: c for m in out if m["role"] == "assistant" for c in m.get("tool_calls") or []}
+    calls = calls_by_position(out)
     for unit in units[:-1]:  # 1. stub old tool results, oldest first
         for index in unit:
             msg = out[index]
             if msg["role"] == "tool" and not str(msg["content"]).startswith(STUB_PREFIX):
-                out[index] = stub(msg, calls.get(msg["tool_call_id"]))
+                out[index] = stub(msg, calls.get(index))
                 sizes.lengths[index] = sizes.length(out[index])
         if sizes.tokens() <= budget:
             return out
@@ -146,7 +163,7 @@ def compact(messages: Sequence[dict[str, Any]], limit_tokens: int,
         dropped.update(unit)
         for index in unit:
             if out[index]["role"] == "tool":
-                entries += _entries_of(out[index], calls.get(out[index]["tool_call_id"]))
+                entries += _entries_of(out[index], calls.get(index))
         index_msg = _index_message(entries)
         skip = dropped | ({index_at} if index_at is not None else set())
         extra = sizes.length(index_msg) if index_msg is not None else 0

@@ -1,7 +1,11 @@
 """Tool-call pairing rules for a conversation (INVARIANTS I6).
 
-Every `tool` message answers a call of the latest assistant message with calls, once;
-every call has its result before the next assistant message. Ids are never renamed.
+Pairing is positional, as in the chat-completions format: every `tool` message
+answers a call of the latest assistant message with calls, once; every call has its
+result before the next assistant message. An id is unique within one assistant
+message; a later message may use it again (servers that number `call_0`, `call_1`
+afresh in every reply), and its results then answer that later message only. Ids are
+never renamed.
 """
 
 from __future__ import annotations
@@ -22,10 +26,11 @@ def open_calls(messages: Sequence[Mapping[str, Any]]) -> list[str]:
     """Ids of the latest assistant message's calls that have no result yet, in call order.
 
     Raises:
-        UnsafeHistoryError: The pairing is broken anywhere.
+        UnsafeHistoryError: The pairing is broken anywhere (a result that answers no
+            open call of the latest assistant message, an id twice in one message, a
+            message after unanswered calls).
     """
     pending: list[str] = []
-    seen: set[str] = set()
     for index, msg in enumerate(messages):
         role = msg.get("role")
         if role == "assistant":
@@ -33,9 +38,9 @@ def open_calls(messages: Sequence[Mapping[str, Any]]) -> list[str]:
                 raise UnsafeHistoryError(
                     f"message {index} follows unanswered tool call(s) {pending}")
             for call in msg.get("tool_calls") or []:
-                if call["id"] in seen:
-                    raise UnsafeHistoryError(f"tool call id {call['id']!r} is used twice")
-                seen.add(call["id"])
+                if call["id"] in pending:
+                    raise UnsafeHistoryError(
+                        f"message {index} uses tool call id {call['id']!r} twice")
                 pending.append(call["id"])
         elif role == "tool":
             if msg.get("tool_call_id") not in pending:

@@ -73,16 +73,22 @@ def request_messages(stored: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _check_new_call_ids(message: Mapping[str, Any], stored: list[Mapping[str, Any]]) -> None:
-    """Refuses a reply whose tool-call ids repeat, within it or with the stored history.
+    """Refuses a reply that uses one tool-call id for two of its calls.
+
+    Ids reused from earlier replies are accepted: pairing is positional (a tool result
+    answers the assistant message right before it), and several servers number their
+    calls `call_0`, `call_1`, ... afresh in every reply. `stored` is unused and kept
+    for callers.
 
     Raises:
         ModelRequestError: `bad_response` (the attempt stays spent; nothing is stored, so
             the thread stays resumable).
     """
     ids = [c["id"] for c in message.get("tool_calls") or []]
-    used = {c["id"] for m in stored if m.get("role") == "assistant" for c in m.get("tool_calls") or []}
-    if len(set(ids)) != len(ids) or used & set(ids):
-        raise ModelRequestError("bad_response", "the model reused a tool call id")
+    twice = sorted({i for i in ids if ids.count(i) > 1})
+    if twice:
+        raise ModelRequestError("bad_response", f"the reply uses tool call id(s) {twice} for "
+                                "more than one call")
 
 
 def _add_usage(total: Mapping[str, int], more: Mapping[str, int]) -> dict[str, int]:

@@ -13,20 +13,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from langgraph.runtime import Runtime
-from langgraph.types import interrupt
 
 from nodes import references
+from nodes.arguments import ArgumentsError, parse_arguments
 from nodes.context import StepContext
 from nodes.prompts import TOOL_ERROR_PREFIX
+from nodes.review import open_calls_of_last, review, split_writes
 from nodes.workspace import Workspace, WorkspaceError
-from nodes.write_tools import (
-    WRITE_TOOL_SPECS,
-    WRITE_TOOLS,
-    WriteError,
-    call_hash,
-    parse_write,
-    resolve_target,
-)
+from nodes.write_tools import WRITE_TOOL_SPECS
 
 MAX_TOOL_OUTPUT_CHARS = 8_000
 """Longest tool result kept and sent (characters); longer output is cut and marked."""
@@ -145,10 +139,6 @@ def tool_specs(with_workspace: bool, with_writes: bool = False) -> list[dict[str
             + (WRITE_TOOL_SPECS if with_writes else []))
 
 
-class ApprovalMismatch(Exception):
-    """A resume value whose decisions do not match the calls paused for review."""
-
-
 _HANDLERS: dict[str, Handler] = {
     "search_references": _search_references,
     "get_reference": _get_reference,
@@ -179,37 +169,15 @@ def run_tool_call(call: Mapping[str, Any], workspace: Workspace | None = None) -
         if handler is None or name not in offered:
             raise ToolInputError(f"unknown tool {name!r}")
         try:
-            args = json.loads(function.get("arguments") or "{}")
-        except json.JSONDecodeError as exc:
-            raise ToolInputError(f"arguments are not valid JSON: {exc.msg}") from None
-        if not isinstance(args, dict):
-            raise ToolInputError("arguments must be a JSON object")
+            args = parse_arguments(function.get("arguments"))
+        except ArgumentsError as exc:
+            raise ToolInputError(str(exc)) from None
         text = json.dumps(handler(args, workspace), ensure_ascii=False, sort_keys=True)
     except ToolInputError as exc:
         text = f"{TOOL_ERROR_PREFIX}{exc}"
     if len(text) > MAX_TOOL_OUTPUT_CHARS:
         text = text[: MAX_TOOL_OUTPUT_CHARS - 20] + " ...[output cut]"
     return text
-
-
-def _review(calls: list[dict[str, Any]]) -> dict[str, str]:
-    """Pauses for review of the write calls; returns each call's tool result text.
-
-    One LangGraph `interrupt()` per assistant message, listing every write call with
-    its id, tool, arguments and argument hash. The resume value must decide exactly
-    those calls with exactly those hashes (see `graph.approvals`).
-
-    Raises:
-        ApprovalMismatch: The decisions name other calls or other hashes.
-    """
-    pending = [{"tool_call_id": c["id"], "name": c["function"]["name"],
-                "arguments": c["function"]["arguments"], "sha256": call_hash(c)} for c in calls]
-    answer = interrupt({"kind": "approval", "pending": pending})
-    decisions = {d["tool_call_id"]: d for d in (answer or {}).get("decisions", [])}
-    if set(decisions) != {p["tool_call_id"] for p in pending} or any(
-            decisions[p["tool_call_id"]]["sha256"] != p["sha256"] for p in pending):
-        raise ApprovalMismatch("the decisions do not match the calls paused for review")
-    return {call_id: str(d["result"]) for call_id, d in decisions.items()}
 
 
 def tools_node(state: Mapping[str, Any], runtime: Runtime[StepContext]) -> dict[str, Any]:
@@ -226,24 +194,10 @@ def tools_node(state: Mapping[str, Any], runtime: Runtime[StepContext]) -> dict[
     ctx = runtime.context
     root = state["thread"].get("workspace")
     workspace = Workspace(root) if root else None
-    last = state["messages"][-1]
-    calls = (last.get("tool_calls") or []) if last.get("role") == "assistant" else []
-    answered = {m.get("tool_call_id") for m in state["messages"] if m.get("role") == "tool"}
-    calls = [c for c in calls if c["id"] not in answered]
-    reviewed: dict[str, str] = {}
-    root = state["thread"].get("allow_writes")
-    if root:
-        writes = []
-        for call in calls:
-            if (call.get("function") or {}).get("name") not in WRITE_TOOLS:
-                continue
-            try:  # a write that could never be applied is refused now, not shown for review
-                resolve_target(root, parse_write(call)[1])
-                writes.append(call)
-            except WriteError as exc:
-                reviewed[call["id"]] = f"{TOOL_ERROR_PREFIX}{exc}"
-        if writes:
-            reviewed.update(_review(writes))
+    calls = open_calls_of_last(state["messages"])
+    writes, reviewed = split_writes(state["thread"].get("allow_writes"), calls)
+    if writes:
+        reviewed.update(review(writes))
     results = []
     for call in calls:
         text = reviewed[call["id"]] if call["id"] in reviewed else run_tool_call(call, workspace)

@@ -7,12 +7,12 @@ an approval (see `graph.approvals`) applies an approved call, through `apply_wri
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import secrets
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from nodes.arguments import ArgumentsError, canonical, parse_arguments
 from nodes.files import sweep_stale
 
 WRITE_TOOLS = ("write_file", "append_file")
@@ -39,12 +39,14 @@ WRITE_TOOL_SPECS = [
 ]
 
 
-def canonical_arguments(arguments: str) -> str:
-    """The arguments as canonical JSON (sorted keys, no spaces), or the raw text if not JSON."""
+def canonical_arguments(arguments: Any) -> str:
+    """The arguments as canonical JSON (see `nodes.arguments`), or the raw text if ambiguous.
+
+    Ambiguous arguments are never reviewed (a write with them is a tool error at once).
+    """
     try:
-        return json.dumps(json.loads(arguments), sort_keys=True, separators=(",", ":"),
-                          ensure_ascii=False)
-    except (json.JSONDecodeError, TypeError):
+        return canonical(parse_arguments(arguments))
+    except ArgumentsError:
         return str(arguments)
 
 
@@ -56,23 +58,40 @@ def call_hash(call: dict[str, Any]) -> str:
 
 
 def parse_write(call: dict[str, Any]) -> tuple[str, str, str]:
-    """(tool name, relative path, text) of a write call.
+    """(tool name, relative path, text) of a write call, parsed strictly.
 
     Raises:
-        WriteError: Unparsable or wrong arguments.
+        WriteError: Unparsable, ambiguous (a key given twice) or wrong arguments.
     """
     function = call.get("function") or {}
     name = function.get("name")
     try:
-        args = json.loads(function.get("arguments") or "")
-    except json.JSONDecodeError:
-        raise WriteError("arguments are not valid JSON") from None
-    if (name not in WRITE_TOOLS or not isinstance(args, dict) or set(args) != {"path", "text"}
+        args = parse_arguments(function.get("arguments"))
+    except ArgumentsError as exc:
+        raise WriteError(str(exc)) from None
+    if (name not in WRITE_TOOLS or set(args) != {"path", "text"}
             or not isinstance(args["path"], str) or not isinstance(args["text"], str)):
         raise WriteError("a write needs exactly a 'path' and a 'text' string")
     if len(args["text"]) > MAX_WRITE_CHARS:
         raise WriteError(f"text longer than {MAX_WRITE_CHARS} characters")
     return name, args["path"], args["text"]
+
+
+def check_path(rel: str) -> PurePosixPath:
+    """`rel` as a path, if it is a plain relative path (checked without the file system).
+
+    The tools node decides with this alone which write calls are paused for review, so
+    the decision is the same when LangGraph re-runs the node on resume, whatever
+    happened to the folder meanwhile.
+
+    Raises:
+        WriteError: Empty, absolute, `..`, or a NUL character.
+    """
+    pure = PurePosixPath(rel)
+    if ("\x00" in rel or not rel.strip() or pure.is_absolute() or rel.startswith(("/", "\\"))
+            or ".." in pure.parts):
+        raise WriteError(f"{rel!r} is not a plain relative path inside the writable folder")
+    return pure
 
 
 def resolve_target(root: str | Path, rel: str) -> Path:
@@ -82,10 +101,7 @@ def resolve_target(root: str | Path, rel: str) -> Path:
         WriteError: Absolute, `..`, a symlink anywhere on the way, or a missing folder.
     """
     base = Path(root).resolve()
-    pure = PurePosixPath(rel)
-    if ("\x00" in rel or not rel.strip() or pure.is_absolute() or rel.startswith(("/", "\\"))
-            or ".." in pure.parts):
-        raise WriteError(f"{rel!r} is not a plain relative path inside the writable folder")
+    pure = check_path(rel)
     target = base.joinpath(*pure.parts)
     node = base
     for part in pure.parts:

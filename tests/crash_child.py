@@ -94,8 +94,8 @@ def _patch(kill_at: str) -> None:
         if kill_at == "after_write":
             _die()
 
-    def patched_mark(self: Any, thread_id: str, call_id: str) -> None:
-        mark(self, thread_id, call_id)
+    def patched_mark(self: Any, *args: Any) -> None:
+        mark(self, *args)
         if kill_at == "after_mark":
             _die()
 

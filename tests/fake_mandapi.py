@@ -3,7 +3,9 @@
 Each request is appended to a JSON-lines log and fsync'd *before* the answer is sent,
 so a test that kills the client can still count exactly what reached the server.
 Answers follow the offline demo's script (a tool call first, an answer once a tool
-result is present), or always a tool call with `never_finish`. Run it as a process:
+result is present), or always a tool call with `never_finish`. With `reuse_ids` it
+numbers tool calls `call_0` afresh in every reply, as several real servers do, and
+`tool_rounds` sets how many tool rounds come before the answer. Run it as a process:
 
   python -m tests.fake_mandapi --log requests.jsonl --port-file port.txt [--hold 2] [--status 500]
 """
@@ -33,11 +35,16 @@ class FakeMandApi:
         hold_s: Seconds to hold each request before answering (to kill clients mid-request).
         status: HTTP status to answer with (200 for a normal answer).
         never_finish: Always answer with a tool call.
+        reuse_ids: Every reply's tool call has the id `call_0`.
+        tool_rounds: Tool rounds (tool results seen) before the answer.
     """
 
     def __init__(self, log: Path, *, hold_s: float = 0.0, status: int = 200,
-                 never_finish: bool = False) -> None:
+                 never_finish: bool = False, reuse_ids: bool = False,
+                 tool_rounds: int = 1) -> None:
         self.log = log
+        self.reuse_ids = reuse_ids
+        self.tool_rounds = tool_rounds
         self.hold_s = hold_s
         self.status = status
         self.never_finish = never_finish
@@ -107,13 +114,13 @@ class FakeMandApi:
             return self.status, {"error": {"message": "fake failure"}}
         messages = body["messages"]
         tools_seen = [m for m in messages if m["role"] == "tool"]
-        if self.never_finish or not tools_seen:
+        if self.never_finish or len(tools_seen) < self.tool_rounds:
             with self._lock:
                 self._calls = getattr(self, "_calls", 0) + 1
                 turn = self._calls
             task = next(m["content"] for m in messages if m["role"] == "user")
             message = {"role": "assistant", "content": None, "tool_calls": [{
-                "id": f"call_{turn}", "type": "function",
+                "id": "call_0" if self.reuse_ids else f"call_{turn}", "type": "function",
                 "function": {"name": "search_references", "arguments": json.dumps({"query": task})},
             }]}
         else:
@@ -146,10 +153,11 @@ def main() -> None:
     parser.add_argument("--hold", type=float, default=0.0)
     parser.add_argument("--status", type=int, default=200)
     parser.add_argument("--never-finish", action="store_true")
+    parser.add_argument("--reuse-ids", action="store_true")
     parser.add_argument("--lifetime", type=float, default=600.0, help="stop by itself after this")
     args = parser.parse_args()
     fake = FakeMandApi(args.log, hold_s=args.hold, status=args.status,
-                       never_finish=args.never_finish)
+                       never_finish=args.never_finish, reuse_ids=args.reuse_ids)
     tmp = args.port_file.with_suffix(".tmp")
     tmp.write_text(str(fake.port))
     tmp.rename(args.port_file)

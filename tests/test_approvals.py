@@ -58,10 +58,24 @@ def waiting_thread(backend, out_dir: Path) -> tuple[Writer, Any]:
     factory = lambda m, s: model  # noqa: E731
     out = run_cli(["--thread", "w", "--task", TASK, "--allow-writes", str(out_dir), "--once",
                    "--db", backend.db], model_factory=factory)
-    assert (out["status"], out["exit_code"]) == ("ready", 0)
-    out = run_cli(["--thread", "w", "--once", "--db", backend.db], model_factory=factory)
     assert (out["status"], out["exit_code"]) == ("awaiting_approval", 7)
     return model, factory
+
+
+@pytest.mark.parametrize("once", [True, False])
+def test_the_invocation_whose_reply_asks_for_a_write_reports_it_at_once(backend, out_dir: Path,
+                                                                        once: bool) -> None:
+    model = Writer()
+    out = run_cli(["--thread", "w", "--task", TASK, "--allow-writes", str(out_dir),
+                   *(["--once"] if once else []), "--db", backend.db],
+                  model_factory=lambda m, s: model)
+    assert (out["status"], out["exit_code"], out["attempts"]) == ("awaiting_approval", 7, 1)
+    assert [c["tool_call_id"] for c in out["pending_calls"]] == ["w1", "w2"]
+    assert out["pending_calls"][0]["arguments"] == (
+        '{"path":"report.md","text":"# Shipping\\n3 to 5 days [ship-01]\\n"}')
+    assert len(model.requests) == 1 and backend.ledger_row("w")[:2] == (1, 1)
+    assert not (out_dir / "report.md").exists()
+    assert (out_dir / "log.txt").read_text() == "start\n"
 
 
 def test_waiting_thread_exits_7_and_never_requests(backend, out_dir: Path) -> None:

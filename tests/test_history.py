@@ -40,7 +40,8 @@ EXPECTED_STEPS = [
      "error_code": "timeout", "error": "request to http://fake/chat/completions timed out"},
     {"step": 2, "outcome": "tool_calls", "thought": None, "tokens": 15, "error_code": None,
      "error": None, "tool_calls": [{"id": "call_x", "name": "search_references",
-                                    "arguments": '{"query": "shipping"}'}]},
+                                    "arguments": '{"query": "shipping"}',
+                                    "canonical_arguments": '{"query":"shipping"}'}]},
     {"step": 3, "outcome": "answer", "thought": "3 to 5 business days [ship-01]", "tool_calls": [],
      "tokens": 27, "error_code": None, "error": None},
 ]

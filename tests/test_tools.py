@@ -7,6 +7,7 @@ import json
 import pytest
 
 from nodes import tools
+from nodes.context import ModelReply
 from nodes.prompts import SYSTEM_PROMPT, TOOL_ERROR_PREFIX
 from nodes.reason import UnsafeHistoryError, request_messages
 from nodes.tools import MAX_TOOL_OUTPUT_CHARS, run_tool_call, tools_node
@@ -95,13 +96,24 @@ def test_injected_tool_text_stays_data_and_system_prompt_stays_the_constant(
     assert tool_msg["role"] == "tool"
 
 
-def test_a_reply_reusing_a_tool_call_id_is_a_bad_response_and_the_thread_stays_usable(
-    backend
+def _reply_with_ids(*ids: str) -> ModelReply:
+    calls = [{"id": i, "type": "function", "function": {
+        "name": "search_references", "arguments": json.dumps({"query": f"shipping {n}"})}}
+        for n, i in enumerate(ids)]
+    return ModelReply({"role": "assistant", "content": None, "tool_calls": calls},
+                      {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15})
+
+
+@pytest.mark.parametrize("ids", [("dup", "dup"), ("call_0", "call_1", "call_0"),
+                                 ("a", "a", "a"), ("x", "y", "y")])
+def test_a_reply_using_one_id_for_two_calls_is_a_bad_response_and_the_thread_stays_usable(
+    backend, ids
 ) -> None:
-    model = ScriptedModel([tool_call_reply("dup"), tool_call_reply("dup"), answer_reply("ok")])
+    model = ScriptedModel([_reply_with_ids(*ids), answer_reply("ok")])
     factory = lambda m, s: model  # noqa: E731
-    run_cli(["--thread", "t1", "--task", "q", "--once", "--db", backend.db], model_factory=factory)
-    out = run_cli(["--thread", "t1", "--once", "--db", backend.db], model_factory=factory)
+    out = run_cli(["--thread", "t1", "--task", "q", "--once", "--db", backend.db],
+                  model_factory=factory)
     assert (out["exit_code"], out["error_code"]) == (6, "bad_response")
+    assert "more than one call" in out["error"]
     out = run_cli(["--thread", "t1", "--once", "--db", backend.db], model_factory=factory)
-    assert (out["status"], out["attempts"]) == ("done", 3)
+    assert (out["status"], out["attempts"]) == ("done", 2)

@@ -1,0 +1,163 @@
+"""The `write_approvals` table: one decision row per write call of one assistant turn.
+
+A call is named by its thread, the attempt whose reply asked for it (one reply per
+attempt) and its id, because servers that number `call_0`, `call_1` afresh in every
+reply reuse ids across turns: a decision on one turn's `call_0` must never answer
+another turn's.
+
+Databases written before this key (`PRIMARY KEY (thread_id, tool_call_id)`) are
+migrated on first write, in one transaction, serialized between processes: each old
+row gets the attempt whose reply carried its call id (ids were unique in a thread
+then; the attempt log says which reply), or 0 when the log does not know (a row that
+then answers no turn and stays visible in history). Reading such a database without
+writing (`graph.history`) maps the attempts the same way and changes nothing.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import UTC, datetime
+from typing import Any
+
+from graph.attempt_log import SqlAttemptLog
+from graph.sql import SqlTable, transaction
+
+APPROVALS_DDL = """
+CREATE TABLE IF NOT EXISTS write_approvals (
+    thread_id     TEXT NOT NULL,
+    attempt       INTEGER NOT NULL,
+    tool_call_id  TEXT NOT NULL,
+    tool          TEXT NOT NULL,
+    arguments     TEXT,
+    args_sha256   TEXT NOT NULL,
+    decision      TEXT NOT NULL CHECK (decision IN ('approve', 'reject')),
+    reason        TEXT,
+    decided_at    TEXT NOT NULL,
+    target        TEXT,
+    before_sha256 TEXT,
+    after_sha256  TEXT,
+    result        TEXT NOT NULL,
+    error         TEXT,
+    applied_at    TEXT,
+    PRIMARY KEY (thread_id, attempt, tool_call_id)
+);
+"""
+COLUMNS = ("thread_id", "attempt", "tool_call_id", "tool", "arguments", "args_sha256",
+           "decision", "reason", "decided_at", "target", "before_sha256", "after_sha256",
+           "result", "error", "applied_at")
+"""Columns of a decision row. `arguments` is the canonical text approved (None on rows
+from before it was kept); `error` says why an approved write was not applied
+(`applied_at` is then None)."""
+_LEGACY = ("thread_id", "tool_call_id", "tool", "args_sha256", "decision", "reason",
+           "decided_at", "target", "before_sha256", "after_sha256", "result", "applied_at")
+_MIGRATION_LOCK = 0x6D72_6170  # PostgreSQL advisory lock key: "mrap"
+
+
+def now() -> str:
+    """UTC now, ISO 8601, to the second."""
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+class SqlApprovals(SqlTable):
+    """Decision rows on write calls (see `graph.sql.SqlTable` and the module doc)."""
+
+    _current = False
+
+    def _columns(self) -> tuple[str, ...] | None:
+        """The table's columns, or None when there is no table (a database from before it)."""
+        try:
+            cursor = self._run("SELECT * FROM write_approvals WHERE 1 = 0")
+        except Exception as exc:  # noqa: BLE001 - only a missing table is expected here
+            text = str(exc)
+            if "write_approvals" in text and ("no such table" in text or "does not exist" in text):
+                return None
+            raise
+        return tuple(d[0] for d in cursor.description)
+
+    def _legacy_rows(self, thread_id: str | None) -> list[dict[str, Any]]:
+        where, params = ("WHERE thread_id = ?", (thread_id,)) if thread_id else ("", ())
+        found = self._run(f"SELECT {', '.join(_LEGACY)} FROM write_approvals {where}",
+                          params).fetchall()
+        rows = [dict(zip(_LEGACY, r, strict=True)) for r in found]
+        turns: dict[str, dict[str, int]] = {}
+        log = SqlAttemptLog(self._conn, placeholder=self._ph)
+        for row in rows:
+            tid = row["thread_id"]
+            if tid not in turns:
+                turns[tid] = {c["id"]: entry["attempt"] for entry in log.rows(tid)
+                              if entry["kind"] == "reason"
+                              for c in entry["payload"].get("tool_calls") or []}
+            failed = row["decision"] == "approve" and str(row["result"]).startswith("TOOL ERROR")
+            row.update(attempt=turns[tid].get(row["tool_call_id"], 0), arguments=None,
+                       error=row["result"] if failed else None,
+                       applied_at=None if failed else row["applied_at"])
+        return rows
+
+    def _ensure_current(self) -> None:
+        """Migrates a table from before the per-turn key (see module doc); once per store."""
+        if self._current:
+            return
+        with transaction(self._conn):
+            if not isinstance(self._conn, sqlite3.Connection):
+                self._run("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK,))
+            columns = self._columns()
+            if columns is not None and "attempt" not in columns:
+                rows = self._legacy_rows(None)
+                self._run("DROP TABLE write_approvals")
+                self._run(APPROVALS_DDL)
+                for row in rows:
+                    self._insert(row)
+        self._current = True
+
+    def _insert(self, row: dict[str, Any]) -> None:
+        self._run(f"INSERT INTO write_approvals ({', '.join(COLUMNS)}) VALUES "
+                  f"({', '.join('?' for _ in COLUMNS)})", tuple(row[c] for c in COLUMNS))
+
+    def rows(self, thread_id: str) -> dict[tuple[int, str], dict[str, Any]]:
+        """Every decision of a thread by (attempt, call id), in decision order.
+
+        Empty for a database from before approvals; never writes.
+        """
+        columns = self._columns()
+        if columns is None:
+            return {}
+        if "attempt" not in columns:
+            found = self._legacy_rows(thread_id)
+        else:
+            found = [dict(zip(COLUMNS, r, strict=True)) for r in self._run(
+                f"SELECT {', '.join(COLUMNS)} FROM write_approvals WHERE thread_id = ?",
+                (thread_id,)).fetchall()]
+        found.sort(key=lambda r: (r["decided_at"], r["attempt"], r["tool_call_id"]))
+        return {(r["attempt"], r["tool_call_id"]): r for r in found}
+
+    def turn(self, thread_id: str, attempt: int) -> dict[str, dict[str, Any]]:
+        """The decisions on the calls of one turn (the reply of `attempt`), by call id."""
+        return {cid: row for (turn, cid), row in self.rows(thread_id).items() if turn == attempt}
+
+    def add(self, row: dict[str, Any]) -> None:
+        """Records one decision; a second decision for the same call is refused by the key."""
+        self._ensure_current()
+        self._insert({c: row.get(c) for c in COLUMNS})
+
+    def plan(self, thread_id: str, attempt: int, tool_call_id: str, before: str,
+             after: str) -> None:
+        """Records, before writing, the file's hash now and the hash it will have after."""
+        self._ensure_current()
+        self._run("UPDATE write_approvals SET before_sha256 = ?, after_sha256 = ? WHERE "
+                  "thread_id = ? AND attempt = ? AND tool_call_id = ? AND before_sha256 IS NULL",
+                  (before, after, thread_id, attempt, tool_call_id))
+
+    def mark_applied(self, thread_id: str, attempt: int, tool_call_id: str) -> None:
+        """Marks an approved write as done."""
+        self._ensure_current()
+        self._run("UPDATE write_approvals SET applied_at = ? WHERE thread_id = ? AND attempt = ? "
+                  "AND tool_call_id = ? AND applied_at IS NULL AND error IS NULL",
+                  (now(), thread_id, attempt, tool_call_id))
+
+    def mark_failed(self, thread_id: str, attempt: int, tool_call_id: str, error: str,
+                    result: str) -> None:
+        """Records that an approved write could not be applied, why, and what the model is told."""
+        self._ensure_current()
+        self._run("UPDATE write_approvals SET error = ?, result = ? WHERE thread_id = ? AND "
+                  "attempt = ? AND tool_call_id = ? AND applied_at IS NULL AND error IS NULL",
+                  (error, result, thread_id, attempt, tool_call_id))
