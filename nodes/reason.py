@@ -19,6 +19,7 @@ from nodes.context import StepContext
 from nodes.errors import ModelRequestError
 from nodes.pairing import UnsafeHistoryError, check_request
 from nodes.prompts import SYSTEM_PROMPT
+from nodes.replies import check_reply, read_usage
 from nodes.tools import tool_specs
 
 _ALLOWED_ROLES = ("user", "assistant", "tool")
@@ -90,6 +91,23 @@ def _add_usage(total: Mapping[str, int], more: Mapping[str, int]) -> dict[str, i
     return {k: int(total.get(k, 0)) + int(more.get(k, 0)) for k in keys}
 
 
+def _refused(ctx: StepContext, attempt: int, exc: ModelRequestError, usage: Mapping[str, int] | None,
+             progress: Mapping[str, Any], spent: dict[str, Any]) -> dict[str, Any]:
+    """The update and log row of a failed or refused request.
+
+    The reported usage of a paid but refused reply still counts toward the thread's
+    token cap and shows in its step-log row (INVARIANTS I11).
+    """
+    error = {"attempt": attempt, "error_code": exc.error_code, "message": exc.message}
+    row: dict[str, Any] = {"outcome": "error", **error}
+    update: dict[str, Any] = {"outcome": "error", "last_error": error, **spent}
+    if usage is not None:
+        row["usage"] = dict(usage)
+        update["usage"] = _add_usage(progress.get("usage") or {}, usage)
+    ctx.log.record(ctx.thread_id, attempt, "reason", row)
+    return {"progress": update}
+
+
 def reason_node(state: Mapping[str, Any], runtime: Runtime[StepContext]) -> dict[str, Any]:
     """Claims the counted attempt, sends one request, and records what came back.
 
@@ -98,7 +116,8 @@ def reason_node(state: Mapping[str, Any], runtime: Runtime[StepContext]) -> dict
 
     Returns:
         A state update. `progress.outcome` is `tool_calls`, `answer`, `error` (the
-        request failed; `last_error` says how) or `not_sent` (no claimable attempt).
+        request failed or its reply was refused; `last_error` says how, and a valid
+        reported usage still counts) or `not_sent` (no claimable attempt).
         When the thread's last attempt ends without an answer, `status` becomes
         `exhausted` at once.
 
@@ -113,16 +132,17 @@ def reason_node(state: Mapping[str, Any], runtime: Runtime[StepContext]) -> dict
         return {"progress": {"outcome": "not_sent"}}
     last_attempt = attempt >= int(state["thread"]["max_attempts"])
     spent = {"status": "exhausted", "stop_reason": "budget"} if last_attempt else {}
+    usage = None
     try:
         reply = ctx.model.complete(messages, tools)
+        usage = read_usage(reply.usage)  # once valid, it counts whatever the content is
+        reply = check_reply(reply)
         message = reply.message
         if not message.get("tool_calls") and not (message.get("content") or "").strip():
             raise ModelRequestError("bad_response", "the model returned neither text nor a tool call")
         _check_new_call_ids(message, state["messages"])
     except ModelRequestError as exc:
-        error = {"attempt": attempt, "error_code": exc.error_code, "message": exc.message}
-        ctx.log.record(ctx.thread_id, attempt, "reason", {"outcome": "error", **error})
-        return {"progress": {"outcome": "error", "last_error": error, **spent}}
+        return _refused(ctx, attempt, exc, usage or exc.usage, progress, spent)
     # Store the compacted conversation, so stored state stays bounded as the task grows.
     stored = [message] if compacted == list(state["messages"]) else {"__replace__": [*compacted, message]}
     update: dict[str, Any] = {
