@@ -77,10 +77,10 @@ def repair_routing(graph: Any, config: dict[str, Any], where: str) -> bool:
         return True
     if snapshot.next or snapshot.tasks or snapshot.values["progress"]["status"] in FINAL_STATUSES:
         return False
-    node = _proven_next(snapshot.values)
-    if node is None:
+    proven = _proven_next(snapshot.values)
+    if proven is None:
         raise RefusedError(f"{where} is not finished but has no next step", error_code="damaged")
-    if node == "tools":
+    if proven == "tools":
         graph.update_state(config, {"progress": {"outcome": "tool_calls"}}, as_node="reason")
     else:
         graph.update_state(config, {"progress": {}}, as_node="tools")  # tools → budget

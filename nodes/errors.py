@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 
 class ModelRequestError(Exception):
@@ -19,7 +20,7 @@ class ModelRequestError(Exception):
     """
 
     def __init__(self, error_code: str, message: str, *,
-                 usage: Mapping[str, int] | None = None) -> None:
+                 usage: Mapping[str, Any] | None = None) -> None:
         super().__init__(message)
         self.error_code = error_code
         self.message = message

@@ -9,7 +9,7 @@ budget node (INVARIANTS I1, I3). A failed request is recorded and not retried.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langgraph.runtime import Runtime
@@ -49,7 +49,7 @@ def prepare_request(state: Mapping[str, Any]) -> tuple[list[dict[str, Any]], lis
     return compacted, messages, tools
 
 
-def request_messages(stored: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def request_messages(stored: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Builds the `messages` of a request: the code's system prompt, then stored messages.
 
     Only the wire keys of each role are copied (`role`, `content`, `tool_calls`,
@@ -86,12 +86,12 @@ def _check_new_call_ids(message: Mapping[str, Any], stored: list[Mapping[str, An
         raise ModelRequestError("bad_response", "the model reused a tool call id")
 
 
-def _add_usage(total: Mapping[str, int], more: Mapping[str, int]) -> dict[str, int]:
+def _add_usage(total: Mapping[str, Any], more: Mapping[str, Any]) -> dict[str, int]:
     keys = ("prompt_tokens", "completion_tokens", "total_tokens")
     return {k: int(total.get(k, 0)) + int(more.get(k, 0)) for k in keys}
 
 
-def _refused(ctx: StepContext, attempt: int, exc: ModelRequestError, usage: Mapping[str, int] | None,
+def _refused(ctx: StepContext, attempt: int, exc: ModelRequestError, usage: Mapping[str, Any] | None,
              progress: Mapping[str, Any], spent: dict[str, Any]) -> dict[str, Any]:
     """The update and log row of a failed or refused request.
 
