@@ -24,7 +24,8 @@ class ExitCode(IntEnum):
     BUSY = 5
     """Another process is working on the thread; nothing was counted."""
     REQUEST_FAILED = 6
-    """The model request failed (timeout, HTTP status, ...); the attempt is counted."""
+    """The model request failed (timeout, HTTP status, refused reply, ...), or the step
+    failed after storing its output (`step_failed`); the attempt is counted."""
     AWAITING_APPROVAL = 7
     """The thread waits for a person to approve a call."""
     BATCH_CAP = 8

@@ -166,10 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         outcome = run(argv)
     except (KeyboardInterrupt, _Interrupted):
-        outcome = Outcome(
-            _thread_of(argv), ExitCode.INTERRUPTED,
-            error="interrupted; any counted attempt stays counted", error_code="interrupted",
-        )
+        from graph.interrupted import interrupted_outcome
+
+        outcome = interrupted_outcome(argv, _thread_of(argv))  # the thread as it stands
     except Exception as exc:  # a bug: report it in the promised shape, then fail
         outcome = Outcome(_thread_of(argv), ExitCode.UNEXPECTED,
                           error=f"{type(exc).__name__}: {exc}", error_code="unexpected")

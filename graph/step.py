@@ -28,6 +28,7 @@ from graph.factory import build_graph
 from graph.loading import load_thread
 from graph.models import make_model
 from graph.outcome import Outcome
+from graph.repair import repair_routing, unrouted_output
 from graph.settings import DEFAULT_MAX_ATTEMPTS, Settings, model_for_new_thread
 from graph.state import DEFAULT_CONTEXT_TOKENS, FINAL_STATUSES, SCHEMA_VERSION, initial_state
 from nodes.context import ChatModel, NoModel, StepContext
@@ -344,6 +345,35 @@ def advance(
                 close()
 
 
+def _step_failed(graph: Any, config: dict[str, Any], store: Any, thread_id: str,
+                 exc: Exception) -> Outcome:
+    """Routes a step whose node stored its output but failed after it, and reports that.
+
+    The output (a paid reply included) is kept and routed as its node's router says,
+    so the next run continues from it; this run exits 6 with `step_failed`.
+    """
+    repair_routing(graph, config, f"{store.location}: thread {thread_id!r}")
+    snapshot = graph.get_state(config)
+    outcome = Outcome.from_state(thread_id, snapshot.values, snapshot.next)
+    outcome.error = (f"the step failed after its output was stored ({type(exc).__name__}: "
+                     f"{exc}); the output is kept and the next run continues from it")
+    outcome.error_code = "step_failed"
+    if outcome.exit_code == ExitCode.OK:
+        outcome.exit_code = ExitCode.REQUEST_FAILED
+    return outcome
+
+
+def _route_before_resume(graph: Any, config: dict[str, Any], store: Any, thread_id: str) -> None:
+    """Makes sure a resumed thread goes on at a node that cannot send uncounted requests."""
+    repair_routing(graph, config, f"{store.location}: thread {thread_id!r}")
+    snapshot = graph.get_state(config)
+    if snapshot.next == ("reason",) and not store.ledger.read(thread_id).unclaimed:
+        # LangGraph would re-run reason (it raised or was killed) without passing
+        # through budget. Its attempt is already claimed, so route the thread
+        # back to budget to count a new one before anything is sent.
+        graph.update_state(config, {"progress": {"outcome": "not_sent"}}, as_node="reason")
+
+
 def _invoke_steps(
     graph: Any,
     config: dict[str, Any],
@@ -357,25 +387,19 @@ def _invoke_steps(
     thread_id = ctx.thread_id
     for _ in range(2 * max_attempts + 2):
         if graph_input is None:
-            snapshot = graph.get_state(config)
-            if not snapshot.next and not snapshot.tasks:
-                raise RefusedError(
-                    f"{store.location}: thread {thread_id!r} is not finished but has no next step",
-                    error_code="damaged",
-                )
-            entry = store.ledger.read(thread_id)
-            if snapshot.next == ("reason",) and not entry.unclaimed:
-                # LangGraph would re-run reason (it raised or was killed) without passing
-                # through budget. Its attempt is already claimed, so route the thread
-                # back to budget to count a new one before anything is sent.
-                graph.update_state(config, {"progress": {"outcome": "not_sent"}}, as_node="reason")
+            _route_before_resume(graph, config, store, thread_id)
         claimed_before = store.ledger.read(thread_id).claimed if graph_input is None else 0
         try:
             graph.invoke(graph_input, config, context=ctx, durability="sync")
         except UnsafeHistoryError as exc:
             raise RefusedError(f"{store.location}: thread {thread_id!r}: the conversation "
                                f"cannot be sent: {exc}", error_code="damaged") from None
+        except Exception as exc:
+            if unrouted_output(graph.get_state(config)) is None:
+                raise
+            return _step_failed(graph, config, store, thread_id, exc)
         graph_input = None
+        repair_routing(graph, config, f"{store.location}: thread {thread_id!r}")
         snapshot = graph.get_state(config)
         if tuple(snapshot.next) == ("tools",) and needs_review(snapshot.values):
             # Say it now: run tools up to its review pause (no request; budget never runs).

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 
 class ModelRequestError(Exception):
     """A model request failed after its attempt was counted and claimed.
@@ -11,9 +14,14 @@ class ModelRequestError(Exception):
             `bad_response`. Scripts depend on these names.
         message: One line for people; names the endpoint and status, never headers
             or the API key.
+        usage: The token counts the service reported for a reply that was paid for
+            but refused (`prompt_tokens`, `completion_tokens`, `total_tokens`), or
+            None when no valid usage came back. They count toward the thread's cap.
     """
 
-    def __init__(self, error_code: str, message: str) -> None:
+    def __init__(self, error_code: str, message: str, *,
+                 usage: Mapping[str, Any] | None = None) -> None:
         super().__init__(message)
         self.error_code = error_code
         self.message = message
+        self.usage = dict(usage) if usage is not None else None

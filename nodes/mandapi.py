@@ -13,75 +13,12 @@ from typing import Any
 
 import httpx
 
-from nodes.context import ModelReply, Usage
+from nodes.context import ModelReply
 from nodes.errors import ModelRequestError
 from nodes.mandapi_defaults import DEFAULT_BASE_URL
+from nodes.replies import MAX_REPLY_BYTES, parse_reply
 
-
-def parse_reply(payload: Any) -> ModelReply:
-    """Checks an OpenAI-style chat-completions answer and extracts the assistant message.
-
-    Args:
-        payload: The decoded JSON body.
-
-    Returns:
-        The reply with `message` reduced to the wire keys (`role`, `content`,
-        `tool_calls` when present) and `usage` (zeros when absent).
-
-    Raises:
-        ModelRequestError: `bad_response` when the shape is wrong: no
-            `choices[0].message`, content that is not text, or malformed tool calls.
-    """
-
-    def bad(why: str) -> ModelRequestError:
-        return ModelRequestError("bad_response", f"unusable chat-completions answer: {why}")
-
-    if not isinstance(payload, dict):
-        raise bad("body is not a JSON object")
-    choices = payload.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise bad("no choices")
-    raw = choices[0].get("message")
-    if not isinstance(raw, dict):
-        raise bad("choices[0] has no message")
-    content = raw.get("content")
-    if content is not None and not isinstance(content, str):
-        raise bad("message content is not text")
-    message: dict[str, Any] = {"role": "assistant", "content": content}
-    calls = raw.get("tool_calls")
-    if calls:
-        if not isinstance(calls, list):
-            raise bad("tool_calls is not a list")
-        clean = []
-        for call in calls:
-            function = call.get("function") if isinstance(call, dict) else None
-            if (
-                not isinstance(function, dict)
-                or not isinstance(call.get("id"), str)
-                or not call["id"]
-                or not isinstance(function.get("name"), str)
-                or not isinstance(function.get("arguments", ""), str)
-            ):
-                raise bad("malformed tool call")
-            clean.append(
-                {
-                    "id": call["id"],
-                    "type": "function",
-                    "function": {"name": function["name"], "arguments": function.get("arguments", "")},
-                }
-            )
-        message["tool_calls"] = clean
-    raw_usage = payload.get("usage") if isinstance(payload.get("usage"), dict) else {}
-    usage = Usage(
-        prompt_tokens=_int(raw_usage.get("prompt_tokens")),
-        completion_tokens=_int(raw_usage.get("completion_tokens")),
-        total_tokens=_int(raw_usage.get("total_tokens")),
-    )
-    return ModelReply(message=message, usage=usage)
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+__all__ = ["MandApiModel", "parse_reply"]
 
 
 class MandApiModel:
@@ -111,13 +48,19 @@ class MandApiModel:
 
         Raises:
             ModelRequestError: `timeout`, `connection`, `http_status` (any non-2xx)
-                or `bad_response` (unparsable body). Never retried here.
+                or `bad_response` (a body that is not JSON, larger than
+                `MAX_REPLY_BYTES`, or fails `parse_reply`). Never retried here.
         """
         body = {"model": self.model_id, "messages": messages, "tools": tools}
         try:
-            response = self._client.post(
-                self.url, json=body, headers={"Authorization": f"Bearer {self._api_key}"}
-            )
+            with self._client.stream(
+                "POST", self.url, json=body, headers={"Authorization": f"Bearer {self._api_key}"}
+            ) as response:
+                if not response.is_success:
+                    raise ModelRequestError(
+                        "http_status", f"{self.url} answered HTTP {response.status_code}"
+                    )
+                data = self._read_capped(response)
         except httpx.TimeoutException as exc:
             raise ModelRequestError(
                 "timeout", f"request to {self.url} timed out ({type(exc).__name__})"
@@ -126,14 +69,29 @@ class MandApiModel:
             raise ModelRequestError(
                 "connection", f"request to {self.url} failed ({type(exc).__name__})"
             ) from None
-        if not response.is_success:
-            raise ModelRequestError(
-                "http_status", f"{self.url} answered HTTP {response.status_code}"
-            )
         try:
-            payload = response.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            payload = json.loads(data)
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, too deep, huge numbers
             raise ModelRequestError(
                 "bad_response", f"{self.url} answered with a body that is not JSON"
             ) from None
         return parse_reply(payload)
+
+    def _read_capped(self, response: httpx.Response) -> bytes:
+        """The body, read in pieces and refused past `MAX_REPLY_BYTES` (never held whole).
+
+        Raises:
+            ModelRequestError: `bad_response` when the body is larger than the cap.
+        """
+        too_big = ModelRequestError(
+            "bad_response", f"{self.url} answered with more than {MAX_REPLY_BYTES} bytes")
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > MAX_REPLY_BYTES:
+            raise too_big
+        chunks, size = [], 0
+        for chunk in response.iter_bytes():
+            size += len(chunk)
+            if size > MAX_REPLY_BYTES:
+                raise too_big
+            chunks.append(chunk)
+        return b"".join(chunks)

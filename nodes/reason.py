@@ -9,7 +9,7 @@ budget node (INVARIANTS I1, I3). A failed request is recorded and not retried.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langgraph.runtime import Runtime
@@ -19,6 +19,7 @@ from nodes.context import StepContext
 from nodes.errors import ModelRequestError
 from nodes.pairing import UnsafeHistoryError, check_request
 from nodes.prompts import SYSTEM_PROMPT
+from nodes.replies import check_reply, read_usage
 from nodes.tools import tool_specs
 
 _ALLOWED_ROLES = ("user", "assistant", "tool")
@@ -48,7 +49,7 @@ def prepare_request(state: Mapping[str, Any]) -> tuple[list[dict[str, Any]], lis
     return compacted, messages, tools
 
 
-def request_messages(stored: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def request_messages(stored: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Builds the `messages` of a request: the code's system prompt, then stored messages.
 
     Only the wire keys of each role are copied (`role`, `content`, `tool_calls`,
@@ -91,9 +92,26 @@ def _check_new_call_ids(message: Mapping[str, Any], stored: list[Mapping[str, An
                                 "more than one call")
 
 
-def _add_usage(total: Mapping[str, int], more: Mapping[str, int]) -> dict[str, int]:
+def _add_usage(total: Mapping[str, Any], more: Mapping[str, Any]) -> dict[str, int]:
     keys = ("prompt_tokens", "completion_tokens", "total_tokens")
     return {k: int(total.get(k, 0)) + int(more.get(k, 0)) for k in keys}
+
+
+def _refused(ctx: StepContext, attempt: int, exc: ModelRequestError, usage: Mapping[str, Any] | None,
+             progress: Mapping[str, Any], spent: dict[str, Any]) -> dict[str, Any]:
+    """The update and log row of a failed or refused request.
+
+    The reported usage of a paid but refused reply still counts toward the thread's
+    token cap and shows in its step-log row (INVARIANTS I11).
+    """
+    error = {"attempt": attempt, "error_code": exc.error_code, "message": exc.message}
+    row: dict[str, Any] = {"outcome": "error", **error}
+    update: dict[str, Any] = {"outcome": "error", "last_error": error, **spent}
+    if usage is not None:
+        row["usage"] = dict(usage)
+        update["usage"] = _add_usage(progress.get("usage") or {}, usage)
+    ctx.log.record(ctx.thread_id, attempt, "reason", row)
+    return {"progress": update}
 
 
 def reason_node(state: Mapping[str, Any], runtime: Runtime[StepContext]) -> dict[str, Any]:
@@ -104,7 +122,8 @@ def reason_node(state: Mapping[str, Any], runtime: Runtime[StepContext]) -> dict
 
     Returns:
         A state update. `progress.outcome` is `tool_calls`, `answer`, `error` (the
-        request failed; `last_error` says how) or `not_sent` (no claimable attempt).
+        request failed or its reply was refused; `last_error` says how, and a valid
+        reported usage still counts) or `not_sent` (no claimable attempt).
         When the thread's last attempt ends without an answer, `status` becomes
         `exhausted` at once.
 
@@ -119,16 +138,17 @@ def reason_node(state: Mapping[str, Any], runtime: Runtime[StepContext]) -> dict
         return {"progress": {"outcome": "not_sent"}}
     last_attempt = attempt >= int(state["thread"]["max_attempts"])
     spent = {"status": "exhausted", "stop_reason": "budget"} if last_attempt else {}
+    usage = None
     try:
         reply = ctx.model.complete(messages, tools)
+        usage = read_usage(reply.usage)  # once valid, it counts whatever the content is
+        reply = check_reply(reply)
         message = reply.message
         if not message.get("tool_calls") and not (message.get("content") or "").strip():
             raise ModelRequestError("bad_response", "the model returned neither text nor a tool call")
         _check_new_call_ids(message, state["messages"])
     except ModelRequestError as exc:
-        error = {"attempt": attempt, "error_code": exc.error_code, "message": exc.message}
-        ctx.log.record(ctx.thread_id, attempt, "reason", {"outcome": "error", **error})
-        return {"progress": {"outcome": "error", "last_error": error, **spent}}
+        return _refused(ctx, attempt, exc, usage or exc.usage, progress, spent)
     # Store the compacted conversation, so stored state stays bounded as the task grows.
     stored = [message] if compacted == list(state["messages"]) else {"__replace__": [*compacted, message]}
     update: dict[str, Any] = {

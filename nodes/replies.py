@@ -1,0 +1,174 @@
+"""Reading a chat-completions answer into a reply that can always be stored.
+
+A paid reply that the state, the serializer (msgpack) or a database cannot hold must
+be refused *before* anything is stored: otherwise the step fails after its request
+was counted, nothing is kept, and every rerun pays again (INVARIANTS I11, I13). So
+`parse_reply` checks every value it keeps: types, integer ranges, text that is valid
+UTF-8 without U+0000 (PostgreSQL text cannot hold it), and sizes. A failure is a
+`bad_response`; when the answer's usage itself was readable, the error carries it so
+the tokens still count toward the thread's cap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from nodes.context import ModelReply, Usage
+from nodes.errors import ModelRequestError
+
+MAX_REPLY_BYTES = 2 * 1024 * 1024
+"""Largest HTTP body read from the model service (bytes, after content decoding)."""
+MAX_REPLY_CHARS = 200_000
+"""Largest text of one reply: content, tool-call ids, names and arguments together."""
+MAX_TOOL_CALLS = 64
+"""Most tool calls accepted in one reply."""
+MAX_NAME_CHARS = 256
+"""Longest tool-call id or tool name (characters)."""
+MAX_TOKENS_PER_REPLY = 10**12
+"""Largest token count accepted in one reply's usage, per field. With at most 10^6
+attempts per thread, a thread's totals stay below 2^63 (msgpack, SQLite and
+PostgreSQL integers) and below 2^53 per reply (exact in JSON readers)."""
+
+_USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
+
+
+def _bad(why: str, usage: Usage | None = None) -> ModelRequestError:
+    return ModelRequestError("bad_response", f"unusable chat-completions answer: {why}",
+                             usage=usage)
+
+
+def read_usage(raw: Any) -> Usage:
+    """The usage of an answer, checked.
+
+    Args:
+        raw: The answer's `usage` value (None or absent means not reported: zeros).
+
+    Returns:
+        The three counts; a missing `total_tokens` is the sum of the other two.
+
+    Raises:
+        ModelRequestError: `bad_response` (without usage) when `usage` is not an object
+            or a count is not an integer in 0..`MAX_TOKENS_PER_REPLY`.
+    """
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise _bad("usage is not an object")
+    counts: dict[str, int] = {}
+    for key in _USAGE_KEYS:
+        value = raw.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise _bad(f"usage.{key} is not an integer")
+        if not 0 <= value <= MAX_TOKENS_PER_REPLY:
+            raise _bad(f"usage.{key} is outside 0..{MAX_TOKENS_PER_REPLY}")
+        counts[key] = value
+    prompt, completion = counts.get("prompt_tokens", 0), counts.get("completion_tokens", 0)
+    total = counts.get("total_tokens", prompt + completion)
+    return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=total)
+
+
+def _text(value: Any, where: str, usage: Usage, *, limit: int | None = None) -> str:
+    """`value` if it is text every store can hold, else a `bad_response`."""
+    if not isinstance(value, str):
+        raise _bad(f"{where} is not text", usage)
+    if limit is not None and len(value) > limit:
+        raise _bad(f"{where} is longer than {limit} characters", usage)
+    if "\x00" in value:
+        raise _bad(f"{where} holds U+0000, which the database cannot store", usage)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _bad(f"{where} holds a lone surrogate (not valid Unicode text)", usage) from None
+    return value
+
+
+def _tool_calls(raw: Any, usage: Usage) -> list[dict[str, Any]]:
+    if not isinstance(raw, list):
+        raise _bad("tool_calls is not a list", usage)
+    if len(raw) > MAX_TOOL_CALLS:
+        raise _bad(f"more than {MAX_TOOL_CALLS} tool calls", usage)
+    clean = []
+    for index, call in enumerate(raw):
+        where = f"tool call {index}"
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict):
+            raise _bad(f"malformed tool call: {where} has no function", usage)
+        call_id = _text(call.get("id"), f"{where} id", usage, limit=MAX_NAME_CHARS)
+        name = _text(function.get("name"), f"{where} name", usage, limit=MAX_NAME_CHARS)
+        arguments = _text(function.get("arguments", ""), f"{where} arguments", usage)
+        if not call_id or not name:
+            raise _bad(f"malformed tool call: {where} has an empty id or name", usage)
+        clean.append({"id": call_id, "type": "function",
+                      "function": {"name": name, "arguments": arguments}})
+    return clean
+
+
+def check_message(raw: Any, usage: Usage) -> dict[str, Any]:
+    """The assistant message of an answer, reduced to the wire keys and checked.
+
+    Args:
+        raw: `choices[0].message` as received.
+        usage: The answer's checked usage, attached to any error raised.
+
+    Returns:
+        `role`, `content` (str or None) and, when the model asks for tools,
+        `tool_calls` (each `id`, `type`, `function.name`, `function.arguments`).
+
+    Raises:
+        ModelRequestError: `bad_response` carrying `usage`: a value of the wrong type,
+            text that no store can hold, or a reply past the size caps.
+    """
+    if not isinstance(raw, dict):
+        raise _bad("choices[0] has no message", usage)
+    content = raw.get("content")
+    if content is not None:
+        _text(content, "message content", usage)
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    calls = raw.get("tool_calls")
+    if calls:
+        message["tool_calls"] = _tool_calls(calls, usage)
+    size = len(content or "") + sum(len(c["id"]) + len(c["function"]["name"])
+                                    + len(c["function"]["arguments"])
+                                    for c in message.get("tool_calls") or [])
+    if size > MAX_REPLY_CHARS:
+        raise _bad(f"the reply's text ({size} characters) is over the cap of {MAX_REPLY_CHARS}",
+                   usage)
+    return message
+
+
+def check_reply(reply: ModelReply) -> ModelReply:
+    """Checks a reply from any chat model (the same rules as `parse_reply`).
+
+    Raises:
+        ModelRequestError: `bad_response`; carries the usage when that was valid.
+    """
+    usage = read_usage(reply.usage)
+    return ModelReply(message=check_message(reply.message, usage), usage=usage)
+
+
+def parse_reply(payload: Any) -> ModelReply:
+    """Checks an OpenAI-style chat-completions answer and extracts the assistant message.
+
+    Args:
+        payload: The decoded JSON body.
+
+    Returns:
+        The reply with `message` reduced to the wire keys (`role`, `content`,
+        `tool_calls` when present) and `usage` (zeros when absent).
+
+    Raises:
+        ModelRequestError: `bad_response` when any kept value is wrong: no
+            `choices[0].message`, content that is not text, malformed tool calls, an
+            unstorable string, an out-of-range token count, or a reply over the caps.
+            When only the message is wrong, the error carries the valid usage.
+    """
+    if not isinstance(payload, dict):
+        raise _bad("body is not a JSON object")
+    usage = read_usage(payload.get("usage"))
+    choices = payload.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise _bad("no choices", usage)
+    return ModelReply(message=check_message(choices[0].get("message"), usage), usage=usage)

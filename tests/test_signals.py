@@ -1,0 +1,60 @@
+"""SIGTERM or Ctrl-C mid-request: exit 130, the attempt stays counted, the thread is reported.
+
+Real processes against a fake MandAPI that holds the request, on both backends.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from graph.interrupted import interrupted_outcome
+from tests.conftest import subprocess_env
+from tests.fake_mandapi import FakeMandApi
+from tests.test_concurrency import outcome, start, wait_for
+
+pytestmark = pytest.mark.slow
+
+TASK = "How long does shipping take at the demo shop?"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("existing", [False, True], ids=["new thread", "resumed thread"])
+def test_signal_mid_request_reports_the_thread_as_it_stands(
+        backend, tmp_path: Path, sig: signal.Signals, existing: bool) -> None:
+    with FakeMandApi(tmp_path / "requests.jsonl", never_finish=True) as fake:
+        env = subprocess_env(MANDAPI_API_KEY="sk-test", MANDAPI_MODEL_ID="mandapi-x",
+                             MANDAPI_BASE_URL=fake.base_url)
+        argv = ["--thread", "t1", "--task", TASK, "--db", backend.db, "--live", "--once",
+                "--max-tokens", "1000"]
+        if existing:
+            assert outcome(start(argv, env, tmp_path))["exit_code"] == 0
+        fake.hold("shipping")
+        proc = start(argv, env, tmp_path)
+        wait_for(lambda: len(fake.requests()) == 1 + existing)
+        proc.send_signal(sig)
+        result = outcome(proc)
+        fake.release()
+    attempts = 1 + existing
+    assert (proc.returncode, result["exit_code"], result["error_code"]) == (130, 130, "interrupted")
+    assert (result["thread_id"], result["status"], result["attempts"], result["max_attempts"],
+            result["model"], result["max_tokens"]) == ("t1", "ready", attempts, 4, "mandapi-x", 1000)
+    assert result["usage"]["total_tokens"] == 40 * existing
+    assert "stays counted" in result["error"]
+    assert backend.ledger_row("t1") == (attempts, attempts, 4)
+
+
+def test_interrupted_report_says_why_when_the_thread_cannot_be_read(tmp_path: Path) -> None:
+    missing = tmp_path / "gone.sqlite"
+    out = interrupted_outcome(["--thread", "t1", "--db", str(missing), "--once"], "t1")
+    assert (int(out.exit_code), out.error_code, out.thread_id) == (130, "interrupted", "t1")
+    assert out.attempts is None and out.status is None
+    assert "could not be read" in out.error
+    assert not missing.exists(), "reading the report never creates a database"
+
+
+def test_interrupted_report_of_a_thread_that_was_never_created_stays_null(backend) -> None:
+    out = interrupted_outcome(["--thread", "nothing", "--db", backend.db], "nothing")
+    assert (int(out.exit_code), out.status, out.attempts) == (130, None, None)
