@@ -66,6 +66,8 @@ def parse_arguments(text: Any) -> dict[str, Any]:
         value = json.loads(text, object_pairs_hook=_object, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise ArgumentsError(f"arguments are not valid JSON: {exc.msg}") from None
+    except ValueError as exc:  # an integer past Python's digit limit (CVE-2020-10735)
+        raise ArgumentsError(f"arguments hold an unusable number: {exc}") from None
     except RecursionError:
         raise ArgumentsError("arguments are nested too deeply") from None
     if not isinstance(value, dict):

@@ -71,7 +71,7 @@ class _Sizes:
 def _evidence_of(text: str) -> list[str]:
     try:
         data = json.loads(text)
-    except (json.JSONDecodeError, TypeError):
+    except (ValueError, TypeError, RecursionError):
         data = None
     if isinstance(data, dict):  # our tools' JSON names its evidence exactly
         return [str(e) for e in data.get("evidence") or []]

@@ -92,6 +92,8 @@ def test_ambiguous_write_arguments_are_a_tool_error_and_never_paused(
     ('{"ref_id": "ship-01", "x": {"a": 1, "a": 1}}', "twice"),
     ('{"ref_id": Infinity}', "not a JSON value"),
     ('{"ref_id": "\\udc00"}', "surrogate"),
+    ('{"ref_id": ' + "9" * 5000 + "}", "unusable number"),
+    ("[" * 100_000, "nested too deeply"),
 ])
 def test_read_only_tools_use_the_same_strict_parser(arguments: str, problem: str) -> None:
     text = run_tool_call({"id": "c", "function": {"name": "get_reference", "arguments": arguments}})
