@@ -20,8 +20,8 @@ import sys
 from collections import defaultdict
 from typing import Any
 
-from graph.cli import Parser
-from graph.errors import RefusedError, RunError
+from graph.cli import Parser, emit, guard
+from graph.errors import RefusedError
 
 
 def _exists(store: Any, thread_id: str) -> bool:
@@ -129,7 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--to", dest="target", required=True, help="target SQLite file or URL")
     parser.add_argument("--thread", action="append", default=[], help="copy only this thread")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    try:
+    as_json = "--json" in argv
+
+    def body() -> int:
         args = parser.parse_args(argv)
         from graph.settings import check_thread_id
         from graph.storage import open_store
@@ -139,14 +141,11 @@ def main(argv: list[str] | None = None) -> int:
         with open_store(args.source, create=False) as src, \
                 open_store(args.target, create=True) as dst:
             copied = copy_threads(src, dst, args.thread or None)
-    except RunError as exc:
-        print(json.dumps({"error": exc.message, "error_code": exc.error_code}) if "--json" in argv
-              else f"error ({exc.error_code}): {exc.message}",
-              file=sys.stdout if "--json" in argv else sys.stderr)
-        return int(exc.exit_code)
-    print(json.dumps({"copied": copied}) if args.json else f"copied {len(copied)} thread(s)")
-    return 0
+        emit(json.dumps({"copied": copied, "exit_code": 0}) if as_json
+             else f"copied {len(copied)} thread(s)")
+        return 0
 
+    return guard(body, as_json, copied=[])
 
 if __name__ == "__main__":
     sys.exit(main())

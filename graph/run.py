@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
-from graph.cli import Parser
+from graph.cli import Parser, emit, known_error
 from graph.errors import RunError, UsageError
-from graph.exitcodes import ExitCode
+from graph.exitcodes import ErrorCode, ExitCode
 from graph.outcome import Outcome
 
 
@@ -143,6 +143,11 @@ def run(argv: list[str] | None = None, **step_kwargs: Any) -> Outcome:
             return advance(store, request, settings, **step_kwargs)
     except RunError as exc:
         return Outcome.from_error(thread_id, exc)
+    except Exception as exc:
+        known = known_error(exc)
+        if known is None:
+            raise
+        return Outcome.from_error(thread_id, known)
 
 
 def _thread_of(argv: list[str]) -> str | None:
@@ -160,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     as_json = "--json" in argv
     if "-h" in argv or "--help" in argv:
-        _parser().print_help()
+        emit(_parser().format_help().rstrip("\n"))
         return 0
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
@@ -168,19 +173,19 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, _Interrupted):
         outcome = Outcome(
             _thread_of(argv), ExitCode.INTERRUPTED,
-            error="interrupted; any counted attempt stays counted", error_code="interrupted",
+            error="interrupted; any counted attempt stays counted",
+            error_code=ErrorCode.INTERRUPTED,
         )
     except Exception as exc:  # a bug: report it in the promised shape, then fail
         outcome = Outcome(_thread_of(argv), ExitCode.UNEXPECTED,
-                          error=f"{type(exc).__name__}: {exc}", error_code="unexpected")
-        if not as_json:
-            raise
+                          error=f"{type(exc).__name__}: {exc} (this is a bug)",
+                          error_code=ErrorCode.UNEXPECTED)
     finally:
         signal.signal(signal.SIGTERM, previous)
     if as_json:
-        print(outcome.to_json())
+        emit(outcome.to_json())
     else:
-        print(outcome.to_text(), file=sys.stdout if outcome.exit_code in (0, 3, 7) else sys.stderr)
+        emit(outcome.to_text(), sys.stdout if outcome.exit_code in (0, 3, 7) else sys.stderr)
     return int(outcome.exit_code)
 
 

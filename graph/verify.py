@@ -18,9 +18,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from graph.cli import Parser, resolve_db
-from graph.errors import RefusedError, RunError
-from graph.exitcodes import ExitCode
+from graph.cli import Parser, emit, guard, resolve_db
+from graph.errors import RefusedError
+from graph.exitcodes import ErrorCode, ExitCode
 
 
 def verify(db: str) -> list[str]:
@@ -87,20 +87,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_db()
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     as_json = "--json" in (sys.argv[1:] if argv is None else argv)
-    try:
-        args = parser.parse_args(argv)
-        problems = verify(resolve_db(args.db))
-        code = ExitCode.REFUSED if problems else ExitCode.OK
-        error = None
-    except RunError as exc:
-        problems, code, error = [exc.message], exc.exit_code, exc.error_code
-    if as_json:
-        print(json.dumps({"ok": not problems, "problems": problems, "error_code": error,
-                          "exit_code": int(code)}))
-    else:
-        print("\n".join(problems) if problems else "ok: every thread reads back intact")
-    return int(code)
 
+    def body() -> int:
+        args = parser.parse_args(argv)
+        try:
+            problems = verify(resolve_db(args.db))
+        except RefusedError as exc:  # not a checkpoint database at all: that is the problem
+            problems = [exc.message]
+            code, error = exc.exit_code, exc.error_code
+        else:
+            code = ExitCode.REFUSED if problems else ExitCode.OK
+            error = ErrorCode.DAMAGED if problems else None
+        if as_json:
+            emit(json.dumps({"ok": not problems, "problems": problems, "error": problems[0]
+                             if problems else None, "error_code": error, "exit_code": int(code)},
+                            ensure_ascii=False))
+        else:
+            emit("\n".join(problems) if problems else "ok: every thread reads back intact",
+                 sys.stdout)
+        return int(code)
+
+    return guard(body, as_json, ok=False, problems=[])
 
 if __name__ == "__main__":
     sys.exit(main())
