@@ -17,7 +17,7 @@ from typing import Any, TextIO
 from graph.errors import RefusedError, RunError, UsageError
 from graph.exitcodes import ExitCode
 from graph.outcome import Outcome
-from graph.settings import check_task, check_thread_id
+from graph.settings import DEMO_MODEL_ID, check_model_id, check_task, check_thread_id
 from graph.step import StepRequest, advance
 
 FIELDS = {"thread_id": str, "task": str, "model": str, "max_attempts": int, "max_tokens": int,
@@ -68,48 +68,36 @@ def read_tasks(path: Path, parent: str | None = None, live: bool = True) -> list
         The items, in file order.
 
     Raises:
-        UsageError: Listing every invalid line by number (exit 2; nothing counted).
+        UsageError: Listing every invalid line by number (exit 2; nothing counted):
+            invalid JSON or UTF-8, nesting, duplicate keys, a line that is not an
+            object, missing or unknown fields, wrong types, out-of-range numbers.
     """
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read tasks file {path}: {exc}") from None
-    items, problems, seen = [], [], set()
-    for number, text in enumerate(lines, start=1):
-        if not text.strip():
-            continue
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read tasks file {path}: {exc.strerror or exc}") from None
+    items: list[BatchItem] = []
+    problems: list[str] = []
+    seen: set[str] = set()
+    for number, line in enumerate(raw.splitlines(), start=1):
         try:
-            data = json.loads(text)
-            if not isinstance(data, dict):
-                raise ValueError("not a JSON object")
+            text = line.decode("utf-8")
+            if not text.strip():
+                continue
+            data = _parse_line(text)
             if parent is not None:
                 if "thread_id" in data:
                     raise ValueError("subtask lines take no thread_id (it is derived)")
                 data = {**data, "thread_id": subtask_id(parent, len(items))}
-            unknown = set(data) - set(FIELDS)
-            if unknown:
-                raise ValueError(f"unknown field(s) {sorted(unknown)}")
-            for key, kind in FIELDS.items():
-                value = data.get(key)
-                if value is not None and (not isinstance(value, kind) or isinstance(value, bool)
-                                          or (kind is int and value < 1)):
-                    raise ValueError(f"{key} must be a {'positive integer' if kind is int else 'string'}")
-            if "task" not in data:
-                raise ValueError("task is missing")
-            for key, limit in LIMITS.items():
-                if data.get(key) is not None and data[key] > limit:
-                    raise ValueError(f"{key} must be at most {limit}")
-            if data.get("model") not in (None, "offline-demo") and not live:
-                raise ValueError(f"model {data['model']!r} makes paid requests: add --live")
-            for key in ("workspace", "allow_writes"):
-                if data.get(key) is not None and not Path(data[key]).expanduser().is_dir():
-                    raise ValueError(f"{key} folder {data[key]} does not exist")
-            check_thread_id(data["thread_id"])
-            check_task(data["task"])
+            check_fields(data, live)
             if data["thread_id"] in seen:
                 raise ValueError(f"thread {data['thread_id']!r} appears twice")
             seen.add(data["thread_id"])
             items.append(BatchItem(number, data))
+        except UnicodeDecodeError:
+            problems.append(f"line {number}: not UTF-8 text")
+        except OSError as exc:  # a folder path the system cannot even look up
+            problems.append(f"line {number}: {exc.strerror or exc}")
         except (ValueError, UsageError) as exc:
             message = exc.message if isinstance(exc, UsageError) else str(exc)
             problems.append(f"line {number}: {message}")
@@ -118,6 +106,58 @@ def read_tasks(path: Path, parent: str | None = None, live: bool = True) -> list
     if not items:
         raise UsageError(f"{path} holds no task")
     return items
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [k for k, _ in pairs]
+    dup = sorted({k for k in keys if keys.count(k) > 1})
+    if dup:
+        raise ValueError(f"duplicate key(s) {dup}: which value was meant is ambiguous")
+    return dict(pairs)
+
+
+def _parse_line(text: str) -> dict[str, Any]:
+    """One line as a flat JSON object with distinct keys (raises ValueError)."""
+    try:
+        data = json.loads(text, object_pairs_hook=_no_duplicates)
+    except RecursionError:
+        raise ValueError("nested too deeply: a line is one flat JSON object") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"not a JSON object but {type(data).__name__}")
+    return data
+
+
+def check_fields(data: dict[str, Any], live: bool) -> None:
+    """Checks one thread's fields (a tasks line, a queued job): names, types, ranges, folders.
+
+    Raises:
+        ValueError: Naming the field and what is wrong.
+        UsageError: An invalid thread id, task or model id.
+    """
+    unknown = set(data) - set(FIELDS)
+    if unknown:
+        raise ValueError(f"unknown field(s) {sorted(unknown)}")
+    for key in ("thread_id", "task"):
+        if key not in data:
+            raise ValueError(f"{key} is missing")
+    for key, kind in FIELDS.items():
+        value = data.get(key)
+        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)
+                                  or (kind is int and value < 1)):
+            raise ValueError(f"{key} must be a {'positive integer' if kind is int else 'string'}")
+    for key, limit in LIMITS.items():
+        if data.get(key) is not None and data[key] > limit:
+            raise ValueError(f"{key} must be at most {limit}")
+    check_thread_id(data["thread_id"])
+    check_task(data["task"])
+    check_model_id(data.get("model"), "model")
+    if data.get("model") not in (None, DEMO_MODEL_ID) and not live:
+        raise ValueError(f"model {data['model']!r} makes paid requests: add --live")
+    for key in ("workspace", "allow_writes"):
+        if data.get(key) is not None and not Path(data[key]).expanduser().is_dir():
+            raise ValueError(f"{key} folder {data[key]} does not exist")
 
 
 class Progress:
