@@ -34,6 +34,8 @@ def open_store(db: str, *, create: bool, read_only: bool = False) -> Iterator[An
 
     Raises:
         graph.errors.RefusedError: The database is missing or unusable (exit 4).
+        graph.errors.UsageError: `--db` is a folder or an impossible path, or this user
+            lacks a permission the command needs (`permission_denied`; exit 2).
     """
     if re.match(r"\s*\w+\s*=", db):
         raise UsageError("--db takes a SQLite file path or a postgresql:// URL, not a libpq "
@@ -44,7 +46,9 @@ def open_store(db: str, *, create: bool, read_only: bool = False) -> Iterator[An
         with open_postgres(db, create=create, read_only=read_only) as store:
             yield store
     else:
+        from graph.access import check_sqlite_access
         from graph.sqlite_store import open_sqlite
 
+        check_sqlite_access(db, read_only=read_only)
         with open_sqlite(Path(db), create=create, read_only=read_only) as store:
             yield store

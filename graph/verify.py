@@ -37,11 +37,14 @@ def verify(db: str) -> list[str]:
 
     problems: list[str] = []
     if not is_postgres(db):
+        from graph.access import check_sqlite_access, read_only_uri
         from graph.sqlite_store import check_database
+
+        check_sqlite_access(db, read_only=True)
 
         path = Path(db)
         check_database(path)
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        conn = sqlite3.connect(read_only_uri(path), uri=True)
         try:
             rows = [r[0] for r in conn.execute("PRAGMA integrity_check")]
         except sqlite3.DatabaseError as exc:
