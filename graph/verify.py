@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from graph.cli import Parser, emit, guard, resolve_db
+from graph.cli import Parser, emit, guard, report_error, resolve_db
 from graph.errors import RefusedError
 from graph.exitcodes import ErrorCode, ExitCode
 
@@ -95,19 +95,16 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         try:
             problems = verify(resolve_db(args.db))
-        except RefusedError as exc:  # not a checkpoint database at all: that is the problem
-            problems = [exc.message]
-            code, error = exc.exit_code, exc.error_code
-        else:
-            code = ExitCode.REFUSED if problems else ExitCode.OK
-            error = ErrorCode.DAMAGED if problems else None
+        except RefusedError as exc:  # not a checkpoint database at all
+            return report_error(exc, as_json, ok=False, problems=[exc.message])
+        code = ExitCode.REFUSED if problems else ExitCode.OK
         if as_json:
-            emit(json.dumps({"ok": not problems, "problems": problems, "error": problems[0]
-                             if problems else None, "error_code": error, "exit_code": int(code)},
-                            ensure_ascii=False))
+            emit(json.dumps({"ok": not problems, "problems": problems,
+                             "error": problems[0] if problems else None,
+                             "error_code": ErrorCode.DAMAGED if problems else None,
+                             "exit_code": int(code)}, ensure_ascii=False))
         else:
-            emit("\n".join(problems) if problems else "ok: every thread reads back intact",
-                 sys.stdout)
+            emit("\n".join(problems) if problems else "ok: every thread reads back intact")
         return int(code)
 
     return guard(body, as_json, ok=False, problems=[])
