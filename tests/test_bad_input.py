@@ -101,6 +101,10 @@ RUN = [
     _run("--thread", "t1", "--db", "{db}", "--approve", "call_x"),
     _run("--thread", "n1", "--task", TASK, "--db", "{db}", "--workspace", "{tmp}/nowhere",
          error="no_such_workspace"),
+    _run("--thread", "n1", "--task", TASK, "--db", "{db}", "--workspace", "/" + "w" * 5000,
+         error="no_such_workspace"),
+    _run("--thread", "n1", "--task", TASK, "--db", "{db}", "--allow-writes", "{tmp}/nowhere",
+         error="no_such_workspace"),
     _run("--thread", "t1", "--once", "--bogus"), _run("--thread", "t1", "--once", "extra"),
 ]
 
