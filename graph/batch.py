@@ -12,8 +12,9 @@ the whole batch (cap named by --batch-id, default the tasks file's name; with --
 parent:ID), counted durably before each request and never reset. --enqueue (PostgreSQL)
 puts one job per thread on the procrastinate queue for workers instead of running here.
 
-exit codes: 0 every thread advanced or finished; 1 some thread hit an error (see the
-results); 2 usage error (nothing counted); 4 refused; 8 the request cap stopped the batch.
+exit codes: 0 every thread advanced or finished; 2 usage error, every bad line listed
+(nothing counted); 8 the request cap stopped the batch; otherwise the exit code of the
+first thread that failed (4 refused, 6 request failed, ...; see the results).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from graph.errors import RefusedError, RunError, UsageError
-from graph.exitcodes import ExitCode
+from graph.exitcodes import ErrorCode, ExitCode
 from graph.outcome import Outcome
 from graph.settings import DEMO_MODEL_ID, check_model_id, check_task, check_thread_id
 from graph.step import StepRequest, advance
@@ -225,7 +225,7 @@ def _held_by_cap(store: Any, item: BatchItem, cap_id: str | None) -> Outcome:
     else:
         outcome = Outcome.from_state(item.thread_id, loaded.values, loaded.snapshot.next)
     if outcome.status not in FINISHED:
-        outcome.exit_code, outcome.error_code = ExitCode.BATCH_CAP, "batch_cap"
+        outcome.exit_code, outcome.error_code = ExitCode.BATCH_CAP, ErrorCode.BATCH_CAP
         outcome.error = f"request cap {cap_id!r} is full; not advanced"
     return outcome
 
@@ -243,7 +243,8 @@ def run_batch(store: Any, items: list[BatchItem], settings: Any, *, once: bool,
 
     Returns:
         The report; `exit_code` 0 when every thread advanced or finished, 8 when the cap
-        stopped the batch, 1 when some thread hit an error.
+        stopped the batch, else the exit code of the first thread that failed (4 refused,
+        6 request failed, ...; 1 only for a bug).
 
     Raises:
         RefusedError: `identity_mismatch` when the cap exists with another maximum.
@@ -253,7 +254,7 @@ def run_batch(store: Any, items: list[BatchItem], settings: Any, *, once: bool,
         if maximum != max_requests:
             raise RefusedError(f"request cap {cap_id!r} was created with --max-requests "
                                f"{maximum}; it is never reset or changed",
-                               error_code="identity_mismatch")
+                               error_code=ErrorCode.IDENTITY_MISMATCH)
     elif cap_id is not None and store.ledger.cap(cap_id) is None:
         cap_id = None  # no cap was ever set for this batch
     report = BatchReport()
@@ -265,20 +266,24 @@ def run_batch(store: Any, items: list[BatchItem], settings: Any, *, once: bool,
                 outcome = advance(store, item.request(once), settings, charge=cap_id,
                                   **step_kwargs)
                 if outcome.held_back and _cap_full(store, cap_id):
-                    outcome.exit_code, outcome.error_code = ExitCode.BATCH_CAP, "batch_cap"
+                    outcome.exit_code, outcome.error_code = ExitCode.BATCH_CAP, ErrorCode.BATCH_CAP
                     outcome.error = f"request cap {cap_id!r} is full; no request was sent"
         except RunError as exc:  # busy in another worker: skipped for now; others: reported
             outcome = Outcome.from_error(item.thread_id, exc)
         report.outcomes.append(outcome)
         if progress is not None:
             progress.update(outcome)
-        if outcome.error_code == "batch_cap":
+        if outcome.error_code == ErrorCode.BATCH_CAP:
             report.cap_reached = True
-    failed = any(o.exit_code not in (ExitCode.OK, ExitCode.EXHAUSTED, ExitCode.AWAITING_APPROVAL,
-                                     ExitCode.BUSY, ExitCode.BATCH_CAP) for o in report.outcomes)
-    report.exit_code = (ExitCode.UNEXPECTED if failed else
+    failed = [o.exit_code for o in report.outcomes if o.exit_code not in _ADVANCED]
+    report.exit_code = (failed[0] if failed else
                         ExitCode.BATCH_CAP if report.cap_reached else ExitCode.OK)
     return report
+
+
+_ADVANCED = (ExitCode.OK, ExitCode.EXHAUSTED, ExitCode.AWAITING_APPROVAL, ExitCode.BUSY,
+             ExitCode.BATCH_CAP)
+"""Thread exit codes that leave the batch's exit code 0 (or 8 when the cap stopped it)."""
 
 
 def parent_result(parent: str, outcomes: list[Outcome]) -> dict[str, Any]:

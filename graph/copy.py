@@ -22,6 +22,7 @@ from typing import Any
 
 from graph.cli import Parser, emit, guard
 from graph.errors import RefusedError
+from graph.exitcodes import ErrorCode
 
 
 def _exists(store: Any, thread_id: str) -> bool:
@@ -62,10 +63,10 @@ def copy_threads(src: Any, dst: Any, thread_ids: list[str] | None = None) -> lis
         tombstone = src.tombstones.get(thread_id)
         if tombstone is None and load_thread(graph, thread_id, src.location) is None:
             raise RefusedError(f"no such thread {thread_id!r} in {src.location}",
-                               error_code="no_such_thread")
+                               error_code=ErrorCode.NO_SUCH_THREAD)
         if _exists(dst, thread_id):
             raise RefusedError(f"thread {thread_id!r} already exists in {dst.location}; "
-                               "nothing was copied", error_code="exists")
+                               "nothing was copied", error_code=ErrorCode.EXISTS)
     _copy_caps(src, dst)
     for thread_id in ids:
         _copy_one(src, dst, thread_id)
@@ -83,7 +84,7 @@ def _copy_caps(src: Any, dst: Any) -> None:
                              (cap_id, requests, maximum))
         elif existing[1] != maximum or existing[0] < requests:
             raise RefusedError(f"request cap {cap_id!r} differs in {dst.location}; nothing "
-                               "more was copied", error_code="exists")
+                               "more was copied", error_code=ErrorCode.EXISTS)
 
 
 def _copy_one(src: Any, dst: Any, thread_id: str) -> None:

@@ -320,3 +320,19 @@ def test_corpus_covers_every_entry_point_with_at_least_80_inputs() -> None:
 def test_no_corpus_input_documents_exit_1() -> None:
     """Exit 1 means a bug: no corpus input may expect it (the test above then fails on it)."""
     assert all(c.exit_code != 1 for c in CORPUS)
+
+
+def test_batch_thread_refused_at_run_time_gives_its_own_exit_code_not_1(
+        workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from graph.batch import main
+
+    lines = [{"thread_id": "t1", "task": "another task"}, {"thread_id": "b2", "task": TASK}]
+    (workdir / "tasks.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    code = main([str(workdir / "tasks.jsonl"), "--db", str(workdir / "db.sqlite"), "--once",
+                 "--json", "--out", str(workdir / "out.jsonl")])
+    summary = json.loads(capsys.readouterr().out)
+    assert code == 4 == summary["exit_code"]
+    assert summary["errors"] == {"identity_mismatch": 1}
+    results = [json.loads(x) for x in (workdir / "out.jsonl").read_text().splitlines()]
+    assert [r["exit_code"] for r in results] == [4, 0]
+    assert SqliteBackend(workdir / "db.sqlite").ledger_row("t1") == (1, 1, 4)
