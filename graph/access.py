@@ -48,6 +48,13 @@ def check_sqlite_access(db: str, *, read_only: bool) -> None:
         raise UsageError(f"--db {path} is a folder, not a checkpoint database file")
     if not os.access(path, os.R_OK):
         raise _denied(path, "read this file")
+    try:
+        with open(path, "rb") as fh:
+            fh.read(100)
+    except PermissionError:
+        raise _denied(path, "read this file") from None
+    except OSError as exc:  # an I/O error, a special file
+        raise UsageError(f"--db {path} cannot be read: {exc.strerror or exc}") from None
     if read_only:
         if not writable(path) and _wal_size(path) and not _sidecar(path, "-shm").exists():
             raise _denied(path.parent, "create the -shm file needed to read this database's "

@@ -121,6 +121,7 @@ def guard(body: Callable[[], int], as_json: bool, **fields: Any) -> int:
     try:
         return body()
     except Exception as exc:  # noqa: BLE001 - every failure is reported in one shape
-        error = known_error(exc) or RunError(f"{type(exc).__name__}: {exc} (this is a bug)")
+        error = known_error(exc) or RunError(
+            " ".join(f"{type(exc).__name__}: {exc} (this is a bug)".split()))
         return report_error(error, as_json, **fields)
 

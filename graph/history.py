@@ -89,7 +89,11 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         args = parser.parse_args(argv)
+        from graph.settings import check_thread_id
         from graph.storage import open_store
+
+        if args.thread is not None:
+            check_thread_id(args.thread)
         from graph.thread_history import list_threads, thread_history
 
         with open_store(resolve_db(args.db), create=False, read_only=True) as store:

@@ -121,7 +121,7 @@ def run(argv: list[str] | None = None, **step_kwargs: Any) -> Outcome:
         thread_id = check_thread_id(args.thread)
         check_task(args.task)
         check_model_id(args.model, "--model")
-        if args.db and "://" in args.db and urlsplit(args.db).password:
+        if args.db and "://" in args.db and _has_password(args.db):
             print("warning: a password in --db is visible in the process list; "
                   "put the URL in GRAPH_DB or the password in PGPASSWORD or ~/.pgpass",
                   file=sys.stderr)
@@ -148,6 +148,13 @@ def run(argv: list[str] | None = None, **step_kwargs: Any) -> Outcome:
         if known is None:
             raise
         return Outcome.from_error(thread_id, known)
+
+
+def _has_password(url: str) -> bool:
+    try:
+        return bool(urlsplit(url).password)
+    except ValueError:  # unparsable: refused with its reason when the database is opened
+        return False
 
 
 def _thread_of(argv: list[str]) -> str | None:
@@ -178,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     except Exception as exc:  # a bug: report it in the promised shape, then fail
         outcome = Outcome(_thread_of(argv), ExitCode.UNEXPECTED,
-                          error=f"{type(exc).__name__}: {exc} (this is a bug)",
+                          error=" ".join(f"{type(exc).__name__}: {exc} (this is a bug)".split()),
                           error_code=ErrorCode.UNEXPECTED)
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -68,6 +68,8 @@ RUN = [
     _run("--thread", "n1", "--task", TASK, "--db", "{tmp}"),
     _run("--thread", "t1", "--once", "--db", "{tmp}/folder"),
     _run("--thread", "n1", "--task", TASK, "--db", "host=x dbname=y"),
+    _run("--thread", "n1", "--task", TASK, "--db", "postgresql://u:pw@[::1/x"),
+    _run("--thread", "n1", "--task", TASK, "--db", "postgresql://a b@x/y"),
     _run("--thread", "n1", "--task", TASK, "--db", "{tmp}/no/such/dir/x.sqlite"),
     _run("--thread", "n1", "--task", TASK, "--db", "{tmp}/" + "a" * 5000),
     _run("--thread", "t1", "--once", "--db", "{tmp}/missing.sqlite", code=4, error="no_such_file"),
@@ -124,6 +126,12 @@ HISTORY = [
     _tool("history", "--list", "--db", "{tmp}/text.txt", code=4, error="damaged"),
     _tool("history", "--list", "--db", "postgresql://nobody@127.0.0.1:1/none",
           error="db_unreachable"),
+    *[_tool("history", "--list", "--db", url) for url in (
+        "postgresql://[::1/x", "postgresql://a b@x/y", "postgresql://u:pw@[::1/x",
+        "postgresql://127.0.0.1:70000/x", "postgresql://127.0.0.1:abc/x")],
+    _tool("history", "--list", "--db", "/proc/self/mem"),
+    _tool("history", "--list", "--db", "/dev/null", code=4, error="damaged"),
+    _tool("history", "--thread", "a b", "--db", "{db}"),
 ]
 PRUNE = [
     *[_tool("prune", "--db", "{db}", "--completed", age)
