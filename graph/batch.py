@@ -20,6 +20,7 @@ first thread that failed (4 refused, 6 request failed, ...; see the results).
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -59,7 +60,11 @@ def _run(parser: Parser, argv: list[str], as_json: bool) -> int:
         parser.error("--max-requests must be a positive integer up to 1000000000")
     items = read_tasks(args.tasks, args.parent, live=args.live)
     settings = resolve_settings(db=resolve_db(args.db), live=args.live, timeout_s=None)
-    cap_id = args.batch_id or (f"parent:{args.parent}" if args.parent else args.tasks.name)
+    cap_id = args.batch_id if args.batch_id is not None else (
+        f"parent:{args.parent}" if args.parent else args.tasks.name)
+    if not re.fullmatch(r"[^\x00-\x1f\x7f]{1,200}", cap_id) or not _utf8(cap_id):
+        parser.error(f"batch id {cap_id[:40]!r} must be 1-200 printable characters "
+                     "(name it with --batch-id)")
     if args.enqueue:
         from graph.queue import enqueue
 
@@ -78,6 +83,14 @@ def _run(parser: Parser, argv: list[str], as_json: bool) -> int:
         tmp.replace(args.out)
     _summary(args, report, progress, cap_id, as_json)
     return int(report.exit_code)
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a file name that is not UTF-8
+        return False
+    return True
 
 
 def _summary(args: Any, report: Any, progress: Any, cap_id: str, as_json: bool) -> None:

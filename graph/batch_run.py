@@ -102,7 +102,8 @@ def read_tasks(path: Path, parent: str | None = None, live: bool = True) -> list
             message = exc.message if isinstance(exc, UsageError) else str(exc)
             problems.append(f"line {number}: {message}")
     if problems:
-        raise UsageError(f"{path}: " + "; ".join(problems))
+        more = f"; and {len(problems) - 20} more line(s)" if len(problems) > 20 else ""
+        raise UsageError(f"{path}: " + "; ".join(problems[:20]) + more)
     if not items:
         raise UsageError(f"{path} holds no task")
     return items

@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             check_thread_id(thread_id)
         with open_store(args.source, create=False) as src, \
                 open_store(args.target, create=True) as dst:
-            copied = copy_threads(src, dst, args.thread or None)
+            copied = copy_threads(src, dst, list(dict.fromkeys(args.thread)) or None)
         emit(json.dumps({"copied": copied, "exit_code": 0}) if as_json
              else f"copied {len(copied)} thread(s)")
         return 0

@@ -121,6 +121,8 @@ def run(argv: list[str] | None = None, **step_kwargs: Any) -> Outcome:
         thread_id = check_thread_id(args.thread)
         check_task(args.task)
         check_model_id(args.model, "--model")
+        if args.reason is not None and not args.reject:
+            raise UsageError("--reason explains a --reject: give the calls it rejects")
         if args.db and "://" in args.db and _has_password(args.db):
             print("warning: a password in --db is visible in the process list; "
                   "put the URL in GRAPH_DB or the password in PGPASSWORD or ~/.pgpass",

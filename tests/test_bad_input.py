@@ -107,6 +107,8 @@ RUN = [
          error="no_such_workspace"),
     _run("--thread", "n1", "--task", TASK, "--db", "{db}", "--allow-writes", "{tmp}/nowhere",
          error="no_such_workspace"),
+    _run("--thread", "t1", "--db", "{db}", "--reason", "why", "--once"),
+    _run("--thread", "t1", "--db", "{db}", "--approve", "x", "--reject", "x"),
     _run("--thread", "t1", "--once", "--bogus"), _run("--thread", "t1", "--once", "extra"),
 ]
 
@@ -188,7 +190,9 @@ BATCH = [
     _batch(_OK_LINE, "--max-requests", "0"), _batch(_OK_LINE, "--max-requests", "abc"),
     _batch(_OK_LINE, "--max-req", "3"), _batch(_OK_LINE, "--parent", "a b"),
     _batch(_OK_LINE, "--enqueue"), _batch(_OK_LINE, "--parent", "p1"),
-    _batch(_OK_LINE, "--bogus"),
+    _batch(_OK_LINE, "--bogus"), _batch(_OK_LINE, "--batch-id", "\udcff"),
+    _batch(_OK_LINE, "--batch-id", ""), _batch(_OK_LINE, "--batch-id", "a\nb"),
+    _batch(bytes(range(256)) * 64),
 ]
 CORPUS = RUN + HISTORY + PRUNE + VERIFY + COPY + BATCH
 
