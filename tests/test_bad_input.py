@@ -348,3 +348,27 @@ def test_batch_thread_refused_at_run_time_gives_its_own_exit_code_not_1(
     results = [json.loads(x) for x in (workdir / "out.jsonl").read_text().splitlines()]
     assert [r["exit_code"] for r in results] == [4, 0]
     assert SqliteBackend(workdir / "db.sqlite").ledger_row("t1") == (1, 1, 4)
+
+
+SAMPLE = [c for c in CORPUS[::9] if "\udcff" not in "".join(c.argv)]
+"""Every ninth corpus input, also run as a real process (the way users and schedulers do)."""
+
+
+@pytest.mark.parametrize("case", SAMPLE, ids=[c.id for c in SAMPLE])
+def test_bad_input_as_a_real_process_prints_one_line_and_no_traceback(
+        case: Case, workdir: Path) -> None:
+    import subprocess
+
+    from tests.conftest import PYTHON, subprocess_env
+
+    if case.tasks is not None:
+        data = case.tasks.encode() if isinstance(case.tasks, str) else case.tasks
+        (workdir / "tasks.jsonl").write_bytes(data)
+    env = subprocess_env(**{k: _fill(v, workdir) for k, v in case.env.items()})
+    result = subprocess.run([PYTHON, "-m", f"graph.{case.entry}",
+                             *[_fill(a, workdir) for a in case.argv]], env=env, cwd=workdir,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == case.exit_code, result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    assert result.stderr.startswith(f"error ({case.error_code}): ")
+    assert len(result.stderr.splitlines()) == 1, result.stderr
