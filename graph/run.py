@@ -12,9 +12,10 @@ offline demo.
 
 exit codes:
   0 the step ran or the task is done     4 stored data refused (identity, missing, ...)
-  1 unexpected error                      5 thread busy in another process
-  2 usage or configuration error          6 the model request failed (counted)
-  3 budget exhausted                      7 awaiting human approval
+  1 unexpected error (a bug)              5 thread busy in another process
+  2 usage, configuration or permission    6 the model request failed, or the database
+  3 budget exhausted                        connection was lost (counted; run again)
+                                          7 awaiting human approval
   130 interrupted by SIGINT/SIGTERM (a counted attempt stays counted)
 """
 
