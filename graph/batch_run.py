@@ -177,19 +177,19 @@ class Progress:
         self.statuses[outcome.status or "error"] += 1
         if outcome.error_code:
             self.errors[outcome.error_code] += 1
-        if self.tty:
-            width = 20
-            filled = width * self.done // max(self.total, 1)
-            counts = " ".join(f"{k} {v}" for k, v in sorted(self.statuses.items()))
-            self.stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] "
-                              f"{self.done}/{self.total}  {counts}\x1b[K")
-            if self.done == self.total:
-                self.stream.write("\n")
-        else:
-            self.stream.write(f"[{self.done}/{self.total}] {outcome.thread_id}: "
-                              f"{outcome.status or 'error'}"
-                              + (f" ({outcome.error_code})" if outcome.error_code else "") + "\n")
-        self.stream.flush()
+        text = (f"\r[{'#' * (20 * self.done // max(self.total, 1))}"
+                f"{'.' * (20 - 20 * self.done // max(self.total, 1))}] {self.done}/{self.total}  "
+                + " ".join(f"{k} {v}" for k, v in sorted(self.statuses.items())) + "\x1b[K"
+                + ("\n" if self.done == self.total else "")) if self.tty else (
+            f"[{self.done}/{self.total}] {outcome.thread_id}: {outcome.status or 'error'}"
+            + (f" ({outcome.error_code})" if outcome.error_code else "") + "\n")
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except BrokenPipeError:  # nobody reads the progress any more: the batch goes on
+            from graph.cli import silence
+
+            silence(self.stream)
 
     def summary(self) -> str:
         """The final table: threads per status and per error."""

@@ -60,9 +60,14 @@ def emit(text: str, stream: TextIO | None = None) -> None:
         stream.write(text + "\n")
         stream.flush()
     except BrokenPipeError:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, stream.fileno())
-        os.close(devnull)
+        silence(stream)
+
+
+def silence(stream: TextIO) -> None:
+    """Points `stream`'s descriptor at /dev/null, after its reader went away."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, stream.fileno())
+    os.close(devnull)
 
 
 def error_fields(exc: RunError) -> dict[str, Any]:

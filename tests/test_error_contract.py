@@ -235,3 +235,18 @@ def test_losing_postgres_mid_step_is_db_lost_and_the_attempt_stays_counted(
         assert again.returncode != 1, again.stderr
     finally:
         pg.drop()
+
+
+def test_batch_goes_on_when_nobody_reads_its_progress(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps({"thread_id": f"p{i}", "task": TASK}) + "\n"
+                             for i in range(2)))
+    read, write = os.pipe()
+    os.close(read)
+    result = subprocess.run([PYTHON, "-m", "graph.batch", str(tasks), "--db",
+                             str(tmp_path / "db.sqlite"), "--once", "--json"],
+                            env=subprocess_env(), stdout=subprocess.PIPE, stderr=write, timeout=120)
+    os.close(write)
+    assert result.returncode == 0
+    assert json.loads(result.stdout)["statuses"] == {"ready": 2}
+    assert SqliteBackend(tmp_path / "db.sqlite").ledger_row("p1") == (1, 1, 4)
