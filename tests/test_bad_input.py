@@ -372,3 +372,19 @@ def test_bad_input_as_a_real_process_prints_one_line_and_no_traceback(
     assert "Traceback" not in result.stdout + result.stderr
     assert result.stderr.startswith(f"error ({case.error_code}): ")
     assert len(result.stderr.splitlines()) == 1, result.stderr
+
+
+@pytest.mark.parametrize("with_task", [False, True])
+def test_folder_in_place_of_the_database_is_a_usage_error_not_damage(
+        tmp_path: Path, with_task: bool, capsys: pytest.CaptureFixture[str]) -> None:
+    from graph.run import main
+
+    db = tmp_path / "checkpoints.sqlite"
+    db.mkdir()
+    code = main(["--thread", "t1", "--once", "--db", str(db), "--json",
+                 *(["--task", TASK] if with_task else [])])
+    out = json.loads(capsys.readouterr().out)
+    assert (code, out["error_code"]) == (2, "usage")
+    assert "is a folder" in out["error"] and str(db) in out["error"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoints.sqlite"]
+    assert not any(db.iterdir())
