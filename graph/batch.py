@@ -12,18 +12,20 @@ the whole batch (cap named by --batch-id, default the tasks file's name; with --
 parent:ID), counted durably before each request and never reset. --enqueue (PostgreSQL)
 puts one job per thread on the procrastinate queue for workers instead of running here.
 
-exit codes: 0 every thread advanced or finished; 1 some thread hit an error (see the
-results); 2 usage error (nothing counted); 4 refused; 8 the request cap stopped the batch.
+exit codes: 0 every thread advanced or finished; 2 usage error, every bad line listed
+(nothing counted); 8 the request cap stopped the batch; otherwise the exit code of the
+first thread that failed (4 refused, 6 request failed, ...; see the results).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
+from typing import Any
 
-from graph.cli import Parser
-from graph.errors import RunError
+from graph.cli import Parser, emit, guard
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,53 +43,70 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--enqueue", action="store_true",
                         help="put one job per thread on the PostgreSQL queue for workers")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
-    try:
-        args = parser.parse_args(argv)
-        from graph.batch_run import Progress, parent_result, read_tasks, run_batch
-        from graph.cli import resolve_db
-        from graph.settings import check_thread_id, resolve_settings
-        from graph.storage import open_store
+    as_json = "--json" in argv
+    return guard(lambda: _run(parser, argv, as_json), as_json)
 
-        if args.parent is not None:
-            check_thread_id(args.parent)
-        if args.max_requests is not None and not 1 <= args.max_requests <= 10**9:
-            parser.error("--max-requests must be a positive integer up to 1000000000")
-        items = read_tasks(args.tasks, args.parent, live=args.live)
-        settings = resolve_settings(db=resolve_db(args.db), live=args.live, timeout_s=None)
-        cap_id = args.batch_id or (f"parent:{args.parent}" if args.parent else args.tasks.name)
-        if args.enqueue:
-            from graph.queue import enqueue
 
-            count = enqueue(settings.db, items, live=args.live, cap_id=cap_id,
-                            max_requests=args.max_requests)
-            print(json.dumps({"enqueued": count}) if args.json else f"enqueued {count} thread(s)")
-            return 0
-        progress = Progress(len(items))
-        with open_store(settings.db, create=True) as store:
-            report = run_batch(store, items, settings, once=args.once, cap_id=cap_id,
-                               max_requests=args.max_requests, progress=progress)
-    except RunError as exc:
-        print(json.dumps({"error": exc.message, "error_code": exc.error_code}) if "--json" in argv
-              else f"error ({exc.error_code}): {exc.message}",
-              file=sys.stdout if "--json" in argv else sys.stderr)
-        return int(exc.exit_code)
+def _run(parser: Parser, argv: list[str], as_json: bool) -> int:
+    args = parser.parse_args(argv)
+    from graph.batch_run import Progress, read_tasks, run_batch
+    from graph.cli import resolve_db
+    from graph.settings import check_thread_id, resolve_settings
+    from graph.storage import open_store
+
+    if args.parent is not None:
+        check_thread_id(args.parent)
+    if args.max_requests is not None and not 1 <= args.max_requests <= 10**9:
+        parser.error("--max-requests must be a positive integer up to 1000000000")
+    items = read_tasks(args.tasks, args.parent, live=args.live)
+    settings = resolve_settings(db=resolve_db(args.db), live=args.live, timeout_s=None)
+    cap_id = args.batch_id if args.batch_id is not None else (
+        f"parent:{args.parent}" if args.parent else args.tasks.name)
+    if not re.fullmatch(r"[^\x00-\x1f\x7f]{1,200}", cap_id) or not _utf8(cap_id):
+        parser.error(f"batch id {cap_id[:40]!r} must be 1-200 printable characters "
+                     "(name it with --batch-id)")
+    if args.enqueue:
+        from graph.queue import enqueue
+
+        count = enqueue(settings.db, items, live=args.live, cap_id=cap_id,
+                        max_requests=args.max_requests)
+        emit(json.dumps({"enqueued": count, "exit_code": 0}) if as_json
+             else f"enqueued {count} thread(s)")
+        return 0
+    progress = Progress(len(items))
+    with open_store(settings.db, create=True) as store:
+        report = run_batch(store, items, settings, once=args.once, cap_id=cap_id,
+                           max_requests=args.max_requests, progress=progress)
     if args.out:
         tmp = args.out.with_name(args.out.name + ".tmp")
         tmp.write_text("".join(o.to_json() + "\n" for o in report.outcomes), encoding="utf-8")
         tmp.replace(args.out)
-    parent = parent_result(args.parent, report.outcomes) if args.parent else None
-    if args.json:
-        print(json.dumps({"threads": len(report.outcomes), "statuses": dict(progress.statuses),
-                          "errors": dict(progress.errors), "cap_reached": report.cap_reached,
-                          "parent": parent, "exit_code": int(report.exit_code)}))
-    else:
-        print(progress.summary())
-        if report.cap_reached:
-            print(f"stopped: request cap {cap_id!r} is full")
-        if parent is not None:
-            print(json.dumps(parent, ensure_ascii=False, indent=2))
+    _summary(args, report, progress, cap_id, as_json)
     return int(report.exit_code)
 
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a file name that is not UTF-8
+        return False
+    return True
+
+
+def _summary(args: Any, report: Any, progress: Any, cap_id: str, as_json: bool) -> None:
+    from graph.batch_run import parent_result
+
+    parent = parent_result(args.parent, report.outcomes) if args.parent else None
+    if as_json:
+        emit(json.dumps({"threads": len(report.outcomes), "statuses": dict(progress.statuses),
+                         "errors": dict(progress.errors), "cap_reached": report.cap_reached,
+                         "parent": parent, "exit_code": int(report.exit_code)}))
+        return
+    emit(progress.summary())
+    if report.cap_reached:
+        emit(f"stopped: request cap {cap_id!r} is full")
+    if parent is not None:
+        emit(json.dumps(parent, ensure_ascii=False, indent=2))
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from graph.errors import RefusedError, RunError, UsageError
-from graph.exitcodes import ExitCode
+from graph.exitcodes import ErrorCode, ExitCode
 from graph.outcome import Outcome
-from graph.settings import check_task, check_thread_id
+from graph.settings import DEMO_MODEL_ID, check_model_id, check_task, check_thread_id
 from graph.step import StepRequest, advance
 
 FIELDS = {"thread_id": str, "task": str, "model": str, "max_attempts": int, "max_tokens": int,
@@ -68,56 +68,97 @@ def read_tasks(path: Path, parent: str | None = None, live: bool = True) -> list
         The items, in file order.
 
     Raises:
-        UsageError: Listing every invalid line by number (exit 2; nothing counted).
+        UsageError: Listing every invalid line by number (exit 2; nothing counted):
+            invalid JSON or UTF-8, nesting, duplicate keys, a line that is not an
+            object, missing or unknown fields, wrong types, out-of-range numbers.
     """
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read tasks file {path}: {exc}") from None
-    items, problems, seen = [], [], set()
-    for number, text in enumerate(lines, start=1):
-        if not text.strip():
-            continue
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read tasks file {path}: {exc.strerror or exc}") from None
+    items: list[BatchItem] = []
+    problems: list[str] = []
+    seen: set[str] = set()
+    for number, line in enumerate(raw.splitlines(), start=1):
         try:
-            data = json.loads(text)
-            if not isinstance(data, dict):
-                raise ValueError("not a JSON object")
+            text = line.decode("utf-8")
+            if not text.strip():
+                continue
+            data = _parse_line(text)
             if parent is not None:
                 if "thread_id" in data:
                     raise ValueError("subtask lines take no thread_id (it is derived)")
                 data = {**data, "thread_id": subtask_id(parent, len(items))}
-            unknown = set(data) - set(FIELDS)
-            if unknown:
-                raise ValueError(f"unknown field(s) {sorted(unknown)}")
-            for key, kind in FIELDS.items():
-                value = data.get(key)
-                if value is not None and (not isinstance(value, kind) or isinstance(value, bool)
-                                          or (kind is int and value < 1)):
-                    raise ValueError(f"{key} must be a {'positive integer' if kind is int else 'string'}")
-            if "task" not in data:
-                raise ValueError("task is missing")
-            for key, limit in LIMITS.items():
-                if data.get(key) is not None and data[key] > limit:
-                    raise ValueError(f"{key} must be at most {limit}")
-            if data.get("model") not in (None, "offline-demo") and not live:
-                raise ValueError(f"model {data['model']!r} makes paid requests: add --live")
-            for key in ("workspace", "allow_writes"):
-                if data.get(key) is not None and not Path(data[key]).expanduser().is_dir():
-                    raise ValueError(f"{key} folder {data[key]} does not exist")
-            check_thread_id(data["thread_id"])
-            check_task(data["task"])
+            check_fields(data, live)
             if data["thread_id"] in seen:
                 raise ValueError(f"thread {data['thread_id']!r} appears twice")
             seen.add(data["thread_id"])
             items.append(BatchItem(number, data))
+        except UnicodeDecodeError:
+            problems.append(f"line {number}: not UTF-8 text")
+        except OSError as exc:  # a folder path the system cannot even look up
+            problems.append(f"line {number}: {exc.strerror or exc}")
         except (ValueError, UsageError) as exc:
             message = exc.message if isinstance(exc, UsageError) else str(exc)
             problems.append(f"line {number}: {message}")
     if problems:
-        raise UsageError(f"{path}: " + "; ".join(problems))
+        more = f"; and {len(problems) - 20} more line(s)" if len(problems) > 20 else ""
+        raise UsageError(f"{path}: " + "; ".join(problems[:20]) + more)
     if not items:
         raise UsageError(f"{path} holds no task")
     return items
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [k for k, _ in pairs]
+    dup = sorted({k for k in keys if keys.count(k) > 1})
+    if dup:
+        raise ValueError(f"duplicate key(s) {dup}: which value was meant is ambiguous")
+    return dict(pairs)
+
+
+def _parse_line(text: str) -> dict[str, Any]:
+    """One line as a flat JSON object with distinct keys (raises ValueError)."""
+    try:
+        data = json.loads(text, object_pairs_hook=_no_duplicates)
+    except RecursionError:
+        raise ValueError("nested too deeply: a line is one flat JSON object") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"not a JSON object but {type(data).__name__}")
+    return data
+
+
+def check_fields(data: dict[str, Any], live: bool) -> None:
+    """Checks one thread's fields (a tasks line, a queued job): names, types, ranges, folders.
+
+    Raises:
+        ValueError: Naming the field and what is wrong.
+        UsageError: An invalid thread id, task or model id.
+    """
+    unknown = set(data) - set(FIELDS)
+    if unknown:
+        raise ValueError(f"unknown field(s) {sorted(unknown)}")
+    for key in ("thread_id", "task"):
+        if key not in data:
+            raise ValueError(f"{key} is missing")
+    for key, kind in FIELDS.items():
+        value = data.get(key)
+        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)
+                                  or (kind is int and value < 1)):
+            raise ValueError(f"{key} must be a {'positive integer' if kind is int else 'string'}")
+    for key, limit in LIMITS.items():
+        if data.get(key) is not None and data[key] > limit:
+            raise ValueError(f"{key} must be at most {limit}")
+    check_thread_id(data["thread_id"])
+    check_task(data["task"])
+    check_model_id(data.get("model"), "model")
+    if data.get("model") not in (None, DEMO_MODEL_ID) and not live:
+        raise ValueError(f"model {data['model']!r} makes paid requests: add --live")
+    for key in ("workspace", "allow_writes"):
+        if data.get(key) is not None and not Path(data[key]).expanduser().is_dir():
+            raise ValueError(f"{key} folder {data[key]} does not exist")
 
 
 class Progress:
@@ -136,19 +177,19 @@ class Progress:
         self.statuses[outcome.status or "error"] += 1
         if outcome.error_code:
             self.errors[outcome.error_code] += 1
-        if self.tty:
-            width = 20
-            filled = width * self.done // max(self.total, 1)
-            counts = " ".join(f"{k} {v}" for k, v in sorted(self.statuses.items()))
-            self.stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] "
-                              f"{self.done}/{self.total}  {counts}\x1b[K")
-            if self.done == self.total:
-                self.stream.write("\n")
-        else:
-            self.stream.write(f"[{self.done}/{self.total}] {outcome.thread_id}: "
-                              f"{outcome.status or 'error'}"
-                              + (f" ({outcome.error_code})" if outcome.error_code else "") + "\n")
-        self.stream.flush()
+        text = (f"\r[{'#' * (20 * self.done // max(self.total, 1))}"
+                f"{'.' * (20 - 20 * self.done // max(self.total, 1))}] {self.done}/{self.total}  "
+                + " ".join(f"{k} {v}" for k, v in sorted(self.statuses.items())) + "\x1b[K"
+                + ("\n" if self.done == self.total else "")) if self.tty else (
+            f"[{self.done}/{self.total}] {outcome.thread_id}: {outcome.status or 'error'}"
+            + (f" ({outcome.error_code})" if outcome.error_code else "") + "\n")
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except BrokenPipeError:  # nobody reads the progress any more: the batch goes on
+            from graph.cli import silence
+
+            silence(self.stream)
 
     def summary(self) -> str:
         """The final table: threads per status and per error."""
@@ -185,7 +226,7 @@ def _held_by_cap(store: Any, item: BatchItem, cap_id: str | None) -> Outcome:
     else:
         outcome = Outcome.from_state(item.thread_id, loaded.values, loaded.snapshot.next)
     if outcome.status not in FINISHED:
-        outcome.exit_code, outcome.error_code = ExitCode.BATCH_CAP, "batch_cap"
+        outcome.exit_code, outcome.error_code = ExitCode.BATCH_CAP, ErrorCode.BATCH_CAP
         outcome.error = f"request cap {cap_id!r} is full; not advanced"
     return outcome
 
@@ -203,7 +244,8 @@ def run_batch(store: Any, items: list[BatchItem], settings: Any, *, once: bool,
 
     Returns:
         The report; `exit_code` 0 when every thread advanced or finished, 8 when the cap
-        stopped the batch, 1 when some thread hit an error.
+        stopped the batch, else the exit code of the first thread that failed (4 refused,
+        6 request failed, ...; 1 only for a bug).
 
     Raises:
         RefusedError: `identity_mismatch` when the cap exists with another maximum.
@@ -213,7 +255,7 @@ def run_batch(store: Any, items: list[BatchItem], settings: Any, *, once: bool,
         if maximum != max_requests:
             raise RefusedError(f"request cap {cap_id!r} was created with --max-requests "
                                f"{maximum}; it is never reset or changed",
-                               error_code="identity_mismatch")
+                               error_code=ErrorCode.IDENTITY_MISMATCH)
     elif cap_id is not None and store.ledger.cap(cap_id) is None:
         cap_id = None  # no cap was ever set for this batch
     report = BatchReport()
@@ -225,20 +267,24 @@ def run_batch(store: Any, items: list[BatchItem], settings: Any, *, once: bool,
                 outcome = advance(store, item.request(once), settings, charge=cap_id,
                                   **step_kwargs)
                 if outcome.held_back and _cap_full(store, cap_id):
-                    outcome.exit_code, outcome.error_code = ExitCode.BATCH_CAP, "batch_cap"
+                    outcome.exit_code, outcome.error_code = ExitCode.BATCH_CAP, ErrorCode.BATCH_CAP
                     outcome.error = f"request cap {cap_id!r} is full; no request was sent"
         except RunError as exc:  # busy in another worker: skipped for now; others: reported
             outcome = Outcome.from_error(item.thread_id, exc)
         report.outcomes.append(outcome)
         if progress is not None:
             progress.update(outcome)
-        if outcome.error_code == "batch_cap":
+        if outcome.error_code == ErrorCode.BATCH_CAP:
             report.cap_reached = True
-    failed = any(o.exit_code not in (ExitCode.OK, ExitCode.EXHAUSTED, ExitCode.AWAITING_APPROVAL,
-                                     ExitCode.BUSY, ExitCode.BATCH_CAP) for o in report.outcomes)
-    report.exit_code = (ExitCode.UNEXPECTED if failed else
+    failed = [o.exit_code for o in report.outcomes if o.exit_code not in _ADVANCED]
+    report.exit_code = (failed[0] if failed else
                         ExitCode.BATCH_CAP if report.cap_reached else ExitCode.OK)
     return report
+
+
+_ADVANCED = (ExitCode.OK, ExitCode.EXHAUSTED, ExitCode.AWAITING_APPROVAL, ExitCode.BUSY,
+             ExitCode.BATCH_CAP)
+"""Thread exit codes that leave the batch's exit code 0 (or 8 when the cap stopped it)."""
 
 
 def parent_result(parent: str, outcomes: list[Outcome]) -> dict[str, Any]:

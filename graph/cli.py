@@ -1,19 +1,34 @@
-"""Pieces shared by the command-line entry points: argument errors as exit 2, the database."""
+"""Pieces shared by the command-line entry points: one error shape, output, the database.
+
+Every entry point reports a failure the same way: one line on stderr,
+`error (CODE): MESSAGE`, or with `--json` one JSON object on stdout with at least
+`error`, `error_code` and `exit_code` (plus the command's own fields). A closed stdout
+(`| head -1`) ends the command quietly with the exit code it would have had.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
-from typing import NoReturn
+import sqlite3
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn, TextIO
 
-from graph.errors import UsageError
+from graph.errors import DatabaseLostError, RunError, UsageError
+from graph.exitcodes import ErrorCode
 
 
 class Parser(argparse.ArgumentParser):
-    """An `ArgumentParser` whose errors raise `UsageError` (exit 2, one JSON object with --json)."""
+    """An `ArgumentParser` whose errors raise `UsageError` (exit 2, one JSON object with --json).
+
+    Abbreviated flags are refused (`--max-att` is not `--max-attempts`): a prefix must
+    never silently become a permanent setting.
+    """
 
     def __init__(self, prog: str, doc: str | None) -> None:
-        super().__init__(prog=prog, description=doc,
+        super().__init__(prog=prog, description=doc, allow_abbrev=False,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
 
     def error(self, message: str) -> NoReturn:
@@ -31,3 +46,87 @@ def resolve_db(flag: str | None) -> str:
     from graph.settings import DB_ENV, DEFAULT_DB
 
     return flag or os.environ.get(DB_ENV) or DEFAULT_DB
+
+
+def emit(text: str, stream: TextIO | None = None) -> None:
+    """Prints `text` and flushes; a closed pipe silences the stream instead of failing.
+
+    After a `BrokenPipeError` the stream's descriptor is pointed at /dev/null (what
+    CPython's documentation recommends), so later output and the interpreter's final
+    flush are discarded quietly and the command keeps its own exit code.
+    """
+    stream = stream or sys.stdout
+    try:
+        stream.write(text + "\n")
+        stream.flush()
+    except BrokenPipeError:
+        silence(stream)
+
+
+def silence(stream: TextIO) -> None:
+    """Points `stream`'s descriptor at /dev/null, after its reader went away."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, stream.fileno())
+    os.close(devnull)
+
+
+def error_fields(exc: RunError) -> dict[str, Any]:
+    """The shared JSON error fields: `error`, `error_code`, `exit_code`."""
+    return {"error": exc.message, "error_code": str(exc.error_code),
+            "exit_code": int(exc.exit_code)}
+
+
+def report_error(exc: RunError, as_json: bool, **fields: Any) -> int:
+    """Prints `exc` in the one error shape (see module doc); returns its exit code."""
+    if as_json:
+        emit(json.dumps({**fields, **error_fields(exc)}, ensure_ascii=False, sort_keys=True))
+    else:
+        emit(f"error ({exc.error_code}): {exc.message}", sys.stderr)
+    return int(exc.exit_code)
+
+
+def known_error(exc: BaseException) -> RunError | None:
+    """The `RunError` for an environment failure that is not a bug, else None.
+
+    Covers a database the user may not read or write, and a database connection lost
+    mid-command (PostgreSQL terminated, SQLite file made unreadable).
+    """
+    if isinstance(exc, RunError):
+        return exc
+    if isinstance(exc, PermissionError):
+        return UsageError(f"permission denied: {exc.filename or exc}",
+                          error_code=ErrorCode.PERMISSION_DENIED)
+    if isinstance(exc, sqlite3.OperationalError) and "readonly" in str(exc):
+        return UsageError(f"the database may not be written here ({exc}): "
+                          "the file and its folder must be writable by this user",
+                          error_code=ErrorCode.PERMISSION_DENIED)
+    return _lost_connection(exc)
+
+
+def _lost_connection(exc: BaseException) -> RunError | None:
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover - the postgres extra is not installed
+        return None
+    if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+        detail = " ".join(str(exc).split())[:200] or type(exc).__name__
+        return DatabaseLostError(
+            f"lost the connection to PostgreSQL during the command ({detail}); any attempt "
+            "counted before stays counted and nothing was sent after the loss: check the "
+            "server, then run the command again")
+    return None
+
+
+def guard(body: Callable[[], int], as_json: bool, **fields: Any) -> int:
+    """Runs an entry point's `body`, reporting every failure in the one error shape.
+
+    Known failures (`RunError` and `known_error`) get their documented exit code; any
+    other exception is a bug: reported the same way with `unexpected` and exit 1.
+    """
+    try:
+        return body()
+    except Exception as exc:  # noqa: BLE001 - every failure is reported in one shape
+        error = known_error(exc) or RunError(
+            " ".join(f"{type(exc).__name__}: {exc} (this is a bug)".split()))
+        return report_error(error, as_json, **fields)
+

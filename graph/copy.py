@@ -20,8 +20,9 @@ import sys
 from collections import defaultdict
 from typing import Any
 
-from graph.cli import Parser
-from graph.errors import RefusedError, RunError
+from graph.cli import Parser, emit, guard
+from graph.errors import RefusedError
+from graph.exitcodes import ErrorCode
 
 
 def _exists(store: Any, thread_id: str) -> bool:
@@ -62,10 +63,10 @@ def copy_threads(src: Any, dst: Any, thread_ids: list[str] | None = None) -> lis
         tombstone = src.tombstones.get(thread_id)
         if tombstone is None and load_thread(graph, thread_id, src.location) is None:
             raise RefusedError(f"no such thread {thread_id!r} in {src.location}",
-                               error_code="no_such_thread")
+                               error_code=ErrorCode.NO_SUCH_THREAD)
         if _exists(dst, thread_id):
             raise RefusedError(f"thread {thread_id!r} already exists in {dst.location}; "
-                               "nothing was copied", error_code="exists")
+                               "nothing was copied", error_code=ErrorCode.EXISTS)
     _copy_caps(src, dst)
     for thread_id in ids:
         _copy_one(src, dst, thread_id)
@@ -83,7 +84,7 @@ def _copy_caps(src: Any, dst: Any) -> None:
                              (cap_id, requests, maximum))
         elif existing[1] != maximum or existing[0] < requests:
             raise RefusedError(f"request cap {cap_id!r} differs in {dst.location}; nothing "
-                               "more was copied", error_code="exists")
+                               "more was copied", error_code=ErrorCode.EXISTS)
 
 
 def _copy_one(src: Any, dst: Any, thread_id: str) -> None:
@@ -129,7 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--to", dest="target", required=True, help="target SQLite file or URL")
     parser.add_argument("--thread", action="append", default=[], help="copy only this thread")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    try:
+    as_json = "--json" in argv
+
+    def body() -> int:
         args = parser.parse_args(argv)
         from graph.settings import check_thread_id
         from graph.storage import open_store
@@ -138,15 +141,12 @@ def main(argv: list[str] | None = None) -> int:
             check_thread_id(thread_id)
         with open_store(args.source, create=False) as src, \
                 open_store(args.target, create=True) as dst:
-            copied = copy_threads(src, dst, args.thread or None)
-    except RunError as exc:
-        print(json.dumps({"error": exc.message, "error_code": exc.error_code}) if "--json" in argv
-              else f"error ({exc.error_code}): {exc.message}",
-              file=sys.stdout if "--json" in argv else sys.stderr)
-        return int(exc.exit_code)
-    print(json.dumps({"copied": copied}) if args.json else f"copied {len(copied)} thread(s)")
-    return 0
+            copied = copy_threads(src, dst, list(dict.fromkeys(args.thread)) or None)
+        emit(json.dumps({"copied": copied, "exit_code": 0}) if as_json
+             else f"copied {len(copied)} thread(s)")
+        return 0
 
+    return guard(body, as_json, copied=[])
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from graph.exitcodes import ExitCode
+from graph.exitcodes import ErrorCode, ExitCode
 
 
 class RunError(Exception):
@@ -10,45 +10,56 @@ class RunError(Exception):
 
     Attributes:
         exit_code: The process exit code (`graph.exitcodes.ExitCode`).
-        error_code: A short stable name for `--json` output.
+        error_code: A short stable name for `--json` output (`graph.exitcodes.ErrorCode`).
         message: One line for people: names what was wrong (file, thread, field).
     """
 
     exit_code: ExitCode = ExitCode.UNEXPECTED
-    error_code: str = "unexpected"
+    error_code: str = ErrorCode.UNEXPECTED
 
     def __init__(self, message: str, *, error_code: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         if error_code is not None:
-            self.error_code = error_code
+            self.error_code = ErrorCode(error_code)
 
 
 class UsageError(RunError):
     """Bad arguments or configuration; raised before anything is counted (exit 2)."""
 
     exit_code = ExitCode.USAGE
-    error_code = "usage"
+    error_code = ErrorCode.USAGE
 
 
 class RefusedError(RunError):
     """Stored data refused (exit 4); the stored data is left as it was.
 
     Error codes: `identity_mismatch`, `no_such_thread`, `no_such_file`, `damaged`,
-    `incompatible`.
+    `incompatible`, `pruned`, `cancelled`, `tampered`, `conflict`, `exists`.
     """
 
     exit_code = ExitCode.REFUSED
-    error_code = "damaged"
+    error_code = ErrorCode.DAMAGED
 
 
 class BusyError(RunError):
     """Another process holds the thread's writer lock (exit 5); nothing was counted."""
 
     exit_code = ExitCode.BUSY
-    error_code = "busy"
+    error_code = ErrorCode.BUSY
 
     @classmethod
     def for_thread(cls, thread_id: str) -> BusyError:
         """The error for a thread whose writer lock another process holds."""
         return cls(f"thread {thread_id!r} is busy: another process is working on it")
+
+
+class DatabaseLostError(RunError):
+    """The database connection was lost during a step (exit 6, `db_lost`).
+
+    An attempt counted before the loss stays counted; nothing is sent after it, since
+    the claim before a request needs the connection.
+    """
+
+    exit_code = ExitCode.REQUEST_FAILED
+    error_code = ErrorCode.DB_LOST

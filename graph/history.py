@@ -12,8 +12,7 @@ import json
 import sys
 from typing import Any
 
-from graph.cli import Parser, resolve_db
-from graph.errors import RunError
+from graph.cli import Parser, emit, guard, resolve_db
 from graph.outcome import REVIEW_REMINDER
 from nodes.write_tools import WRITE_TOOLS, WriteError, parse_write
 
@@ -103,9 +102,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="show the latest N checkpoints (1 to 10000, default 50)")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     as_json = "--json" in argv
-    try:
+
+    def body() -> int:
         args = parser.parse_args(argv)
+        from graph.settings import check_thread_id
         from graph.storage import open_store
+
+        if args.thread is not None:
+            check_thread_id(args.thread)
         from graph.thread_history import list_threads, thread_history
 
         with open_store(resolve_db(args.db), create=False, read_only=True) as store:
@@ -117,16 +121,10 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 data = thread_history(store, args.thread, args.checkpoints)
                 text = render(data)
-    except RunError as exc:
-        if as_json:
-            print(json.dumps({"error": exc.message, "error_code": exc.error_code,
-                              "exit_code": int(exc.exit_code)}))
-        else:
-            print(f"error ({exc.error_code}): {exc.message}", file=sys.stderr)
-        return int(exc.exit_code)
-    print(json.dumps(data, ensure_ascii=False, indent=2) if as_json else text)
-    return 0
+        emit(json.dumps(data, ensure_ascii=False, indent=2) if as_json else text)
+        return 0
 
+    return guard(body, as_json)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from graph.errors import RunError
-from graph.exitcodes import ExitCode
+from graph.exitcodes import ErrorCode, ExitCode
 
 REVIEW_REMINDER = "Review required: a person must check this model-written answer before use."
 
@@ -51,7 +51,7 @@ class Outcome:
         return cls(
             thread_id=thread_id,
             exit_code=exit_code,
-            error_code="cancelled" if status == "cancelled" else None,
+            error_code=ErrorCode.CANCELLED if status == "cancelled" else None,
             error=f"thread {thread_id!r} was cancelled" if status == "cancelled" else None,
             status=status,
             attempts=progress["attempts"],

@@ -15,8 +15,7 @@ from __future__ import annotations
 import json
 import sys
 
-from graph.cli import Parser, resolve_db
-from graph.errors import RunError
+from graph.cli import Parser, emit, guard, resolve_db
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,7 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="list what would be deleted")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     as_json = "--json" in argv
-    try:
+
+    def body() -> int:
         args = parser.parse_args(argv)
         from graph.retention import parse_age, prune, select
         from graph.storage import open_store
@@ -43,22 +43,23 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 report = prune(store, candidates)
                 report["skipped"] = notes + report["skipped"]
-    except RunError as exc:
-        print(json.dumps({"error": exc.message, "error_code": exc.error_code}) if as_json
-              else f"error ({exc.error_code}): {exc.message}", file=sys.stdout if as_json else sys.stderr)
-        return int(exc.exit_code)
-    if as_json:
-        print(json.dumps(report, ensure_ascii=False))
-    elif args.dry_run:
-        for c in report["would_prune"]:
-            print(f"would prune {c['thread_id']} ({c['status']}, last update {c['updated_at']})")
-        print(f"{len(report['would_prune'])} thread(s) would be pruned")
-    else:
-        print(f"pruned {len(report['pruned'])} thread(s), freed {report['freed_bytes']} bytes")
-    for note in report["skipped"]:
-        print(note, file=sys.stderr)
-    return 0
+        _print_report(report, as_json, args.dry_run)
+        return 0
 
+    return guard(body, as_json)
+
+
+def _print_report(report: dict, as_json: bool, dry_run: bool) -> None:
+    if as_json:
+        emit(json.dumps({**report, "exit_code": 0}, ensure_ascii=False))
+    elif dry_run:
+        for c in report["would_prune"]:
+            emit(f"would prune {c['thread_id']} ({c['status']}, last update {c['updated_at']})")
+        emit(f"{len(report['would_prune'])} thread(s) would be pruned")
+    else:
+        emit(f"pruned {len(report['pruned'])} thread(s), freed {report['freed_bytes']} bytes")
+    for note in report["skipped"]:
+        emit(note, sys.stderr)
 
 if __name__ == "__main__":
     sys.exit(main())

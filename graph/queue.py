@@ -56,25 +56,37 @@ def _advance_one(app: App, thread_id: str, fields: dict[str, Any], live: bool,
     """One step of one thread; defers the next step while the thread can continue."""
     import json
 
-    from graph.batch_run import BatchItem
-    from graph.errors import BusyError, RunError
+    from graph.batch_run import BatchItem, check_fields
+    from graph.cli import known_error
+    from graph.errors import BusyError, UsageError
     from graph.outcome import Outcome
     from graph.settings import resolve_settings
     from graph.step import advance
     from graph.storage import open_store
 
-    db = os.environ["GRAPH_DB"]
-    settings = resolve_settings(db=db, live=live, timeout_s=None)
-    item = BatchItem(0, {**fields, "thread_id": thread_id})
     again = 0.0
     try:
+        db = os.environ.get("GRAPH_DB") or ""
+        if not db:
+            raise UsageError("the queue worker needs GRAPH_DB (the PostgreSQL URL)")
+        settings = resolve_settings(db=db, live=live, timeout_s=None)
+        if not isinstance(fields, dict):
+            raise UsageError(f"queued job for thread {thread_id!r}: fields must be an object")
+        item = BatchItem(0, {**fields, "thread_id": thread_id})
+        try:
+            check_fields(item.fields, live)
+        except (ValueError, OSError) as exc:
+            raise UsageError(f"queued job for thread {thread_id!r}: {exc}") from None
         with open_store(db, create=True) as store:
             outcome = advance(store, item.request(once=True), settings, charge=cap_id)
             cap = store.ledger.cap(cap_id) if cap_id else None
     except BusyError as exc:  # someone outside the queue is working on it: try later
         outcome, cap, again = Outcome.from_error(thread_id, exc), None, 1.0
-    except RunError as exc:
-        outcome, cap = Outcome.from_error(thread_id, exc), None
+    except Exception as exc:  # a known failure ends the chain with its code; a bug raises
+        known = known_error(exc)
+        if known is None:
+            raise
+        outcome, cap = Outcome.from_error(thread_id, known), None
     cap_full = cap is not None and cap[0] >= cap[1]
     if again or (outcome.status == "ready" and outcome.exit_code == 0 and not cap_full):
         app.configure_task("graph.advance_thread", lock=thread_id,

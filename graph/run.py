@@ -12,9 +12,10 @@ offline demo.
 
 exit codes:
   0 the step ran or the task is done     4 stored data refused (identity, missing, ...)
-  1 unexpected error                      5 thread busy in another process
-  2 usage or configuration error          6 the model request failed (counted)
-  3 budget exhausted                      7 awaiting human approval
+  1 unexpected error (a bug)              5 thread busy in another process
+  2 usage, configuration or permission    6 the model request failed, or the database
+  3 budget exhausted                        connection was lost (counted; run again)
+                                          7 awaiting human approval
   130 interrupted by SIGINT/SIGTERM (a counted attempt stays counted)
 """
 
@@ -26,9 +27,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
-from graph.cli import Parser
+from graph.cli import Parser, emit, known_error
 from graph.errors import RunError, UsageError
-from graph.exitcodes import ExitCode
+from graph.exitcodes import ErrorCode, ExitCode
 from graph.outcome import Outcome
 
 
@@ -121,7 +122,9 @@ def run(argv: list[str] | None = None, **step_kwargs: Any) -> Outcome:
         thread_id = check_thread_id(args.thread)
         check_task(args.task)
         check_model_id(args.model, "--model")
-        if args.db and "://" in args.db and urlsplit(args.db).password:
+        if args.reason is not None and not args.reject:
+            raise UsageError("--reason explains a --reject: give the calls it rejects")
+        if args.db and "://" in args.db and _has_password(args.db):
             print("warning: a password in --db is visible in the process list; "
                   "put the URL in GRAPH_DB or the password in PGPASSWORD or ~/.pgpass",
                   file=sys.stderr)
@@ -143,6 +146,18 @@ def run(argv: list[str] | None = None, **step_kwargs: Any) -> Outcome:
             return advance(store, request, settings, **step_kwargs)
     except RunError as exc:
         return Outcome.from_error(thread_id, exc)
+    except Exception as exc:
+        known = known_error(exc)
+        if known is None:
+            raise
+        return Outcome.from_error(thread_id, known)
+
+
+def _has_password(url: str) -> bool:
+    try:
+        return bool(urlsplit(url).password)
+    except ValueError:  # unparsable: refused with its reason when the database is opened
+        return False
 
 
 def _thread_of(argv: list[str]) -> str | None:
@@ -160,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     as_json = "--json" in argv
     if "-h" in argv or "--help" in argv:
-        _parser().print_help()
+        emit(_parser().format_help().rstrip("\n"))
         return 0
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
@@ -171,15 +186,14 @@ def main(argv: list[str] | None = None) -> int:
         outcome = interrupted_outcome(argv, _thread_of(argv))  # the thread as it stands
     except Exception as exc:  # a bug: report it in the promised shape, then fail
         outcome = Outcome(_thread_of(argv), ExitCode.UNEXPECTED,
-                          error=f"{type(exc).__name__}: {exc}", error_code="unexpected")
-        if not as_json:
-            raise
+                          error=" ".join(f"{type(exc).__name__}: {exc} (this is a bug)".split()),
+                          error_code=ErrorCode.UNEXPECTED)
     finally:
         signal.signal(signal.SIGTERM, previous)
     if as_json:
-        print(outcome.to_json())
+        emit(outcome.to_json())
     else:
-        print(outcome.to_text(), file=sys.stdout if outcome.exit_code in (0, 3, 7) else sys.stderr)
+        emit(outcome.to_text(), sys.stdout if outcome.exit_code in (0, 3, 7) else sys.stderr)
     return int(outcome.exit_code)
 
 

@@ -46,24 +46,73 @@ def check_task(task: str | None) -> str | None:
 def check_model_id(model: str | None, source: str) -> str | None:
     """Returns `model` if it is 1-200 printable ASCII characters without spaces.
 
+    A near miss of the demo model (`offline_demo`, `Offline-Demo`) is a typo, not a
+    paid model: it is refused with the right spelling.
+
     Raises:
         UsageError: Otherwise (exit 2).
     """
     if model is not None and not _TOKEN_RE.fullmatch(model):
         raise UsageError(f"{source} must be 1-200 printable ASCII characters without spaces")
+    if model is not None and model != DEMO_MODEL_ID and _folded(model) == _folded(DEMO_MODEL_ID):
+        raise UsageError(f"{source} {model!r} is not a model: did you mean {DEMO_MODEL_ID}?")
     return model
 
 
+def _folded(name: str) -> str:
+    return re.sub(r"[\W_]", "", name).lower()
+
+
 def _check_base_url(url: str) -> str:
+    """Returns `url` if it is a plain, complete http(s) base URL.
+
+    Parsed with `urllib.parse` and checked whole before anything is counted: scheme
+    http or https, a valid host (a name, an IPv4 address or a bracketed IPv6 address),
+    a port from 1 to 65535 when given, and no credentials, query, fragment or spaces.
+
+    Raises:
+        UsageError: Naming what is wrong (exit 2).
+    """
+    import ipaddress
     from urllib.parse import urlsplit
 
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in url):
-        raise UsageError("MANDAPI_BASE_URL must be an http:// or https:// URL")
-    if parts.username or parts.password:
+    def bad(why: str) -> UsageError:
+        return UsageError(f"MANDAPI_BASE_URL {url[:80]!r} is not usable: {why}")
+
+    if any(c.isspace() or not c.isprintable() for c in url) or not url.isascii():
+        raise bad("it must be printable ASCII without spaces")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise bad(str(exc)) from None
+    if parts.scheme not in ("http", "https"):
+        raise bad("it must start with http:// or https://")
+    if "@" in parts.netloc:
         raise UsageError("MANDAPI_BASE_URL must not carry credentials; the key goes in "
                          "MANDAPI_API_KEY")
+    if parts.query or parts.fragment or url.endswith(("?", "#")):
+        raise bad("it must not have a query or fragment")
+    host = parts.hostname or ""
+    if port == 0 or parts.netloc.endswith(":"):
+        raise bad("the port must be 1 to 65535")
+    if parts.netloc.split("]")[-1].count(":") > 1:
+        raise bad("the host is malformed")
+    if "[" in parts.netloc or "]" in parts.netloc:
+        if not re.fullmatch(r"\[[0-9A-Fa-f:.]+\](:[0-9]+)?", parts.netloc):
+            raise bad("the host is malformed")
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise bad(f"{host!r} is not an IPv6 address") from None
+    elif not _HOST_RE.fullmatch(host):
+        raise bad(f"{host!r} is not a host name")
     return url
+
+
+_HOST_RE = re.compile(r"(?=.{1,253}\Z)([A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*"
+                      r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?")
+"""A DNS name or dotted IPv4 address: labels of letters, digits and inner hyphens."""
 
 
 def check_thread_id(thread_id: str) -> str:

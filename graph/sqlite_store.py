@@ -166,7 +166,9 @@ def open_sqlite(path: Path, *, create: bool, read_only: bool = False) -> Iterato
     if read_only:
         from langgraph.checkpoint.sqlite import SqliteSaver
 
-        uri = f"{path.resolve().as_uri()}?mode=ro"
+        from graph.access import read_only_uri
+
+        uri = read_only_uri(path)
         saver_conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
         ledger_conn = sqlite3.connect(uri, uri=True, check_same_thread=False,
                                       isolation_level=None)

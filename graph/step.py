@@ -90,8 +90,12 @@ def _workspace_path(folder: str | None) -> str | None:
     """
     if folder is None:
         return None
-    path = Path(folder).expanduser().resolve()
-    if not path.is_dir():
+    try:
+        path = Path(folder).expanduser().resolve()
+        found = path.is_dir()
+    except (OSError, ValueError, RuntimeError):  # too long, a NUL byte, a symlink loop
+        found = False
+    if not found:
         raise UsageError(f"workspace folder {folder} does not exist on this machine",
                          error_code="no_such_workspace")
     return str(path)

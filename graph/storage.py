@@ -34,6 +34,8 @@ def open_store(db: str, *, create: bool, read_only: bool = False) -> Iterator[An
 
     Raises:
         graph.errors.RefusedError: The database is missing or unusable (exit 4).
+        graph.errors.UsageError: `--db` is a folder or an impossible path, or this user
+            lacks a permission the command needs (`permission_denied`; exit 2).
     """
     if re.match(r"\s*\w+\s*=", db):
         raise UsageError("--db takes a SQLite file path or a postgresql:// URL, not a libpq "
@@ -41,10 +43,50 @@ def open_store(db: str, *, create: bool, read_only: bool = False) -> Iterator[An
     if is_postgres(db):
         from graph.postgres_store import open_postgres
 
+        check_postgres_url(db)
+
         with open_postgres(db, create=create, read_only=read_only) as store:
             yield store
     else:
+        from graph.access import check_sqlite_access
         from graph.sqlite_store import open_sqlite
 
+        check_sqlite_access(db, read_only=read_only)
         with open_sqlite(Path(db), create=create, read_only=read_only) as store:
             yield store
+
+
+def check_postgres_url(db: str) -> None:
+    """Refuses a `postgresql://` URL that libpq or `urllib` cannot parse, before connecting.
+
+    Raises:
+        UsageError: Naming what is wrong (exit 2); a password is never shown.
+    """
+    from urllib.parse import urlsplit
+
+    from graph.postgres_store import redact
+
+    try:
+        import psycopg.conninfo
+
+        urlsplit(db).port  # noqa: B018 - parsing the port is the check
+        psycopg.conninfo.conninfo_to_dict(db)
+    except ImportError:
+        raise UsageError("PostgreSQL needs the postgres extra: pip install -e '.[postgres]'") \
+            from None
+    except Exception as exc:  # noqa: BLE001 - ValueError or psycopg.ProgrammingError
+        detail = " ".join(str(exc).split()).replace(db, redact(db))
+        password = _password(db)
+        if password:
+            detail = detail.replace(password, "***")
+        raise UsageError(f"--db {redact(db)} is not a valid PostgreSQL URL: {detail[:200]}") \
+            from None
+
+
+def _password(db: str) -> str | None:
+    from urllib.parse import urlsplit
+
+    try:
+        return urlsplit(db).password
+    except ValueError:
+        return None

@@ -18,9 +18,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from graph.cli import Parser, resolve_db
-from graph.errors import RefusedError, RunError
-from graph.exitcodes import ExitCode
+from graph.cli import Parser, emit, guard, report_error, resolve_db
+from graph.errors import RefusedError
+from graph.exitcodes import ErrorCode, ExitCode
 
 
 def verify(db: str) -> list[str]:
@@ -37,11 +37,14 @@ def verify(db: str) -> list[str]:
 
     problems: list[str] = []
     if not is_postgres(db):
+        from graph.access import check_sqlite_access, read_only_uri
         from graph.sqlite_store import check_database
+
+        check_sqlite_access(db, read_only=True)
 
         path = Path(db)
         check_database(path)
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        conn = sqlite3.connect(read_only_uri(path), uri=True)
         try:
             rows = [r[0] for r in conn.execute("PRAGMA integrity_check")]
         except sqlite3.DatabaseError as exc:
@@ -87,20 +90,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_db()
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     as_json = "--json" in (sys.argv[1:] if argv is None else argv)
-    try:
-        args = parser.parse_args(argv)
-        problems = verify(resolve_db(args.db))
-        code = ExitCode.REFUSED if problems else ExitCode.OK
-        error = None
-    except RunError as exc:
-        problems, code, error = [exc.message], exc.exit_code, exc.error_code
-    if as_json:
-        print(json.dumps({"ok": not problems, "problems": problems, "error_code": error,
-                          "exit_code": int(code)}))
-    else:
-        print("\n".join(problems) if problems else "ok: every thread reads back intact")
-    return int(code)
 
+    def body() -> int:
+        args = parser.parse_args(argv)
+        try:
+            problems = verify(resolve_db(args.db))
+        except RefusedError as exc:  # not a checkpoint database at all
+            return report_error(exc, as_json, ok=False, problems=[exc.message])
+        code = ExitCode.REFUSED if problems else ExitCode.OK
+        if as_json:
+            emit(json.dumps({"ok": not problems, "problems": problems,
+                             "error": problems[0] if problems else None,
+                             "error_code": ErrorCode.DAMAGED if problems else None,
+                             "exit_code": int(code)}, ensure_ascii=False))
+        else:
+            emit("\n".join(problems) if problems else "ok: every thread reads back intact")
+        return int(code)
+
+    return guard(body, as_json, ok=False, problems=[])
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -226,16 +226,10 @@ def _foreign_db(tables: str) -> Callable[[Path], None]:
     return damage
 
 
-def _directory(path: Path) -> None:
-    path.unlink()
-    path.mkdir()
-
-
 FILE_CASES: dict[str, tuple[Callable[[Path], None], str]] = {
     "random bytes": (_replace_with(random.Random(1).randbytes(20_000)), "damaged"),
     "a text file": (_replace_with(b"meeting notes\nnothing to see\n"), "damaged"),
     "zero-length file": (_replace_with(b""), "damaged"),
-    "a directory": (_directory, "damaged"),
     "truncated to half": (_truncate(0.5), "damaged"),
     "truncated to one page": (_truncate(size=4096), "damaged"),
     "truncated to 100 bytes": (_truncate(size=100), "damaged"),
