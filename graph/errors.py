@@ -52,3 +52,19 @@ class BusyError(RunError):
     def for_thread(cls, thread_id: str) -> BusyError:
         """The error for a thread whose writer lock another process holds."""
         return cls(f"thread {thread_id!r} is busy: another process is working on it")
+
+
+class SecondNameError(UsageError):
+    """The SQLite database file has a second name (exit 2); nothing was counted."""
+
+    error_code = "db_second_name"
+
+
+class NotDurableError(RunError):
+    """A claim could not be made durable in the database file (exit 6); nothing was sent.
+
+    The attempt stays counted and claimed (spent): the budget never gains from it.
+    """
+
+    exit_code = ExitCode.REQUEST_FAILED
+    error_code = "wal_busy"
