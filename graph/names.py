@@ -67,8 +67,7 @@ def _check_links(path: Path) -> None:
     extra = first.st_nlink - 1 - temporary
     if extra > 0:
         raise _refuse(path, f"the database file has {extra} other hard link(s)",
-                      "remove the extra link (`find / -xdev -samefile FILE` lists them), or "
-                      "copy the file to a new name and use only that")
+                      f"remove the extra link (`find / -xdev -samefile {path}` lists them)")
 
 
 def _unescape(field: str) -> str:
