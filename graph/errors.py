@@ -63,3 +63,19 @@ class DatabaseLostError(RunError):
 
     exit_code = ExitCode.REQUEST_FAILED
     error_code = ErrorCode.DB_LOST
+
+
+class SecondNameError(UsageError):
+    """The SQLite database file has a second name (exit 2); nothing was counted."""
+
+    error_code = ErrorCode.DB_SECOND_NAME
+
+
+class NotDurableError(RunError):
+    """A claim could not be made durable in the database file (exit 6); nothing was sent.
+
+    The attempt stays counted and claimed (spent): the budget never gains from it.
+    """
+
+    exit_code = ExitCode.REQUEST_FAILED
+    error_code = ErrorCode.WAL_BUSY

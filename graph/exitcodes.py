@@ -65,6 +65,8 @@ class ErrorCode(StrEnum):
     BAD_RESPONSE = "bad_response"
     DB_LOST = "db_lost"
     STEP_FAILED = "step_failed"
+    WAL_BUSY = "wal_busy"
+    DB_SECOND_NAME = "db_second_name"
     BATCH_CAP = "batch_cap"
     INTERRUPTED = "interrupted"
 
@@ -80,6 +82,7 @@ _EXIT = {
     ErrorCode.NO_SUCH_WORKSPACE: ExitCode.USAGE,
     ErrorCode.DB_UNREACHABLE: ExitCode.USAGE,
     ErrorCode.PERMISSION_DENIED: ExitCode.USAGE,
+    ErrorCode.DB_SECOND_NAME: ExitCode.USAGE,
     **{code: ExitCode.REFUSED for code in (
         ErrorCode.IDENTITY_MISMATCH, ErrorCode.NO_SUCH_THREAD, ErrorCode.NO_SUCH_FILE,
         ErrorCode.DAMAGED, ErrorCode.INCOMPATIBLE, ErrorCode.PRUNED, ErrorCode.CANCELLED,
@@ -87,7 +90,7 @@ _EXIT = {
     ErrorCode.BUSY: ExitCode.BUSY,
     **{code: ExitCode.REQUEST_FAILED for code in (
         ErrorCode.TIMEOUT, ErrorCode.CONNECTION, ErrorCode.HTTP_STATUS, ErrorCode.BAD_RESPONSE,
-        ErrorCode.DB_LOST, ErrorCode.STEP_FAILED)},
+        ErrorCode.DB_LOST, ErrorCode.STEP_FAILED, ErrorCode.WAL_BUSY)},
     ErrorCode.BATCH_CAP: ExitCode.BATCH_CAP,
     ErrorCode.INTERRUPTED: ExitCode.INTERRUPTED,
 }

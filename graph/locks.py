@@ -2,12 +2,14 @@
 
 Each thread id maps to one byte of the SQLite database file itself, far beyond the bytes
 SQLite locks (its lock bytes sit at 1 GiB; ours start at 1 TiB, offset from SHA-256 of
-the id, so threads never share a byte in practice). Locking the database file, not a
-file beside it, means every path that reaches the same file (symlinks, hard links)
-meets the same locks, and there is no lock file to delete. On Linux the lock is an
-open-file-description lock (`F_OFD_SETLK`): it conflicts even between two handles in
-one process and is released by the kernel when its process dies, `kill -9` included,
-so a dead holder never blocks a thread (INVARIANTS I8). The handle is closed only after
+the id, so threads never share a byte in practice; `graph.names` uses the bytes from
+2**62 on). Locking the database file, not a file beside it, means every path that
+reaches the same file meets the same locks, and there is no lock file to delete
+(second names are refused anyway: SQLite's own locking would be split, see
+`graph.names`). On Linux the lock is an open-file-description lock (`F_OFD_SETLK`): it
+conflicts even between two handles in one process and is released by the kernel when
+its process dies, `kill -9` included, so a dead holder never blocks a thread (INVARIANTS
+I8). The handle is closed only after
 SQLite's own connections (closing any handle drops a process's POSIX locks on a file).
 Elsewhere it falls back to POSIX `lockf`, which does not conflict within one process.
 """

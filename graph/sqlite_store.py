@@ -21,7 +21,9 @@ from graph.attempt_log import SQLITE_LOG_DDL
 from graph.errors import RefusedError, UsageError
 from graph.ledger import SQLITE_LEDGER_DDL
 from graph.locks import ThreadLocks
+from graph.names import NameSlot, check_one_name
 from graph.serde import make_serde
+from graph.sqlite_ledger import SqliteLedger
 from graph.store import Store
 from graph.tombstones import TOMBSTONE_DDL
 from nodes.files import sweep_stale
@@ -149,6 +151,7 @@ def open_sqlite(path: Path, *, create: bool, read_only: bool = False) -> Iterato
 
     Raises:
         RefusedError: `no_such_file` or `damaged` (see `check_database`).
+        SecondNameError: The file has a second name (`graph.names`; exit 2).
     """
     path = path.resolve()
     if create and not read_only and not path.exists():
@@ -156,6 +159,7 @@ def open_sqlite(path: Path, *, create: bool, read_only: bool = False) -> Iterato
             raise UsageError(f"folder {path.parent} for the database does not exist")
         _create_atomically(path)
     check_database(path)
+    check_one_name(path)
     mode = path.stat().st_mode
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         print(
@@ -163,6 +167,18 @@ def open_sqlite(path: Path, *, create: bool, read_only: bool = False) -> Iterato
             "it holds private task data: chmod 600 it",
             file=sys.stderr,
         )
+    slot = NameSlot(path)  # before SQLite opens the file under this name
+    try:
+        store = _open_store(path, read_only)
+        try:
+            yield store
+        finally:
+            store.close()
+    finally:
+        slot.close()
+
+
+def _open_store(path: Path, read_only: bool) -> Store:
     if read_only:
         from langgraph.checkpoint.sqlite import SqliteSaver
 
@@ -183,9 +199,5 @@ def open_sqlite(path: Path, *, create: bool, read_only: bool = False) -> Iterato
             ledger_conn = _connect(path, isolation_level=None)
             checkpointer = _setup_schema(saver_conn, ledger_conn)
             locks = ThreadLocks(path)
-    store = Store.build(str(path), checkpointer, ledger_conn, placeholder="?", locks=locks,
-                        conns=(saver_conn, ledger_conn))
-    try:
-        yield store
-    finally:
-        store.close()
+    return Store.build(str(path), checkpointer, ledger_conn, placeholder="?", locks=locks,
+                       conns=(saver_conn, ledger_conn), ledger_type=SqliteLedger)

@@ -38,9 +38,13 @@ class Store:
 
     @classmethod
     def build(cls, location: str, checkpointer: Any, conn: Any, *, placeholder: str,
-              locks: Any, conns: tuple[Any, ...]) -> Store:
-        """A store whose tables all run on `conn` (`?` for sqlite3, `%s` for psycopg)."""
-        return cls(location, checkpointer, conn, SqlLedger(conn, placeholder=placeholder),
+              locks: Any, conns: tuple[Any, ...],
+              ledger_type: type[SqlLedger] = SqlLedger) -> Store:
+        """A store whose tables all run on `conn` (`?` for sqlite3, `%s` for psycopg).
+
+        `ledger_type` lets a backend add what its claims need (`graph.sqlite_ledger`).
+        """
+        return cls(location, checkpointer, conn, ledger_type(conn, placeholder=placeholder),
                    SqlAttemptLog(conn, placeholder=placeholder),
                    SqlTombstones(conn, placeholder=placeholder),
                    SqlApprovals(conn, placeholder=placeholder), locks, conns)

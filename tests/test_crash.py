@@ -13,6 +13,7 @@ import random
 import signal
 import time
 from collections import Counter
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ import pytest
 
 from graph.factory import build_graph
 from graph.storage import open_store
-from tests.conftest import subprocess_env
+from tests.conftest import SqliteBackend, subprocess_env
 from tests.crash_child import KILL_POINTS, NODE_WRITES_KILL_POINTS, PRELOAD, child_main
 from tests.fake_mandapi import FakeMandApi
 
@@ -147,3 +148,50 @@ def test_sigkill_at_any_point_never_sends_an_uncounted_request(
     assert b"sk-kill-test" not in backend.dump()
     print(f"\n{backend.name}: {total} kills {dict(kills)}, {runner.runs} runs, "
           f"finals {Counter(finals.values())}")
+
+
+class _ClosingSqliteBackend(SqliteBackend):
+    """Closes its reading connection at once: an open one would still see a deleted `-wal`."""
+
+    def ledger_row(self, thread_id: str) -> tuple[int, int, int] | None:
+        with closing(self._conn()) as conn:
+            return conn.execute("SELECT attempts, claimed, max_attempts FROM attempt_ledger "
+                                "WHERE thread_id = ?", (thread_id,)).fetchone()
+
+
+WAL_THREADS = 8
+"""Threads in the kill-then-damage variant; each is killed and damaged several times."""
+WAL_KILLS = ("during_request", "after_claim", "after_answer", "after_writes:budget",
+             "after_writes:tools", "random")
+
+
+def test_sigkill_then_lost_or_damaged_wal_never_sends_an_uncounted_request(
+    tmp_path: Path, forkserver
+) -> None:
+    """Kill, then delete, truncate or flip bytes of the `-wal`, then resume (SQLite only)."""
+    from tests.wal_damage import DAMAGE
+
+    backend = _ClosingSqliteBackend(tmp_path / "c.sqlite")
+    wal = tmp_path / "c.sqlite-wal"
+    damages = list(DAMAGE.items())
+    rng = random.Random(20261130)
+    done: Counter[str] = Counter()
+    with FakeMandApi(tmp_path / "requests.jsonl") as fake:
+        runner = Runner(forkserver, fake, backend, tmp_path)
+        for i in range(WAL_THREADS):
+            thread_id, tag = f"w{i}", f"[w{i}]"
+            argv = ["--thread", thread_id, "--task", f"{tag} How long does shipping take at "
+                    "the demo shop?", "--db", backend.db, "--live", "--once", "--json"]
+            for round_ in range(12):
+                kill_at = WAL_KILLS[(i + round_) % len(WAL_KILLS)] if round_ < 6 else None
+                killed, outcome = runner.run(tag, argv, kill_at, rng)
+                if killed:
+                    name, damage = damages[(i * 6 + round_) % len(damages)]
+                    if wal.exists():
+                        damage(wal)
+                    done[name] += 1
+                runner.check(tag, thread_id)  # received <= claimed <= attempts, always
+                if outcome is not None and outcome["status"] in ("done", "exhausted"):
+                    break
+            assert runner.check(tag, thread_id) is not None
+    assert len(done) == len(DAMAGE), done

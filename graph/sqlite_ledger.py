@@ -1,0 +1,40 @@
+"""The attempt ledger on SQLite: a claim reaches the database file before its request leaves.
+
+In WAL mode a commit lives in the `-wal` file until a checkpoint copies it into the
+database file. A `-wal` that is deleted, truncated or damaged after a crash makes
+SQLite recover an older state, which would bring back a claimed attempt whose request
+the server already received. So after each claim commits, a `TRUNCATE` checkpoint
+copies every committed change into the database file, syncs it (`synchronous=FULL`)
+and empties the `-wal`: whatever later happens to the `-wal` holds only newer changes.
+The count needs no checkpoint: an attempt counted but not claimed sends nothing, and
+the claim's checkpoint carries the count with it.
+"""
+
+from __future__ import annotations
+
+from graph.errors import NotDurableError
+from graph.ledger import SqlLedger
+
+
+class SqliteLedger(SqlLedger):
+    """`SqlLedger` whose successful claims are checkpointed into the database file."""
+
+    def claim(self, thread_id: str, attempt: int, charge: str | None = None) -> bool:
+        """Claims like `SqlLedger.claim`, then makes the claim durable in the database file.
+
+        Raises:
+            NotDurableError: The checkpoint could not finish within the busy timeout
+                (another process kept reading an older snapshot). The attempt stays
+                claimed, so it is spent and its request must not be sent (exit 6,
+                `wal_busy`).
+        """
+        if not super().claim(thread_id, attempt, charge):
+            return False
+        busy, in_log, copied = self._run("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        if busy or in_log != copied:
+            raise NotDurableError(
+                f"thread {thread_id!r}: attempt {attempt} is counted, but the database could "
+                "not copy it from its -wal into the main file (another process kept reading "
+                "for the whole busy timeout); nothing was sent and the attempt is spent; "
+                "run again")
+        return True
