@@ -58,6 +58,10 @@ class CheckpointIntegrityError(Exception):
         self.error_code = error_code
 
 
+class StoredTypeError(TypeError):
+    """A value this program would refuse to read back was about to be stored (a bug)."""
+
+
 def _digest(type_: str, data: bytes) -> bytes:
     return hashlib.sha256(type_.encode() + b"\0" + data).digest()
 
@@ -101,9 +105,23 @@ class ChecksummedSerializer(JsonPlusSerializer):
         )
 
     def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
-        """Serializes like LangGraph, then prefixes `MAGIC` and the checksum."""
+        """Serializes like LangGraph, then prefixes `MAGIC` and the checksum.
+
+        Raises:
+            StoredTypeError: `obj` holds a value that `loads_typed` would refuse
+                (top-level `bytes`, `Send`, `datetime`, sets, any class outside
+                `ALLOWED_EXT_TYPES`): the mistake is reported where it is made, not
+                on the next run as a damaged checkpoint.
+        """
         type_, data = super().dumps_typed(obj)
-        return type_, MAGIC + _digest(type_, bytes(data)) + bytes(data)
+        stored = MAGIC + _digest(type_, bytes(data)) + bytes(data)
+        try:
+            self.loads_typed((type_, stored))
+        except CheckpointIntegrityError as exc:
+            raise StoredTypeError(
+                f"cannot store a {type(obj).__name__} value: it would be refused when read "
+                f"back ({exc}); keep state to plain JSON values") from None
+        return type_, stored
 
     def loads_typed(self, data: tuple[str, bytes]) -> Any:
         """Verifies the checksum, then deserializes strictly.
@@ -113,7 +131,11 @@ class ChecksummedSerializer(JsonPlusSerializer):
                 forbidden type or undecodable bytes (`damaged`).
         """
         type_, raw = data
-        raw = bytes(raw or b"")
+        if not isinstance(type_, str) or not isinstance(raw, (bytes, bytearray, memoryview)):
+            raise CheckpointIntegrityError(
+                f"a stored value has type tag {type(type_).__name__} and data of type "
+                f"{type(raw).__name__}, not text and bytes")
+        raw = bytes(raw)
         if not raw.startswith(MAGIC) or len(raw) < len(MAGIC) + _DIGEST:
             raise CheckpointIntegrityError(
                 f"a stored {type_!r} value has no checksum: written by another program "
