@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from graph.errors import RefusedError, UsageError
+from graph.rowcheck import check_row, is_text, is_text_or_none, text_refused
 from graph.sql import SqlTable
 from nodes.write_tools import (
     WriteError,
@@ -58,6 +59,12 @@ _COLUMNS = ("thread_id", "tool_call_id", "tool", "args_sha256", "decision", "rea
             "decided_at", "target", "before_sha256", "after_sha256", "result", "applied_at")
 
 
+_COLUMN_TYPES = {c: is_text_or_none if c in ("reason", "target", "before_sha256",
+                                              "after_sha256", "applied_at") else is_text
+                 for c in _COLUMNS}
+_COLUMN_TYPES["decision"] = lambda v: v in ("approve", "reject")
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
@@ -67,9 +74,12 @@ class SqlApprovals(SqlTable):
 
     def rows(self, thread_id: str) -> dict[str, dict[str, Any]]:
         """The thread's decisions by call id (empty for a database from before approvals)."""
-        found = self._rows_if_table(
-            "write_approvals", f"SELECT {', '.join(_COLUMNS)} FROM write_approvals "
-            "WHERE thread_id = ? ORDER BY decided_at, tool_call_id", (thread_id,)) or []
+        with text_refused("write_approvals"):
+            found = self._rows_if_table(
+                "write_approvals", f"SELECT {', '.join(_COLUMNS)} FROM write_approvals "
+                "WHERE thread_id = ? ORDER BY decided_at, tool_call_id", (thread_id,)) or []
+        for row in found:
+            check_row("write_approvals", row, _COLUMN_TYPES)
         return {row[1]: dict(zip(_COLUMNS, row, strict=True)) for row in found}
 
     def add(self, row: dict[str, Any]) -> None:

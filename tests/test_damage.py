@@ -19,8 +19,8 @@ import pytest
 from graph.serde import MAGIC, ChecksummedSerializer
 from graph.storage import open_store
 from tests.conftest import run_cli
-from tests.sealing import reseal
 from tests.fakes import ScriptedModel
+from tests.sealing import reseal
 
 TASK = "How long does shipping take at the demo shop?"
 
