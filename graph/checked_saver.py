@@ -178,12 +178,15 @@ class CheckedSaver:
     def list(self, config: Any, **kwargs: Any) -> Iterator[Any]:
         """LangGraph's `list`, each checkpoint checked as it is yielded."""
         items = _parsed(lambda: super(CheckedSaver, self).list(config, **kwargs), config)  # type: ignore[misc]
-        while True:
-            saved = _parsed(lambda: next(items, None), config)
-            if saved is None:
-                return
-            self.check_tuple(saved)
-            yield saved
+        try:
+            while True:
+                saved = _parsed(lambda: next(items, None), config)
+                if saved is None:
+                    return
+                self.check_tuple(saved)
+                yield saved
+        finally:
+            items.close()  # release LangGraph's cursor now, while its connection is open
 
     def check_tuple(self, saved: Any) -> None:
         """Checks one loaded `CheckpointTuple`.

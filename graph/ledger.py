@@ -73,18 +73,20 @@ class SqlLedger(SqlTable):
 
     def read(self, thread_id: str) -> LedgerEntry | None:
         """Returns the thread's entry, or None when the ledger has no row for it."""
-        row = self._run(
-            "SELECT attempts, claimed, max_attempts FROM attempt_ledger WHERE thread_id = ?",
-            (thread_id,),
-        ).fetchone()
+        with text_refused("attempt_ledger"):
+            row = self._run(
+                "SELECT attempts, claimed, max_attempts, created_at, updated_at FROM "
+                "attempt_ledger WHERE thread_id = ?", (thread_id,),
+            ).fetchone()
         if row is None:
             return None
         check_row("attempt_ledger", row, {"attempts": is_int, "claimed": is_int,
-                                          "max_attempts": lambda v: is_int(v, 1)})
+                                          "max_attempts": lambda v: is_int(v, 1),
+                                          "created_at": is_text, "updated_at": is_text})
         if not row[1] <= row[0] <= row[2]:
             raise damaged("attempt_ledger", f"thread {thread_id!r} has claimed {row[1]}, "
                           f"attempts {row[0]}, maximum {row[2]}")
-        return LedgerEntry(*row)
+        return LedgerEntry(*row[:3])
 
     def create(self, thread_id: str, max_attempts: int) -> LedgerEntry:
         """Creates the thread's row with no attempts; keeps an existing row as it is.

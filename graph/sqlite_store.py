@@ -205,6 +205,7 @@ def open_sqlite(path: Path, *, create: bool, read_only: bool = False) -> Iterato
             file=sys.stderr,
         )
     if read_only:
+        schema_needs_setup(path)  # refuses a dropped trigger for readers too
         uri = f"{path.resolve().as_uri()}?mode=ro"
         saver_conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
         ledger_conn = sqlite3.connect(uri, uri=True, check_same_thread=False,
