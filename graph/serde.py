@@ -12,14 +12,16 @@ silently turns the strict msgpack allowlist off; verified with langgraph-checkpo
 * prefixes every stored value with `MAGIC` and a SHA-256 of its type tag and bytes, and
   refuses a value whose checksum does not match or that has none.
 
-What the checksum covers: on SQLite, each checkpoint (all channel values) and each
-pending write; on PostgreSQL, each channel value stored as a blob (our state keeps
-all of its values, scalars included, in the dict-valued channels `thread`,
-`messages` and `progress`, so all of them are blobs) and each pending write. It does
-not cover LangGraph's metadata column, the PostgreSQL checkpoint row's JSON (ids and
-channel versions), or the ledger table. It detects corruption and edits made without
-this program; it is no seal against someone who can write the database, who can
-recompute it.
+What the checksum covers: on SQLite each checkpoint (all channel values) and each
+pending write; on PostgreSQL each channel value stored as a blob and each pending
+write. Rows outside it (LangGraph's metadata column, the PostgreSQL row's JSON, a
+deleted or repointed blob) are covered by `graph.checked_saver` and the digests of
+`graph.digest`; our own tables by `graph.rowcheck`. It detects corruption and edits
+made without this program; it is no seal against someone who can write the
+database, who can recompute it.
+
+`dumps_typed` refuses (`StoredTypeError`) any value `loads_typed` would refuse, so a
+developer storing a `datetime`, `Send` or top-level `bytes` gets the error at once.
 """
 
 from __future__ import annotations

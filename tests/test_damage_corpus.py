@@ -595,7 +595,8 @@ def test_damaged_data_is_refused_counted_nowhere_and_verify_lists_it(
         if case.older:
             _assert_older_refused(db, case)
         else:
-            out = run_cli(["--thread", case.thread, "--once", "--live", "--db", db.db])
+            decide = ["--approve", "w1", "--approve", "w2"] if case.thread == "w" else []
+            out = run_cli(["--thread", case.thread, "--once", "--live", "--db", db.db, *decide])
             assert (out["exit_code"], out["error_code"]) == (4, case.code), out
         assert len(fake.requests()) == requests
         assert db.state() == before
