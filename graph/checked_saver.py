@@ -136,6 +136,7 @@ class CheckedSaver:
     """
 
     digests: SqlDigests | None = None
+    serde: Any  # set by the LangGraph saver this is mixed into
     _marker: str | None = None
 
     def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:

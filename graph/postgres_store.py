@@ -192,11 +192,12 @@ def open_postgres(url: str, *, create: bool = True, read_only: bool = False
         checkpointer = postgres_saver(saver_conn, make_serde())
         if not _schema_ready(control, len(PostgresSaver.MIGRATIONS)):
             ours = control.execute("SELECT to_regclass('attempt_ledger')").fetchone()[0]
-            if read_only or (ours is None and not create):
+            if ours is None and (read_only or not create):
                 raise RefusedError(f"{location} holds no mandapi-resume checkpoint database",
                                    error_code="no_such_file")
             _check_triggers(control, location)
-            _setup_serialized(control, checkpointer)
+            if not read_only:  # a reader of an older schema reads what is there
+                _setup_serialized(control, checkpointer)
         _check_triggers(control, location)
         store = Store.build(location, checkpointer, control, placeholder="%s",
                             locks=AdvisoryThreadLocks(control), conns=conns)
