@@ -18,7 +18,6 @@ A refusal raises `CheckpointIntegrityError` (`damaged`) naming the checkpoint.
 from __future__ import annotations
 
 import sqlite3
-from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -144,19 +143,17 @@ class CheckedSaver:
         if self.digests is not None:
             conf = config["configurable"]
             key = (str(conf["thread_id"]), conf.get("checkpoint_ns", ""), checkpoint["id"], "", 0)
-            self.digests.record(key, checkpoint_digest(self.serde, checkpoint), replace=True)
+            self.digests.record(key, checkpoint_digest(self.serde, checkpoint))
         return super().put(config, checkpoint, metadata, new_versions)  # type: ignore[misc]
 
     def put_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
-        """Records each write's digest (with LangGraph's upsert rules), then saves them."""
+        """Records each write's digest, then saves them like LangGraph."""
         if self.digests is not None:
             conf = config["configurable"]
-            replace = all(channel in WRITES_IDX_MAP for channel, _ in writes)
             for idx, (channel, value) in enumerate(writes):
                 key = (str(conf["thread_id"]), str(conf.get("checkpoint_ns", "")),
                        str(conf["checkpoint_id"]), task_id, WRITES_IDX_MAP.get(channel, idx))
-                self.digests.record(key, write_digest(self.serde, task_id, channel, value),
-                                    replace=replace)
+                self.digests.record(key, write_digest(self.serde, task_id, channel, value))
         super().put_writes(config, writes, task_id, task_path)  # type: ignore[misc]
 
     def delete_thread(self, thread_id: str) -> None:
@@ -216,27 +213,19 @@ class CheckedSaver:
                 return
         legacy = checkpoint_id < self._marker
         stored = self.digests.of_checkpoint(thread_id, ns, checkpoint_id)
-        own = stored.pop(("", 0), None)
+        own = stored.get("")
         if own is None and not legacy:
             raise ValueError("it has no digest: it was not written by this program")
-        if own is not None and own != checkpoint_digest(self.serde, saved.checkpoint):
+        if own is not None and checkpoint_digest(self.serde, saved.checkpoint) not in own:
             raise ValueError("it does not match its digest: a row of it was deleted, "
                              "repointed or edited")
-        loaded: dict[str, Counter] = {}
         for task_id, channel, value in saved.pending_writes or ():
-            loaded.setdefault(task_id, Counter())[write_digest(self.serde, task_id, channel,
-                                                               value)] += 1
-        expected: dict[str, Counter] = {}
-        for (task_id, _), digest in stored.items():
-            expected.setdefault(task_id, Counter())[digest] += 1
-        for task_id in set(loaded) | set(expected):
-            got, want = loaded.get(task_id, Counter()), expected.get(task_id, Counter())
-            if got == want or not got:  # none stored: killed between digest and write
+            recorded = stored.get(task_id)
+            if recorded is None and legacy:
                 continue
-            if legacy and not want - got:
-                continue
-            raise ValueError(f"the pending writes of task {task_id} do not match their "
-                             "digests: one was deleted, added or edited")
+            if write_digest(self.serde, task_id, channel, value) not in (recorded or ()):
+                raise ValueError(f"its pending {channel!r} write of task {task_id} matches no "
+                                 "digest: it was added, edited or moved")
 
 
 def _parsed(read: Any, config: Any) -> Any:

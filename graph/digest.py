@@ -51,9 +51,10 @@ CREATE TABLE IF NOT EXISTS {DIGEST_TABLE} (
     task_id       TEXT NOT NULL,
     idx           INTEGER NOT NULL,
     digest        TEXT NOT NULL,
-    PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+    PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, digest)
 );
-INSERT INTO {DIGEST_TABLE} VALUES ('', '', '', '', 0, '{marker}') ON CONFLICT DO NOTHING;
+INSERT INTO {DIGEST_TABLE} SELECT '', '', '', '', 0, '{marker}' WHERE NOT EXISTS
+    (SELECT 1 FROM {DIGEST_TABLE} WHERE thread_id = '' AND checkpoint_id = '');
 """
 
 
@@ -106,12 +107,14 @@ class SqlDigests(SqlTable):
             cursor = super()._run(sql, params)
             return _Done(cursor.fetchall() if cursor.description else [])
 
-    def record(self, key: tuple[str, str, str, str, int], digest: str, *,
-               replace: bool = False) -> None:
-        """Records a digest; `replace` overwrites one already there (LangGraph's upserts)."""
-        conflict = "DO UPDATE SET digest = excluded.digest" if replace else "DO NOTHING"
-        self._run(f"INSERT INTO {DIGEST_TABLE} VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT "
-                  f"(thread_id, checkpoint_ns, checkpoint_id, task_id, idx) {conflict}",
+    def record(self, key: tuple[str, str, str, str, int], digest: str) -> None:
+        """Records a digest for a checkpoint or write slot (several may be recorded).
+
+        A slot keeps every digest recorded for it: a process killed after recording
+        but before LangGraph wrote the row leaves one that a rerun (with other values)
+        must not make wrong. A loaded value must match one of its slot's digests.
+        """
+        self._run(f"INSERT INTO {DIGEST_TABLE} VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                   (*key, digest))
 
     def marker(self) -> str | None:
@@ -130,12 +133,15 @@ class SqlDigests(SqlTable):
         return rows[0][0]
 
     def of_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str
-                      ) -> dict[tuple[str, int], Any]:
-        """Every digest of one checkpoint by (task id, index); the checkpoint's own is ('', 0)."""
-        rows = self._rows_if_table(DIGEST_TABLE, f"SELECT task_id, idx, digest FROM "
+                      ) -> dict[str, set[str]]:
+        """Every digest recorded for one checkpoint, by task id (the checkpoint's own: '')."""
+        rows = self._rows_if_table(DIGEST_TABLE, f"SELECT task_id, digest FROM "
                                    f"{DIGEST_TABLE} WHERE thread_id = ? AND checkpoint_ns = ? "
                                    "AND checkpoint_id = ?", (thread_id, ns, checkpoint_id))
-        return {(task, idx): digest for task, idx, digest in rows or []}
+        found: dict[str, set[str]] = {}
+        for task, digest in rows or []:
+            found.setdefault(task, set()).add(digest)
+        return found
 
     def delete_thread(self, thread_id: str) -> None:
         """Deletes a thread's digests (with the thread)."""

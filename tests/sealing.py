@@ -42,7 +42,10 @@ def reseal(db: str, thread_id: str) -> None:
             return  # refused before any digest is compared: nothing to reseal
         conf = saved.config["configurable"]
         key = (thread_id, conf.get("checkpoint_ns", ""), conf["checkpoint_id"], "", 0)
-        digests.record(key, checkpoint_digest(serde, saved.checkpoint), replace=True)
+        mark = "%s" if is_postgres(db) else "?"
+        conn.execute(f"DELETE FROM checkpoint_digests WHERE thread_id = {mark} AND task_id = '' "
+                     f"AND checkpoint_id = {mark}", (thread_id, conf["checkpoint_id"]))
+        digests.record(key, checkpoint_digest(serde, saved.checkpoint))
     finally:
         for c in closing:
             c.close()
