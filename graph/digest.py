@@ -8,7 +8,10 @@ its canonical loaded form (id, channel versions, versions seen, every channel va
 as serialized) is recorded in `checkpoint_digests`; each pending write gets one too
 (task, channel, serialized value). Every load recomputes them from what LangGraph
 actually loaded and compares. The digest is written before the rows it covers, so a
-process killed in between leaves an unused digest, never an undigested checkpoint.
+process killed in between leaves an unused digest, never an undigested checkpoint;
+a slot keeps every digest recorded for it, so a rerun with other values is not
+refused. A deleted pending write is therefore not detected (it looks like a kill
+before the write; LangGraph runs the task again).
 
 Backend-neutral: the same table and statements on SQLite and PostgreSQL (and any
 other backend whose saver goes through `graph.checked_saver`).
