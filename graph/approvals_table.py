@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from graph.attempt_log import SqlAttemptLog
+from graph.rowcheck import check_row, is_int, is_text, is_text_or_none, text_refused
 from graph.sql import SqlTable, transaction
 
 APPROVALS_DDL = """
@@ -50,6 +51,13 @@ from before it was kept); `error` says why an approved write was not applied
 (`applied_at` is then None)."""
 _LEGACY = ("thread_id", "tool_call_id", "tool", "args_sha256", "decision", "reason",
            "decided_at", "target", "before_sha256", "after_sha256", "result", "applied_at")
+_OPTIONAL = ("arguments", "reason", "target", "before_sha256", "after_sha256", "error",
+             "applied_at")
+_COLUMN_TYPES: dict[str, Any] = {
+    c: is_text_or_none if c in _OPTIONAL else is_text for c in COLUMNS}
+_COLUMN_TYPES["attempt"] = is_int
+_COLUMN_TYPES["decision"] = lambda v: v in ("approve", "reject")
+_LEGACY_TYPES = {c: _COLUMN_TYPES[c] for c in _LEGACY}
 _MIGRATION_LOCK = 0x6D72_6170  # PostgreSQL advisory lock key: "mrap"
 
 
@@ -76,8 +84,11 @@ class SqlApprovals(SqlTable):
 
     def _legacy_rows(self, thread_id: str | None) -> list[dict[str, Any]]:
         where, params = ("WHERE thread_id = ?", (thread_id,)) if thread_id else ("", ())
-        found = self._run(f"SELECT {', '.join(_LEGACY)} FROM write_approvals {where}",
-                          params).fetchall()
+        with text_refused("write_approvals"):
+            found = self._run(f"SELECT {', '.join(_LEGACY)} FROM write_approvals {where}",
+                              params).fetchall()
+        for row in found:
+            check_row("write_approvals", row, _LEGACY_TYPES)
         rows = [dict(zip(_LEGACY, r, strict=True)) for r in found]
         turns: dict[str, dict[str, int]] = {}
         log = SqlAttemptLog(self._conn, placeholder=self._ph)
@@ -124,9 +135,12 @@ class SqlApprovals(SqlTable):
         if "attempt" not in columns:
             found = self._legacy_rows(thread_id)
         else:
-            found = [dict(zip(COLUMNS, r, strict=True)) for r in self._run(
-                f"SELECT {', '.join(COLUMNS)} FROM write_approvals WHERE thread_id = ?",
-                (thread_id,)).fetchall()]
+            with text_refused("write_approvals"):
+                raw = self._run(f"SELECT {', '.join(COLUMNS)} FROM write_approvals "
+                                "WHERE thread_id = ?", (thread_id,)).fetchall()
+            for row in raw:
+                check_row("write_approvals", row, _COLUMN_TYPES)
+            found = [dict(zip(COLUMNS, r, strict=True)) for r in raw]
         found.sort(key=lambda r: (r["decided_at"], r["attempt"], r["tool_call_id"]))
         return {(r["attempt"], r["tool_call_id"]): r for r in found}
 

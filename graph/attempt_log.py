@@ -12,6 +12,15 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from graph.rowcheck import (
+    check_row,
+    damaged,
+    is_int,
+    is_text,
+    is_text_or_none,
+    json_object,
+    text_refused,
+)
 from graph.sql import SqlTable
 
 _COLUMNS = """
@@ -41,6 +50,18 @@ FOR EACH ROW EXECUTE FUNCTION attempt_log_append_only();
 """
 
 
+_PAYLOAD_KEYS: dict[str, dict[str, Any]] = {
+    "reason": {"outcome": is_text, "thought": is_text_or_none,
+               "tool_calls": lambda v: isinstance(v, list) and all(
+                   isinstance(c, dict) and is_text(c.get("id")) for c in v),
+               "usage": lambda v: v is None or isinstance(v, dict),
+               "error_code": is_text_or_none, "message": is_text_or_none},
+    "tool": {"tool_call_id": is_text, "observation": is_text},
+}
+"""Keys the readers of each payload kind use, and their types."""
+_REQUIRED = frozenset({"outcome", "tool_call_id", "observation"})
+
+
 class SqlAttemptLog(SqlTable):
     """Appends and reads attempt-log rows (see `graph.sql.SqlTable`)."""
 
@@ -56,8 +77,20 @@ class SqlAttemptLog(SqlTable):
 
         Returns an empty list for a database written before the log existed.
         """
-        found = self._rows_if_table(
-            "attempt_log", "SELECT attempt, kind, payload, created_at FROM attempt_log "
-            "WHERE thread_id = ? ORDER BY id", (thread_id,)) or []
-        return [{"attempt": a, "kind": k, "payload": json.loads(p), "created_at": t}
-                for a, k, p, t in found]
+        with text_refused("attempt_log"):
+            found = self._rows_if_table(
+                "attempt_log", "SELECT attempt, kind, payload, created_at FROM attempt_log "
+                "WHERE thread_id = ? ORDER BY id", (thread_id,)) or []
+        rows = []
+        for row in found:
+            check_row("attempt_log", row, {"attempt": lambda v: is_int(v, 1),
+                                           "kind": lambda v: v in _PAYLOAD_KEYS,
+                                           "payload": is_text, "created_at": is_text})
+            payload = json_object("attempt_log", row[2])
+            for key, ok in _PAYLOAD_KEYS[row[1]].items():
+                if key in payload and not ok(payload[key]) or key not in payload and key in _REQUIRED:
+                    raise damaged("attempt_log", f"a {row[1]} payload's {key!r} is missing or "
+                                  "has the wrong type")
+            rows.append({"attempt": row[0], "kind": row[1], "payload": payload,
+                         "created_at": row[3]})
+        return rows

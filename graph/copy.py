@@ -55,13 +55,13 @@ def copy_threads(src: Any, dst: Any, thread_ids: list[str] | None = None) -> lis
             (`no_such_thread`), or fails its checks at the source.
     """
     from graph.factory import build_graph
-    from graph.loading import load_thread
+    from graph.loading import check_stored_thread
 
     ids = sorted(thread_ids) if thread_ids else _all_threads(src)
     graph = build_graph(src.checkpointer)
-    for thread_id in ids:
+    for thread_id in ids:  # the whole source thread is checked before anything is written
         tombstone = src.tombstones.get(thread_id)
-        if tombstone is None and load_thread(graph, thread_id, src.location) is None:
+        if check_stored_thread(src, graph, thread_id) is None and tombstone is None:
             raise RefusedError(f"no such thread {thread_id!r} in {src.location}",
                                error_code=ErrorCode.NO_SUCH_THREAD)
         if _exists(dst, thread_id):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from graph.rowcheck import check_row, damaged, is_int, is_text, text_refused
 from graph.sql import SqlTable, transaction
 from nodes.context import LedgerEntry
 
@@ -72,11 +73,20 @@ class SqlLedger(SqlTable):
 
     def read(self, thread_id: str) -> LedgerEntry | None:
         """Returns the thread's entry, or None when the ledger has no row for it."""
-        row = self._run(
-            "SELECT attempts, claimed, max_attempts FROM attempt_ledger WHERE thread_id = ?",
-            (thread_id,),
-        ).fetchone()
-        return LedgerEntry(*row) if row else None
+        with text_refused("attempt_ledger"):
+            row = self._run(
+                "SELECT attempts, claimed, max_attempts, created_at, updated_at FROM "
+                "attempt_ledger WHERE thread_id = ?", (thread_id,),
+            ).fetchone()
+        if row is None:
+            return None
+        check_row("attempt_ledger", row, {"attempts": is_int, "claimed": is_int,
+                                          "max_attempts": lambda v: is_int(v, 1),
+                                          "created_at": is_text, "updated_at": is_text})
+        if not row[1] <= row[0] <= row[2]:
+            raise damaged("attempt_ledger", f"thread {thread_id!r} has claimed {row[1]}, "
+                          f"attempts {row[0]}, maximum {row[2]}")
+        return LedgerEntry(*row[:3])
 
     def create(self, thread_id: str, max_attempts: int) -> LedgerEntry:
         """Creates the thread's row with no attempts; keeps an existing row as it is.
@@ -160,7 +170,11 @@ class SqlLedger(SqlTable):
 
     def updated_at(self) -> dict[str, str]:
         """`updated_at` (UTC, ISO 8601) of every thread in the ledger, by thread id."""
-        return dict(self._run("SELECT thread_id, updated_at FROM attempt_ledger", ()).fetchall())
+        with text_refused("attempt_ledger"):
+            rows = self._run("SELECT thread_id, updated_at FROM attempt_ledger", ()).fetchall()
+        for row in rows:
+            check_row("attempt_ledger", row, {"thread_id": is_text, "updated_at": is_text})
+        return dict(rows)
 
     def delete(self, thread_id: str) -> None:
         """Deletes the thread's row: only retention and `--restart-pruned` do this."""

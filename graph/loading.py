@@ -7,6 +7,8 @@ refuse exactly the same stored data.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,19 +33,93 @@ class LoadedThread:
     stored_version: int
 
 
+@contextmanager
+def refused_as(where: str) -> Iterator[None]:
+    """Turns checkpoint and storage failures of LangGraph reads into refusals (exit 4).
+
+    Raises:
+        RefusedError: `damaged` or `incompatible`, prefixed with `where`.
+    """
+    try:
+        yield
+    except CheckpointIntegrityError as exc:
+        raise RefusedError(f"{where}: {exc}", error_code=exc.error_code) from None
+    except sqlite3.DatabaseError as exc:
+        if isinstance(exc, sqlite3.OperationalError) and "decode" not in str(exc):
+            raise
+        raise RefusedError(f"{where}: the database is damaged ({exc})",
+                           error_code="damaged") from None
+
+
 def read_snapshot(graph: Any, config: dict[str, Any], where: str) -> Any:
     """`graph.get_state(config)`, with storage and checksum failures refused.
 
     Raises:
         RefusedError: `damaged` or `incompatible`, prefixed with `where`.
     """
-    try:
+    with refused_as(where):
         return graph.get_state(config)
-    except CheckpointIntegrityError as exc:
-        raise RefusedError(f"{where}: {exc}", error_code=exc.error_code) from None
-    except sqlite3.DatabaseError as exc:
-        raise RefusedError(f"{where}: the database is damaged ({exc})",
-                           error_code="damaged") from None
+
+
+def history_page(graph: Any, config: dict[str, Any], where: str,
+                 limit: int | None = None) -> list[Any]:
+    """`graph.get_state_history(config, limit=limit)` as a list, newest first.
+
+    Raises:
+        RefusedError: Any checkpoint of the page fails its checks (as `read_snapshot`).
+    """
+    with refused_as(where):
+        return list(graph.get_state_history(config, limit=limit))
+
+
+def check_history(graph: Any, thread_id: str, location: str) -> None:
+    """Checks every checkpoint of a thread as `load_thread` checks its latest one.
+
+    Raises:
+        RefusedError: Naming the first checkpoint refused.
+    """
+    where = f"{location}: thread {thread_id!r}"
+    config = {"configurable": {"thread_id": thread_id}}
+    for snapshot in history_page(graph, config, where):
+        at = f"{where}: checkpoint {snapshot.config['configurable']['checkpoint_id']}"
+        values = snapshot.values
+        if tuple(snapshot.next) == ("__start__",):
+            values = pending_input(graph, snapshot.config, at)
+        if values.get("thread"):  # the input checkpoint holds no state yet
+            check_values(values, tuple(snapshot.next), at, thread_id)
+
+
+def check_stored_thread(store: Any, graph: Any, thread_id: str) -> LoadedThread | None:
+    """Everything `graph.run` checks before advancing a thread, plus its older checkpoints.
+
+    The latest checkpoint, its ledger row, attempt log, approvals and tombstone, and
+    every older checkpoint: what `graph.verify` reports and `graph.copy` requires.
+
+    Returns:
+        The loaded thread, or None when it has no checkpoint.
+
+    Raises:
+        RefusedError: The first problem found.
+    """
+    from graph.step import check_ledger
+
+    where = f"{store.location}: thread {thread_id!r}"
+    try:
+        tombstone = store.tombstones.get(thread_id)
+        entry = store.ledger.read(thread_id)
+        log_rows = store.log.rows(thread_id)
+        store.approvals.rows(thread_id)
+    except RefusedError as exc:
+        raise RefusedError(f"{where}: {exc.message}", error_code=exc.error_code) from None
+    loaded = load_thread(graph, thread_id, store.location)
+    if loaded is None:
+        if entry is not None and entry.attempts > 0 and tombstone is None:
+            raise RefusedError(f"{where} has {entry.attempts} counted attempt(s) in the ledger "
+                               "but no checkpoint", error_code="damaged")
+        return None
+    check_ledger(entry, loaded.values, thread_id, store.location, log_rows)
+    check_history(graph, thread_id, store.location)
+    return loaded
 
 
 def check_values(values: Any, next_nodes: tuple[str, ...], where: str,
@@ -95,9 +171,7 @@ def pending_input(graph: Any, config: dict[str, Any], where: str) -> dict[str, A
     checkpoint; state values appear only in the next checkpoint. Resuming with `None`
     applies them, so such a thread is checked by its pending input.
     """
-    try:
+    with refused_as(where):
         saved = graph.checkpointer.get_tuple(config)
-    except CheckpointIntegrityError as exc:
-        raise RefusedError(f"{where}: {exc}", error_code=exc.error_code) from None
     return {channel: value for _, channel, value in (saved.pending_writes or [])
             if channel in ("thread", "messages", "progress")}

@@ -25,6 +25,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from graph.approvals import APPROVALS_DDL
 from graph.attempt_log import POSTGRES_LOG_DDL
+from graph.checked_saver import postgres_saver
+from graph.digest import digest_ddl, new_marker
 from graph.errors import BusyError, RefusedError, UsageError
 from graph.ledger import POSTGRES_LEDGER_DDL
 from graph.store import Store
@@ -92,7 +94,8 @@ def _schema_ready(conn: Any, migrations: int) -> bool:
     row = conn.execute(
         "SELECT to_regclass('attempt_ledger') IS NOT NULL AND to_regclass('attempt_log') IS NOT NULL"
         " AND to_regclass('thread_tombstones') IS NOT NULL"
-        " AND to_regclass('write_approvals') IS NOT NULL, to_regclass('checkpoint_migrations')"
+        " AND to_regclass('write_approvals') IS NOT NULL"
+        " AND to_regclass('checkpoint_digests') IS NOT NULL, to_regclass('checkpoint_migrations')"
     ).fetchone()
     if not row[0] or row[1] is None:
         return False
@@ -118,9 +121,31 @@ def _setup_serialized(control: Any, checkpointer: Any, timeout_s: float = 120.0)
         time.sleep(0.05)
     try:
         checkpointer.setup()
-        control.execute(POSTGRES_LEDGER_DDL + POSTGRES_LOG_DDL + TOMBSTONE_DDL + APPROVALS_DDL)
+        control.execute(POSTGRES_LEDGER_DDL + POSTGRES_LOG_DDL + TOMBSTONE_DDL + APPROVALS_DDL
+                        + digest_ddl(new_marker()))
     finally:
         control.execute("SELECT pg_advisory_unlock(%s)", (SETUP_LOCK_KEY,))
+
+
+_TRIGGERS = {"attempt_ledger_never_decreases": "attempt_ledger",
+             "attempt_log_append_only": "attempt_log"}
+
+
+def _check_triggers(control: Any, location: str) -> None:
+    """Refuses a database where a trigger of ours was dropped beside its table (no DDL runs).
+
+    Raises:
+        RefusedError: `damaged`.
+    """
+    for trigger, table in _TRIGGERS.items():
+        row = control.execute(
+            "SELECT to_regclass(%s) IS NOT NULL, EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = %s"
+            " AND tgrelid = to_regclass(%s) AND NOT tgisinternal)", (table, trigger, table)
+        ).fetchone()
+        if row[0] and not row[1]:
+            raise RefusedError(f"{location}: trigger {trigger} of table {table} was dropped; "
+                               "the database was changed outside this program",
+                               error_code="damaged")
 
 
 @contextmanager
@@ -164,13 +189,16 @@ def open_postgres(url: str, *, create: bool = True, read_only: bool = False
                          error_code="db_unreachable") from None
     conns = (saver_conn, control)
     try:
-        checkpointer = PostgresSaver(saver_conn, serde=make_serde())
+        checkpointer = postgres_saver(saver_conn, make_serde())
         if not _schema_ready(control, len(PostgresSaver.MIGRATIONS)):
             ours = control.execute("SELECT to_regclass('attempt_ledger')").fetchone()[0]
-            if read_only or (ours is None and not create):
+            if ours is None and (read_only or not create):
                 raise RefusedError(f"{location} holds no mandapi-resume checkpoint database",
                                    error_code="no_such_file")
-            _setup_serialized(control, checkpointer)
+            _check_triggers(control, location)
+            if not read_only:  # a reader of an older schema reads what is there
+                _setup_serialized(control, checkpointer)
+        _check_triggers(control, location)
         store = Store.build(location, checkpointer, control, placeholder="%s",
                             locks=AdvisoryThreadLocks(control), conns=conns)
         yield store

@@ -12,14 +12,16 @@ silently turns the strict msgpack allowlist off; verified with langgraph-checkpo
 * prefixes every stored value with `MAGIC` and a SHA-256 of its type tag and bytes, and
   refuses a value whose checksum does not match or that has none.
 
-What the checksum covers: on SQLite, each checkpoint (all channel values) and each
-pending write; on PostgreSQL, each channel value stored as a blob (our state keeps
-all of its values, scalars included, in the dict-valued channels `thread`,
-`messages` and `progress`, so all of them are blobs) and each pending write. It does
-not cover LangGraph's metadata column, the PostgreSQL checkpoint row's JSON (ids and
-channel versions), or the ledger table. It detects corruption and edits made without
-this program; it is no seal against someone who can write the database, who can
-recompute it.
+What the checksum covers: on SQLite each checkpoint (all channel values) and each
+pending write; on PostgreSQL each channel value stored as a blob and each pending
+write. Rows outside it (LangGraph's metadata column, the PostgreSQL row's JSON, a
+deleted or repointed blob) are covered by `graph.checked_saver` and the digests of
+`graph.digest`; our own tables by `graph.rowcheck`. It detects corruption and edits
+made without this program; it is no seal against someone who can write the
+database, who can recompute it.
+
+`dumps_typed` refuses (`StoredTypeError`) any value `loads_typed` would refuse, so a
+developer storing a `datetime`, `Send` or top-level `bytes` gets the error at once.
 """
 
 from __future__ import annotations
@@ -56,6 +58,10 @@ class CheckpointIntegrityError(Exception):
     def __init__(self, message: str, error_code: str = "damaged") -> None:
         super().__init__(message)
         self.error_code = error_code
+
+
+class StoredTypeError(TypeError):
+    """A value this program would refuse to read back was about to be stored (a bug)."""
 
 
 def _digest(type_: str, data: bytes) -> bytes:
@@ -101,9 +107,23 @@ class ChecksummedSerializer(JsonPlusSerializer):
         )
 
     def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
-        """Serializes like LangGraph, then prefixes `MAGIC` and the checksum."""
+        """Serializes like LangGraph, then prefixes `MAGIC` and the checksum.
+
+        Raises:
+            StoredTypeError: `obj` holds a value that `loads_typed` would refuse
+                (top-level `bytes`, `Send`, `datetime`, sets, any class outside
+                `ALLOWED_EXT_TYPES`): the mistake is reported where it is made, not
+                on the next run as a damaged checkpoint.
+        """
         type_, data = super().dumps_typed(obj)
-        return type_, MAGIC + _digest(type_, bytes(data)) + bytes(data)
+        stored = MAGIC + _digest(type_, bytes(data)) + bytes(data)
+        try:
+            self.loads_typed((type_, stored))
+        except CheckpointIntegrityError as exc:
+            raise StoredTypeError(
+                f"cannot store a {type(obj).__name__} value: it would be refused when read "
+                f"back ({exc}); keep state to plain JSON values") from None
+        return type_, stored
 
     def loads_typed(self, data: tuple[str, bytes]) -> Any:
         """Verifies the checksum, then deserializes strictly.
@@ -113,7 +133,11 @@ class ChecksummedSerializer(JsonPlusSerializer):
                 forbidden type or undecodable bytes (`damaged`).
         """
         type_, raw = data
-        raw = bytes(raw or b"")
+        if not isinstance(type_, str) or not isinstance(raw, (bytes, bytearray, memoryview)):
+            raise CheckpointIntegrityError(
+                f"a stored value has type tag {type(type_).__name__} and data of type "
+                f"{type(raw).__name__}, not text and bytes")
+        raw = bytes(raw)
         if not raw.startswith(MAGIC) or len(raw) < len(MAGIC) + _DIGEST:
             raise CheckpointIntegrityError(
                 f"a stored {type_!r} value has no checksum: written by another program "

@@ -18,6 +18,8 @@ from typing import Any
 
 from graph.approvals import APPROVALS_DDL
 from graph.attempt_log import SQLITE_LOG_DDL
+from graph.checked_saver import sqlite_saver
+from graph.digest import DIGEST_TABLE, digest_ddl, new_marker
 from graph.errors import RefusedError, UsageError
 from graph.ledger import SQLITE_LEDGER_DDL
 from graph.locks import ThreadLocks
@@ -102,12 +104,51 @@ def check_database(path: Path) -> None:
         raise refuse(f"is truncated ({path.stat().st_size} bytes, {pages} pages of {page_size})")
 
 
-def _setup_schema(saver_conn: sqlite3.Connection, ledger_conn: sqlite3.Connection) -> Any:
-    from langgraph.checkpoint.sqlite import SqliteSaver
+_SCHEMA = frozenset({
+    ("table", "request_caps"), ("table", "attempt_ledger"), ("table", "attempt_log"),
+    ("table", "thread_tombstones"), ("table", "write_approvals"), ("table", "checkpoints"),
+    ("table", "writes"), ("table", DIGEST_TABLE), ("index", "attempt_log_thread"),
+    ("trigger", "attempt_ledger_never_decreases"), ("trigger", "attempt_log_append_only")})
+"""Every schema object this program and LangGraph create in a SQLite file."""
+_TRIGGERS = {"attempt_ledger_never_decreases": "attempt_ledger",
+             "attempt_log_append_only": "attempt_log"}
 
-    ledger_conn.executescript(SQLITE_LEDGER_DDL + SQLITE_LOG_DDL + TOMBSTONE_DDL + APPROVALS_DDL)
-    checkpointer = SqliteSaver(saver_conn, serde=make_serde())
-    checkpointer.setup()
+
+def schema_needs_setup(path: Path) -> bool:
+    """Whether opening `path` for writing must run DDL (an older schema gains tables).
+
+    Read before any DDL, so a refused file keeps its bytes.
+
+    Raises:
+        RefusedError: `damaged` when a trigger of ours is missing beside its table
+            (dropped: the ledger's promises no longer hold, and re-creating it would
+            hide that).
+    """
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        found = {(kind, name) for kind, name in conn.execute(
+            "SELECT type, name FROM sqlite_master")}
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(writes)")}
+    except sqlite3.DatabaseError as exc:
+        raise RefusedError(f"{path}: is not a readable SQLite database ({exc})",
+                           error_code="damaged") from None
+    finally:
+        conn.close()
+    for trigger, table in _TRIGGERS.items():
+        if ("table", table) in found and ("trigger", trigger) not in found:
+            raise RefusedError(f"{path}: trigger {trigger} of table {table} was dropped; the "
+                               "database was changed outside this program", error_code="damaged")
+    return not _SCHEMA <= found or "task_path" not in columns
+
+
+def _setup_schema(saver_conn: sqlite3.Connection, ledger_conn: sqlite3.Connection, *,
+                  ddl: bool = True) -> Any:
+    checkpointer = sqlite_saver(saver_conn, make_serde())
+    if ddl:
+        ledger_conn.executescript(SQLITE_LEDGER_DDL + SQLITE_LOG_DDL + TOMBSTONE_DDL
+                                  + APPROVALS_DDL + digest_ddl(new_marker()))
+        checkpointer.setup()
+    checkpointer.is_setup = True
     return checkpointer
 
 
@@ -180,24 +221,27 @@ def open_sqlite(path: Path, *, create: bool, read_only: bool = False) -> Iterato
 
 def _open_store(path: Path, read_only: bool) -> Store:
     if read_only:
-        from langgraph.checkpoint.sqlite import SqliteSaver
-
         from graph.access import read_only_uri
 
+        schema_needs_setup(path)  # refuses a dropped trigger for readers too
         uri = read_only_uri(path)
         saver_conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
         ledger_conn = sqlite3.connect(uri, uri=True, check_same_thread=False,
                                       isolation_level=None)
-        for conn in (saver_conn, ledger_conn):
+        digest_conn = sqlite3.connect(uri, uri=True, check_same_thread=False,
+                                      isolation_level=None)
+        for conn in (saver_conn, ledger_conn, digest_conn):
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        checkpointer = SqliteSaver(saver_conn, serde=make_serde())
-        checkpointer.is_setup = True  # its setup() writes; the tables were checked above
+        checkpointer = _setup_schema(saver_conn, ledger_conn, ddl=False)  # setup() writes
         locks = None
     else:
+        ddl = schema_needs_setup(path)
         with _private_files():
             saver_conn = _connect(path)
             ledger_conn = _connect(path, isolation_level=None)
-            checkpointer = _setup_schema(saver_conn, ledger_conn)
+            digest_conn = _connect(path, isolation_level=None)
+            checkpointer = _setup_schema(saver_conn, ledger_conn, ddl=ddl)
             locks = ThreadLocks(path)
     return Store.build(str(path), checkpointer, ledger_conn, placeholder="?", locks=locks,
-                       conns=(saver_conn, ledger_conn), ledger_type=SqliteLedger)
+                       conns=(saver_conn, ledger_conn, digest_conn), digest_conn=digest_conn,
+                       ledger_type=SqliteLedger)

@@ -327,6 +327,7 @@ def advance(
             _check_identity(values, request, settings)
             max_attempts = values["thread"]["max_attempts"]
             check_ledger(entry, values, thread_id, store.location, store.log.rows(thread_id))
+            store.approvals.rows(thread_id)  # read with exact type checks, like every table
             pending = pending_review(loaded.snapshot)
             if pending is not None:
                 return _review(graph, config, store, loaded, request, pending)

@@ -7,6 +7,7 @@ from typing import Any
 
 from graph.approvals import SqlApprovals
 from graph.attempt_log import SqlAttemptLog
+from graph.digest import SqlDigests
 from graph.ledger import SqlLedger
 from graph.tombstones import SqlTombstones
 
@@ -38,12 +39,14 @@ class Store:
 
     @classmethod
     def build(cls, location: str, checkpointer: Any, conn: Any, *, placeholder: str,
-              locks: Any, conns: tuple[Any, ...],
+              locks: Any, conns: tuple[Any, ...], digest_conn: Any = None,
               ledger_type: type[SqlLedger] = SqlLedger) -> Store:
         """A store whose tables all run on `conn` (`?` for sqlite3, `%s` for psycopg).
 
+        The checkpoint digests (`graph.digest`) run on `digest_conn` when given;
         `ledger_type` lets a backend add what its claims need (`graph.sqlite_ledger`).
         """
+        checkpointer.digests = SqlDigests(digest_conn or conn, placeholder=placeholder)
         return cls(location, checkpointer, conn, ledger_type(conn, placeholder=placeholder),
                    SqlAttemptLog(conn, placeholder=placeholder),
                    SqlTombstones(conn, placeholder=placeholder),

@@ -10,7 +10,13 @@ from typing import Any
 
 from graph.errors import RefusedError
 from graph.factory import build_graph
-from graph.loading import check_values, load_thread, pending_input, read_snapshot
+from graph.loading import (
+    check_values,
+    history_page,
+    load_thread,
+    pending_input,
+    read_snapshot,
+)
 from nodes.write_tools import canonical_arguments
 
 OBSERVATION_PREVIEW_CHARS = 80
@@ -86,7 +92,7 @@ def checkpoints(store: Any, thread_id: str, limit: int = 50) -> list[dict[str, A
     graph = build_graph(store.checkpointer)
     config = {"configurable": {"thread_id": thread_id}}
     where = f"{store.location}: thread {thread_id!r}"
-    page = list(graph.get_state_history(config, limit=limit + 1))
+    page = history_page(graph, config, where, limit + 1)
     rows = []
     for index, snapshot in enumerate(page[:limit]):
         parent = page[index + 1] if index + 1 < len(page) else None
@@ -95,7 +101,8 @@ def checkpoints(store: Any, thread_id: str, limit: int = 50) -> list[dict[str, A
             values = pending_input(graph, snapshot.config, where)
         attempts = None
         if values.get("thread"):
-            checked, _ = check_values(values, tuple(snapshot.next), where, thread_id)
+            at = f"{where}: checkpoint {snapshot.config['configurable']['checkpoint_id']}"
+            checked, _ = check_values(values, tuple(snapshot.next), at, thread_id)
             attempts = checked["progress"]["attempts"]
         rows.append({"checkpoint_id": snapshot.config["configurable"]["checkpoint_id"],
                      "step": snapshot.metadata.get("step"), "written_by": _writer(snapshot, parent),
@@ -162,11 +169,11 @@ def list_threads(store: Any) -> list[dict[str, Any]]:
     graph = build_graph(store.checkpointer)
     rows = []
     for thread_id, updated_at in sorted(store.ledger.updated_at().items()):
-        entry = store.ledger.read(thread_id)
-        row = {"thread_id": thread_id, "attempts": entry.attempts,
-               "max_attempts": entry.max_attempts, "updated_at": updated_at,
-               "status": None, "task": None}
+        row = {"thread_id": thread_id, "attempts": None, "max_attempts": None,
+               "updated_at": updated_at, "status": None, "task": None}
         try:
+            entry = store.ledger.read(thread_id)
+            row.update(attempts=entry.attempts, max_attempts=entry.max_attempts)
             loaded = load_thread(graph, thread_id, store.location)
         except RefusedError as exc:
             row["status"] = f"unreadable: {exc.error_code}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from graph.rowcheck import check_row, is_text, text_refused
 from graph.sql import SqlTable
 
 TOMBSTONE_DDL = """
@@ -29,10 +30,15 @@ class SqlTombstones(SqlTable):
 
     def get(self, thread_id: str) -> Tombstone | None:
         """The thread's tombstone, or None (also for a database from before tombstones)."""
-        rows = self._rows_if_table(
-            "thread_tombstones", "SELECT thread_id, final_status, pruned_at FROM "
-            "thread_tombstones WHERE thread_id = ?", (thread_id,))
-        return Tombstone(*rows[0]) if rows else None
+        with text_refused("thread_tombstones"):
+            rows = self._rows_if_table(
+                "thread_tombstones", "SELECT thread_id, final_status, pruned_at FROM "
+                "thread_tombstones WHERE thread_id = ?", (thread_id,))
+        if not rows:
+            return None
+        check_row("thread_tombstones", rows[0], {"thread_id": is_text, "final_status": is_text,
+                                                 "pruned_at": is_text})
+        return Tombstone(*rows[0])
 
     def remove(self, thread_id: str) -> None:
         """Deletes the tombstone (for `--restart-pruned`)."""

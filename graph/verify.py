@@ -30,9 +30,7 @@ def verify(db: str) -> list[str]:
         RefusedError: The file is missing or not a checkpoint database at all.
     """
     from graph.factory import build_graph
-    from graph.loading import check_values, load_thread
-    from graph.serde import CheckpointIntegrityError
-    from graph.step import check_ledger
+    from graph.loading import check_stored_thread
     from graph.storage import is_postgres, open_store
 
     problems: list[str] = []
@@ -57,20 +55,10 @@ def verify(db: str) -> list[str]:
     with open_store(db, create=False, read_only=True) as store:
         graph = build_graph(store.checkpointer)
         for thread_id in _thread_ids(store):
-            where = f"{store.location}: thread {thread_id!r}"
             try:
-                loaded = load_thread(graph, thread_id, store.location)
-                if loaded is None:
-                    continue
-                check_ledger(store.ledger.read(thread_id), loaded.values, thread_id,
-                              store.location, store.log.rows(thread_id))
-                for snapshot in graph.get_state_history({"configurable": {"thread_id": thread_id}}):
-                    if snapshot.values.get("thread"):  # the input checkpoint holds no state yet
-                        check_values(snapshot.values, tuple(snapshot.next), where, thread_id)
+                check_stored_thread(store, graph, thread_id)
             except RefusedError as exc:
                 problems.append(exc.message)
-            except (CheckpointIntegrityError, sqlite3.DatabaseError) as exc:
-                problems.append(f"{where}: {exc}")
     return problems
 
 
@@ -81,7 +69,8 @@ def _thread_ids(store: Any) -> list[str]:
     """
     ids = {row[0] for row in store.conn.execute("SELECT DISTINCT thread_id FROM checkpoints")}
     ids |= {row[0] for row in store.conn.execute("SELECT thread_id FROM attempt_ledger")}
-    return sorted(ids)
+    ids |= {row[0] for row in store.conn.execute("SELECT thread_id FROM thread_tombstones")}
+    return sorted(str(i) for i in ids)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from tests.sealing import checksummed_dumps, reseal
+
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 _CLEARED = ("MANDAPI_API_KEY", "MANDAPI_MODEL_ID", "MANDAPI_BASE_URL", "MANDAPI_TIMEOUT", "GRAPH_DB")
@@ -108,7 +110,8 @@ class SqliteBackend:
         serde = make_serde()
         checkpoint = serde.loads_typed(self.get_raw(thread_id, ""))
         edit(checkpoint["channel_values"])
-        self.set_raw(thread_id, "", *serde.dumps_typed(checkpoint))
+        self.set_raw(thread_id, "", *checksummed_dumps(checkpoint))
+        reseal(self.db, thread_id)
 
     def dump(self) -> bytes:
         """Every byte stored: the database file, its WAL and its lock file."""
@@ -197,7 +200,8 @@ class PostgresBackend:
             if channel not in values:
                 raise ValueError("cannot remove a channel on PostgreSQL")
             if repr(values[channel]) != before[channel]:
-                self.set_raw(thread_id, channel, *serde.dumps_typed(values[channel]))
+                self.set_raw(thread_id, channel, *checksummed_dumps(values[channel]))
+        reseal(self.db, thread_id)
 
     def dump(self) -> bytes:
         """Every row of every table, as text and raw bytes."""

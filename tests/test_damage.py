@@ -10,16 +10,19 @@ import os
 import random
 import sqlite3
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import ormsgpack
 import pytest
+from langgraph.types import Send
 
 from graph.serde import MAGIC, ChecksummedSerializer
 from graph.storage import open_store
 from tests.conftest import run_cli
 from tests.fakes import ScriptedModel
+from tests.sealing import reseal
 
 TASK = "How long does shipping take at the demo shop?"
 
@@ -329,9 +332,45 @@ def test_a_checkpoint_copied_from_another_thread_is_refused(backend) -> None:
     make_thread(backend.db, "b")
     for channel in ("thread", "messages", "progress"):
         backend.set_raw("b", channel, *backend.get_raw("a", channel))
+    reseal(backend.db, "b")
     before = backend.fingerprint()
     model, factory = no_requests()
     out = run_cli(["--thread", "b", "--once", "--db", backend.db], model_factory=factory)
     assert (out["exit_code"], out["error_code"]) == (4, "damaged"), out
-    assert "belongs to thread 'a'" in out["error"]
+    # SQLite stores the checkpoint's id inside the copied blob; PostgreSQL per row.
+    assert "belongs to thread 'a'" in out["error"] or "not the row's id" in out["error"]
     assert model.requests == [] and backend.fingerprint() == before
+
+
+@pytest.mark.parametrize("value", [b"raw", {"at": datetime(2026, 1, 1)}, {"ids": {1, 2}},
+                                   Send("a", 1)],
+                         ids=["top-level bytes", "datetime", "set", "Send"])
+def test_serializer_refuses_at_write_time_what_it_would_refuse_to_read(value: Any) -> None:
+    from graph.serde import StoredTypeError, make_serde
+
+    with pytest.raises(StoredTypeError, match="refused when read back"):
+        make_serde().dumps_typed(value)
+
+
+def test_serializer_writes_what_it_reads_back() -> None:
+    from langgraph.types import Interrupt
+
+    from graph.serde import make_serde
+
+    serde = make_serde()
+    for value in (None, {"a": [1, "x", None, 1.5]}, [Interrupt(value={"k": 1}, id="i")]):
+        assert serde.loads_typed(serde.dumps_typed(value)) == value
+
+
+def test_refused_file_with_a_dropped_trigger_keeps_its_bytes(sqlite_db: Path) -> None:
+    make_thread(str(sqlite_db))
+    with sqlite3.connect(sqlite_db) as conn:
+        conn.execute("DROP TRIGGER attempt_ledger_never_decreases")
+        conn.execute("UPDATE attempt_ledger SET attempts = 0, claimed = 0")
+    conn.close()
+    before = sqlite_db.read_bytes()
+    model, factory = no_requests()
+    out = run_cli(["--thread", "t1", "--once", "--db", str(sqlite_db)], model_factory=factory)
+    assert (out["exit_code"], out["error_code"]) == (4, "damaged")
+    assert "trigger attempt_ledger_never_decreases" in out["error"]
+    assert sqlite_db.read_bytes() == before and model.requests == []

@@ -1,0 +1,151 @@
+"""Per-checkpoint digests kept by this project, beside whatever rows a backend uses.
+
+LangGraph stores a checkpoint in several rows (on PostgreSQL: the row's JSON, one
+blob per channel version, one row per pending write), and the per-value checksum of
+`graph.serde` cannot tell that a blob was deleted, repointed to another version, or
+replaced by a value written inline. So when a checkpoint is written, a SHA-256 of
+its canonical loaded form (id, channel versions, versions seen, every channel value
+as serialized) is recorded in `checkpoint_digests`; each pending write gets one too
+(task, channel, serialized value). Every load recomputes them from what LangGraph
+actually loaded and compares. The digest is written before the rows it covers, so a
+process killed in between leaves an unused digest, never an undigested checkpoint;
+a slot keeps every digest recorded for it, so a rerun with other values is not
+refused. A deleted pending write is therefore not detected (it looks like a kill
+before the write; LangGraph runs the task again).
+
+Backend-neutral: the same table and statements on SQLite and PostgreSQL (and any
+other backend whose saver goes through `graph.checked_saver`).
+
+Checkpoints written before this table existed (ids older than the marker row the
+table is created with) have no digest and are checked by shape and checksum only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from typing import Any
+
+from graph.sql import SqlTable
+
+DIGEST_TABLE = "checkpoint_digests"
+_MARKER_KEY = ("", "", "", "", 0)
+"""Key of the row holding the id from which on every checkpoint must have a digest."""
+
+
+class _Done:
+    """The rows of a finished statement (so no cursor outlives the lock)."""
+
+    def __init__(self, rows: list) -> None:
+        self._rows = rows
+
+    def fetchall(self) -> list:
+        return self._rows
+
+
+def digest_ddl(marker: str) -> str:
+    """The table, with its marker row (kept when the table already has one)."""
+    return f"""
+CREATE TABLE IF NOT EXISTS {DIGEST_TABLE} (
+    thread_id     TEXT NOT NULL,
+    checkpoint_ns TEXT NOT NULL,
+    checkpoint_id TEXT NOT NULL,
+    task_id       TEXT NOT NULL,
+    idx           INTEGER NOT NULL,
+    digest        TEXT NOT NULL,
+    PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, digest)
+);
+INSERT INTO {DIGEST_TABLE} SELECT '', '', '', '', 0, '{marker}' WHERE NOT EXISTS
+    (SELECT 1 FROM {DIGEST_TABLE} WHERE thread_id = '' AND checkpoint_id = '');
+"""
+
+
+def new_marker() -> str:
+    """A checkpoint id (LangGraph's time-ordered uuid6) for the moment of creation."""
+    from langgraph.checkpoint.base.id import uuid6
+
+    return str(uuid6())
+
+
+def _sha(*parts: bytes) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(len(part).to_bytes(8, "big") + part)
+    return digest.hexdigest()
+
+
+def checkpoint_digest(serde: Any, checkpoint: dict[str, Any]) -> str:
+    """The digest of a checkpoint as LangGraph hands it to `put` or loads it back."""
+    head = json.dumps({"id": checkpoint["id"], "channel_versions": checkpoint["channel_versions"],
+                       "versions_seen": checkpoint["versions_seen"]},
+                      sort_keys=True, separators=(",", ":")).encode()
+    parts = [head]
+    for name in sorted(checkpoint["channel_values"]):
+        type_, data = serde.dumps_typed(checkpoint["channel_values"][name])
+        parts += [name.encode(), type_.encode(), bytes(data)]
+    return _sha(*parts)
+
+
+def write_digest(serde: Any, task_id: str, channel: str, value: Any) -> str:
+    """The digest of one pending write."""
+    type_, data = serde.dumps_typed(value)
+    return _sha(task_id.encode(), channel.encode(), type_.encode(), bytes(data))
+
+
+class SqlDigests(SqlTable):
+    """Reads and writes `checkpoint_digests` (see `graph.sql.SqlTable`).
+
+    LangGraph writes from several threads; statements here are serialized, and on
+    SQLite the table has a connection of its own, so no other statement's open read
+    snapshot on a shared connection can make a write fail as busy.
+    """
+
+    def __init__(self, conn: Any, *, placeholder: str = "?") -> None:
+        super().__init__(conn, placeholder=placeholder)
+        self._lock = threading.Lock()
+
+    def _run(self, sql: str, params: tuple = ()) -> Any:
+        with self._lock:
+            cursor = super()._run(sql, params)
+            return _Done(cursor.fetchall() if cursor.description else [])
+
+    def record(self, key: tuple[str, str, str, str, int], digest: str) -> None:
+        """Records a digest for a checkpoint or write slot (several may be recorded).
+
+        A slot keeps every digest recorded for it: a process killed after recording
+        but before LangGraph wrote the row leaves one that a rerun (with other values)
+        must not make wrong. A loaded value must match one of its slot's digests.
+        """
+        self._run(f"INSERT INTO {DIGEST_TABLE} VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                  (*key, digest))
+
+    def marker(self) -> str | None:
+        """The marker id; None when the table is missing (a database from before it).
+
+        Raises:
+            ValueError: The table exists but its marker row was removed or altered.
+        """
+        rows = self._rows_if_table(DIGEST_TABLE, f"SELECT digest FROM {DIGEST_TABLE} WHERE "
+                                   "thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ? "
+                                   "AND task_id = ? AND idx = ?", _MARKER_KEY)
+        if rows is None:
+            return None
+        if len(rows) != 1 or not isinstance(rows[0][0], str) or len(rows[0][0]) != 36:
+            raise ValueError("the checkpoint digest table lost its marker row")
+        return rows[0][0]
+
+    def of_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str
+                      ) -> dict[str, set[str]]:
+        """Every digest recorded for one checkpoint, by task id (the checkpoint's own: '')."""
+        rows = self._rows_if_table(DIGEST_TABLE, f"SELECT task_id, digest FROM "
+                                   f"{DIGEST_TABLE} WHERE thread_id = ? AND checkpoint_ns = ? "
+                                   "AND checkpoint_id = ?", (thread_id, ns, checkpoint_id))
+        found: dict[str, set[str]] = {}
+        for task, digest in rows or []:
+            found.setdefault(task, set()).add(digest)
+        return found
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Deletes a thread's digests (with the thread)."""
+        self._run(f"DELETE FROM {DIGEST_TABLE} WHERE thread_id = ?", (thread_id,))
