@@ -254,14 +254,20 @@ SQLITE: dict[str, Case] = {
     "tombstone time a blob": Case(sql(
         "INSERT INTO thread_tombstones VALUES ('{t}', 'done', X'00')")),
     "approval hash a blob": Case(sql(
-        "INSERT INTO write_approvals VALUES ('w', 'w9', 'write_file', X'05', 'approve', NULL, "
-        "'x', NULL, NULL, NULL, 'ok', NULL)"), thread="w"),
+        "INSERT INTO write_approvals VALUES ('w', 1, 'w9', 'write_file', NULL, X'05', 'approve', "
+        "NULL, 'x', NULL, NULL, NULL, 'ok', NULL, NULL)"), thread="w"),
     "approval tool a blob": Case(sql(
-        "INSERT INTO write_approvals VALUES ('w', 'w9', X'00', 'h', 'approve', NULL, "
-        "'x', NULL, NULL, NULL, 'ok', NULL)"), thread="w"),
+        "INSERT INTO write_approvals VALUES ('w', 1, 'w9', X'00', NULL, 'h', 'approve', NULL, "
+        "'x', NULL, NULL, NULL, 'ok', NULL, NULL)"), thread="w"),
     "approval result not UTF-8": Case(sql(
-        "INSERT INTO write_approvals VALUES ('w', 'w9', 'write_file', 'h', 'approve', NULL, "
-        "'x', NULL, NULL, NULL, CAST(X'ff' AS TEXT), NULL)"), thread="w"),
+        "INSERT INTO write_approvals VALUES ('w', 1, 'w9', 'write_file', NULL, 'h', 'approve', "
+        "NULL, 'x', NULL, NULL, NULL, CAST(X'ff' AS TEXT), NULL, NULL)"), thread="w"),
+    "approval turn not an integer": Case(sql(
+        "INSERT INTO write_approvals VALUES ('w', 'one', 'w9', 'write_file', NULL, 'h', "
+        "'approve', NULL, 'x', NULL, NULL, NULL, 'ok', NULL, NULL)"), thread="w"),
+    "approval error a blob": Case(sql(
+        "INSERT INTO write_approvals VALUES ('w', 1, 'w9', 'write_file', NULL, 'h', 'approve', "
+        "NULL, 'x', NULL, NULL, NULL, 'ok', X'07', NULL)"), thread="w"),
     "interrupt write stored as TEXT": Case(sql(
         "UPDATE writes SET value = 'text' WHERE thread_id = 'w' AND channel = '__interrupt__'",
         thread="w"), thread="w"),
