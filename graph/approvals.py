@@ -152,6 +152,8 @@ def _apply_one(store: Any, thread_id: str, turn: int, cid: str, row: dict[str, A
         row["before_sha256"] = file_sha256(target)
         row["after_sha256"] = _sha(planned_content(target, name, text))
         store.approvals.plan(thread_id, turn, cid, row["before_sha256"], row["after_sha256"])
+        # The plan guards the file write: it must survive a lost -wal (see graph.sqlite_ledger).
+        store.ledger.make_durable(f"{where}: the plan of write {cid!r} is recorded, but")
     current = file_sha256(target)
     if current == row["before_sha256"]:
         atomic_write(target, planned_content(target, name, text))

@@ -149,6 +149,16 @@ class SqlLedger(SqlTable):
             return False
         return True
 
+    def make_durable(self, what: str) -> None:
+        """Makes every committed change durable where a crash cannot lose it.
+
+        A commit here is already durable (SQLite's `-wal` aside: `graph.sqlite_ledger`
+        overrides this), so this does nothing.
+
+        Args:
+            what: Names what must be durable, for a refusal message.
+        """
+
     def ensure_cap(self, cap_id: str, max_requests: int) -> tuple[int, int]:
         """Creates request cap `cap_id` if new; returns its `(requests, max_requests)`.
 

@@ -23,18 +23,33 @@ class SqliteLedger(SqlLedger):
         """Claims like `SqlLedger.claim`, then makes the claim durable in the database file.
 
         Raises:
-            NotDurableError: The checkpoint could not finish within the busy timeout
-                (another process kept reading an older snapshot). The attempt stays
-                claimed, so it is spent and its request must not be sent (exit 6,
-                `wal_busy`).
+            NotDurableError: See `make_durable`. The attempt stays claimed, so it is
+                spent and its request must not be sent (exit 6, `wal_busy`).
         """
         if not super().claim(thread_id, attempt, charge):
             return False
+        self.make_durable(f"thread {thread_id!r}: attempt {attempt} is counted, but")
+        return True
+
+    def make_durable(self, what: str) -> None:
+        """Copies every committed change from the `-wal` into the database file (synced).
+
+        Called after each record that guards an effect outside the database: a claim
+        (before its request leaves) and a write's plan (before the file is written,
+        `graph.approvals`), so a lost `-wal` can never bring back a state in which
+        that effect looks undone.
+
+        Args:
+            what: The start of the refusal message, naming what is not durable yet.
+
+        Raises:
+            NotDurableError: The checkpoint could not finish within the busy timeout
+                (another process kept reading an older snapshot); the effect must not
+                happen (exit 6, `wal_busy`).
+        """
         busy, in_log, copied = self._run("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
         if busy or in_log != copied:
             raise NotDurableError(
-                f"thread {thread_id!r}: attempt {attempt} is counted, but the database could "
-                "not copy it from its -wal into the main file (another process kept reading "
-                "for the whole busy timeout); nothing was sent and the attempt is spent; "
-                "run again")
-        return True
+                f"{what} the database could not copy it from its -wal into the main file "
+                "(another process kept reading for the whole busy timeout); nothing was sent "
+                "or written; run again")

@@ -253,3 +253,46 @@ def test_writes_keep_file_modes_and_never_follow_a_planted_link(backend, out_dir
     assert victim.read_text() == "untouched"
     assert not (out_dir / "report.md").is_symlink()
     assert (out_dir / "log.txt").stat().st_mode & 0o777 == 0o600
+
+
+class OneAppend(Writer):
+    """Asks for one append, then answers."""
+
+    def complete(self, messages, tools) -> ModelReply:
+        self.requests.append(messages)
+        usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+        if len(self.requests) == 1:
+            return ModelReply({"role": "assistant", "content": "Logging.", "tool_calls": [
+                write_call("a1", "append_file", "log.txt", "report written\n")]}, usage)
+        return ModelReply({"role": "assistant", "content": "Logged."}, usage)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", ["deleted", "truncated after the header",
+                                    "flipped header byte (salt)"])
+@pytest.mark.parametrize("kill_at", WRITE_KILL_POINTS)
+def test_a_lost_wal_after_a_killed_approved_append_never_applies_it_twice(
+    sqlite_db: Path, out_dir: Path, tmp_path: Path, kill_at: str, damage: str
+) -> None:
+    """The write's plan reaches the database file before the write (I1's rule for effects)."""
+    from tests.wal_damage import DAMAGE
+
+    model = OneAppend()
+    out = run_cli(["--thread", "w", "--task", TASK, "--allow-writes", str(out_dir), "--once",
+                   "--db", str(sqlite_db)], model_factory=lambda m, s: model)
+    assert out["exit_code"] == 7, out
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    proc = ctx.Process(target=child_main, args=(
+        ["--thread", "w", "--approve", "a1", "--db", str(sqlite_db), "--json"], kill_at,
+        subprocess_env(), str(tmp_path), str(tmp_path / "child.txt")))
+    proc.start()
+    proc.join(60)
+    assert proc.exitcode == -signal.SIGKILL
+    wal = sqlite_db.with_name(sqlite_db.name + "-wal")
+    if wal.exists():
+        DAMAGE[damage](wal)
+    out = run_cli(["--thread", "w", "--db", str(sqlite_db), "--once"])
+    if out["status"] == "awaiting_approval":  # the decision was lost with the -wal: decide again
+        run_cli(["--thread", "w", "--approve", "a1", "--db", str(sqlite_db)])
+    assert (out_dir / "log.txt").read_text() == "start\nreport written\n"
