@@ -100,7 +100,20 @@ def known_error(exc: BaseException) -> RunError | None:
         return UsageError(f"the database may not be written here ({exc}): "
                           "the file and its folder must be writable by this user",
                           error_code=ErrorCode.PERMISSION_DENIED)
+    if isinstance(exc, sqlite3.OperationalError) and any(
+            why in str(exc) for why in _SQLITE_UNWRITABLE):
+        return DatabaseLostError(
+            f"the SQLite database could not be written ({exc}): a full disk, an I/O error, "
+            "or another process holding SQLite's write lock past the 30-second busy "
+            "timeout; any attempt counted before stays counted and nothing was sent "
+            "after it: free space or wait, then run the command again",
+            error_code=ErrorCode.DB_WRITE_FAILED)
     return _lost_connection(exc)
+
+
+_SQLITE_UNWRITABLE = ("database is locked", "database or disk is full", "disk I/O error",
+                      "database table is locked", "unable to open database file")
+"""sqlite3.OperationalError texts of an environment that cannot take a write (not a bug)."""
 
 
 def _lost_connection(exc: BaseException) -> RunError | None:

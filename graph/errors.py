@@ -55,7 +55,10 @@ class BusyError(RunError):
 
 
 class DatabaseLostError(RunError):
-    """The database connection was lost during a step (exit 6, `db_lost`).
+    """The database was lost or could not be written during a step (exit 6).
+
+    `db_lost`: the PostgreSQL connection went away; `db_write_failed`: SQLite could not
+    write (disk full, I/O error, its write lock held past the busy timeout).
 
     An attempt counted before the loss stays counted; nothing is sent after it, since
     the claim before a request needs the connection.

@@ -64,6 +64,7 @@ class ErrorCode(StrEnum):
     HTTP_STATUS = "http_status"
     BAD_RESPONSE = "bad_response"
     DB_LOST = "db_lost"
+    DB_WRITE_FAILED = "db_write_failed"
     STEP_FAILED = "step_failed"
     WAL_BUSY = "wal_busy"
     DB_SECOND_NAME = "db_second_name"
@@ -90,7 +91,8 @@ _EXIT = {
     ErrorCode.BUSY: ExitCode.BUSY,
     **{code: ExitCode.REQUEST_FAILED for code in (
         ErrorCode.TIMEOUT, ErrorCode.CONNECTION, ErrorCode.HTTP_STATUS, ErrorCode.BAD_RESPONSE,
-        ErrorCode.DB_LOST, ErrorCode.STEP_FAILED, ErrorCode.WAL_BUSY)},
+        ErrorCode.DB_LOST, ErrorCode.DB_WRITE_FAILED, ErrorCode.STEP_FAILED,
+        ErrorCode.WAL_BUSY)},
     ErrorCode.BATCH_CAP: ExitCode.BATCH_CAP,
     ErrorCode.INTERRUPTED: ExitCode.INTERRUPTED,
 }
