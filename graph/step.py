@@ -14,7 +14,7 @@ import sqlite3
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -290,6 +290,8 @@ def advance(
         loaded = load_thread(graph, thread_id, store.location)
         entry = store.ledger.read(thread_id)
         if request.cancel:
+            if loaded is not None:  # flags given with --cancel must name this thread
+                _check_identity(loaded.values, request, replace(settings, env_model=None))
             return _cancel(graph, config, store, loaded, thread_id)
         if loaded is None:
             if entry is not None and entry.attempts > 0:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import SqliteBackend, run_cli
 from tests.fakes import NeverFinishes, ScriptedModel, answer_reply, timeout_error, tool_call_reply
 
@@ -168,3 +170,15 @@ def test_files_left_by_a_killed_creator_are_swept(sqlite_db: Path) -> None:
     stale.write_bytes(b"half made")
     out = run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", str(sqlite_db)])
     assert out["exit_code"] == 0 and not stale.exists()
+
+
+@pytest.mark.parametrize("flags", [["--task", "another task"], ["--model", "other-model"],
+                                   ["--max-attempts", "9"]])
+def test_cancel_with_flags_of_another_thread_is_refused_and_cancels_nothing(
+    sqlite_db, flags: list[str]
+) -> None:
+    run_cli(["--thread", "c", "--task", "How long does shipping take?", "--once",
+             "--db", str(sqlite_db)])
+    out = run_cli(["--thread", "c", "--cancel", *flags, "--db", str(sqlite_db)])
+    assert (out["exit_code"], out["error_code"]) == (4, "identity_mismatch"), out
+    assert run_cli(["--thread", "c", "--db", str(sqlite_db)])["status"] != "cancelled"
