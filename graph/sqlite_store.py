@@ -124,7 +124,9 @@ def schema_needs_setup(path: Path) -> bool:
             (dropped: the ledger's promises no longer hold, and re-creating it would
             hide that).
     """
-    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    from graph.access import read_only_uri
+
+    conn = sqlite3.connect(read_only_uri(path), uri=True)  # creates no -wal/-shm it may not
     try:
         found = {(kind, name) for kind, name in conn.execute(
             "SELECT type, name FROM sqlite_master")}
