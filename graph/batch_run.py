@@ -140,9 +140,11 @@ def check_fields(data: dict[str, Any], live: bool) -> None:
     unknown = set(data) - set(FIELDS)
     if unknown:
         raise ValueError(f"unknown field(s) {sorted(unknown)}")
-    for key in ("thread_id", "task"):
+    for key in ("thread_id", "task"):  # required: null is as missing as absent
         if key not in data:
             raise ValueError(f"{key} is missing")
+        if not isinstance(data[key], str):
+            raise ValueError(f"{key} must be a string, not {type(data[key]).__name__}")
     for key, kind in FIELDS.items():
         value = data.get(key)
         if value is not None and (not isinstance(value, kind) or isinstance(value, bool)

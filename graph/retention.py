@@ -41,8 +41,8 @@ def parse_age(text: str) -> timedelta:
         raise UsageError(f"age {text!r} must look like 90s, 30m, 24h or 7d")
     try:
         age = timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
-    except OverflowError:
-        raise UsageError(f"age {text!r} is too large") from None
+    except (OverflowError, ValueError):  # ValueError: past 4,300 digits (CVE-2020-10735)
+        raise UsageError(f"age {text[:40]!r} is too large") from None
     if age > timedelta(days=36_500):
         raise UsageError(f"age {text!r} is more than a hundred years")
     return age

@@ -64,6 +64,8 @@ def parse_arguments(text: Any) -> dict[str, Any]:
         raise ArgumentsError("arguments must be JSON text")
     try:
         value = json.loads(text, object_pairs_hook=_object, parse_constant=_no_constant)
+    except ArgumentsError:  # from the hooks (a ValueError too): keep its own reason
+        raise
     except json.JSONDecodeError as exc:
         raise ArgumentsError(f"arguments are not valid JSON: {exc.msg}") from None
     except ValueError as exc:  # an integer past Python's digit limit (CVE-2020-10735)

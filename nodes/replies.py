@@ -45,7 +45,8 @@ def read_usage(raw: Any) -> Usage:
         raw: The answer's `usage` value (None or absent means not reported: zeros).
 
     Returns:
-        The three counts; a missing `total_tokens` is the sum of the other two.
+        The three counts; `total_tokens` is at least the sum of the other two (a
+        missing or smaller total is replaced by that sum).
 
     Raises:
         ModelRequestError: `bad_response` (without usage) when `usage` is not an object
@@ -66,7 +67,9 @@ def read_usage(raw: Any) -> Usage:
             raise _bad(f"usage.{key} is outside 0..{MAX_TOKENS_PER_REPLY}")
         counts[key] = value
     prompt, completion = counts.get("prompt_tokens", 0), counts.get("completion_tokens", 0)
-    total = counts.get("total_tokens", prompt + completion)
+    # The cap counts the larger of the reported total and the parts, so a total that
+    # understates its own parts never lets spend past --max-tokens.
+    total = max(counts.get("total_tokens", 0), prompt + completion)
     return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=total)
 
 

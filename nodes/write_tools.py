@@ -97,10 +97,19 @@ def check_path(rel: str) -> PurePosixPath:
 def resolve_target(root: str | Path, rel: str) -> Path:
     """The confined absolute path of `rel` under `root`.
 
+    Args:
+        root: The writable folder, as fixed at creation (absolute, symlinks resolved).
+        rel: The call's relative path.
+
     Raises:
-        WriteError: Absolute, `..`, a symlink anywhere on the way, or a missing folder.
+        WriteError: Absolute, `..`, a symlink anywhere on the way (the writable folder
+            itself or one of its parents replaced by a link since creation included),
+            or a missing folder.
     """
     base = Path(root).resolve()
+    if base != Path(root).absolute():
+        raise WriteError(f"the writable folder {root} now leads elsewhere ({base}); writes "
+                         "never follow links")
     pure = check_path(rel)
     target = base.joinpath(*pure.parts)
     node = base

@@ -236,6 +236,13 @@ def test_missing_total_is_the_sum_of_prompt_and_completion() -> None:
     assert reply.usage["total_tokens"] == 40
 
 
+@pytest.mark.parametrize("total", [0, 39])
+def test_a_total_smaller_than_its_parts_counts_as_the_parts(total: int) -> None:
+    reply = parse_reply(json.loads(_body(usage={"prompt_tokens": 30, "completion_tokens": 10,
+                                                "total_tokens": total})))
+    assert reply.usage["total_tokens"] == 40
+
+
 # Replies that are paid for and refused for their content, each reporting 40 tokens.
 REFUSED_WITH_USAGE = {
     "empty reply": _body({"role": "assistant", "content": "  "}),

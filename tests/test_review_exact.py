@@ -98,6 +98,8 @@ def test_ambiguous_write_arguments_are_a_tool_error_and_never_paused(
 def test_read_only_tools_use_the_same_strict_parser(arguments: str, problem: str) -> None:
     text = run_tool_call({"id": "c", "function": {"name": "get_reference", "arguments": arguments}})
     assert text.startswith(TOOL_ERROR_PREFIX) and problem in text
+    if problem == "twice":  # the model is told the real reason, not another branch's
+        assert "is given twice" in text and "number" not in text, text
 
 
 @pytest.mark.parametrize("text", ['{"a": 1, "a": 1}', '{"a": [{"b": 1, "b": 2}]}', "[1]", "1",
@@ -211,3 +213,27 @@ def test_a_write_the_file_system_refuses_goes_back_to_the_model(
     told = json.loads(out["answer"])
     assert all("No space left on device" in told[c] for c in ("w1", "w2")), told
     assert not (out_dir / "a.txt").exists()
+
+
+@pytest.mark.parametrize("link", ["root", "parent"])
+def test_a_writable_folder_replaced_by_a_link_after_creation_is_never_written_through(
+    backend, tmp_path: Path, link: str
+) -> None:
+    parent = tmp_path / "parent"
+    out_dir = parent / "out"
+    (out_dir / "sub").mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "out" / "sub").mkdir(parents=True)
+    model = TwoWrites("sub/a.txt", "log.txt")
+    assert start(backend, out_dir, model)["exit_code"] == 7
+    if link == "root":
+        out_dir.rename(tmp_path / "moved")
+        out_dir.symlink_to(elsewhere / "out", target_is_directory=True)
+    else:
+        parent.rename(tmp_path / "moved")
+        parent.symlink_to(elsewhere, target_is_directory=True)
+    run_cli(["--thread", "x", "--approve", "w1", "--db", backend.db])
+    out = run_cli(["--thread", "x", "--approve", "w2", "--db", backend.db])
+    assert out["exit_code"] == 0, out
+    written = [p for p in elsewhere.rglob("*") if p.is_file()]
+    assert written == [], f"written through a link: {written}"
