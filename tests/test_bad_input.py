@@ -137,7 +137,7 @@ HISTORY = [
 ]
 PRUNE = [
     *[_tool("prune", "--db", "{db}", "--completed", age)
-      for age in ("abc", "-1d", "1w", "", "99999999999999999999d")],
+      for age in ("abc", "-1d", "1w", "", "99999999999999999999d", "9" * 5000 + "d")],
     _tool("prune", "--db", "{db}", "--failed", "7 days"), _tool("prune", "--dry"),
     _tool("prune", "--db", "{tmp}"),
     _tool("prune", "--db", "{tmp}/missing.sqlite", code=4, error="no_such_file"),
@@ -185,6 +185,7 @@ BATCH = [
     _batch('{"thread_id": "b1", "task": "x", "workspace": "a\\u0000b"}'),
     _batch('{"thread_id": "b 1", "task": "x"}'), _batch('{"thread_id": 7, "task": "x"}'),
     _batch('{"thread_id": {"a": 1}, "task": "x"}'),
+    _batch('{"thread_id": null, "task": "x"}'), _batch('{"thread_id": "b1", "task": null}'),
     _batch('{"thread_id": "b1", "task": "   "}'), _batch('{"thread_id": "b1", "task": "\\ud800"}'),
     _batch(f"{_OK_LINE}\n{_OK_LINE}"),
     _batch(_OK_LINE, "--max-requests", "0"), _batch(_OK_LINE, "--max-requests", "abc"),
@@ -296,6 +297,8 @@ WORKER_CASES = [
     ({"GRAPH_DB": "{db}"}, "n1", {"task": TASK, "max_attempts": "3"}, "usage"),
     ({"GRAPH_DB": "{db}"}, "n1", {"task": TASK, "colour": "red"}, "usage"),
     ({"GRAPH_DB": "{db}"}, "n1", {"task": 7}, "usage"),
+    ({"GRAPH_DB": "{db}"}, "n1", {"task": None}, "usage"),
+    ({"GRAPH_DB": "{db}"}, None, {"task": TASK}, "usage"),
     ({"GRAPH_DB": "{db}"}, "n1", None, "usage"),
     ({"GRAPH_DB": "{db}", "MANDAPI_BASE_URL": "http://127.0.0.1:99999/v1"}, "t1", {}, "usage"),
     ({"GRAPH_DB": "{db}", "MANDAPI_TIMEOUT": "-3"}, "t1", {}, "usage"),
