@@ -76,8 +76,7 @@ def copy_threads(src: Any, dst: Any, thread_ids: list[str] | None = None) -> lis
 def _copy_caps(src: Any, dst: Any) -> None:
     """Copies request caps the target lacks; a cap present on both must agree."""
     d = _ph(dst)
-    for cap_id, requests, maximum in src.conn.execute(
-            "SELECT cap_id, requests, max_requests FROM request_caps").fetchall():
+    for cap_id, (requests, maximum) in src.ledger.caps().items():  # typed: refuses damage
         existing = dst.ledger.cap(cap_id)
         if existing is None:
             dst.conn.execute(f"INSERT INTO request_caps VALUES ({d}, {d}, {d})",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from graph.rowcheck import check_row, damaged, is_int, is_text, text_refused
+from graph.rowcheck import check_row, damaged, is_int, is_iso_time, is_text, text_refused
 from graph.sql import SqlTable, transaction
 from nodes.context import LedgerEntry
 
@@ -36,6 +36,13 @@ CREATE TABLE IF NOT EXISTS attempt_ledger (
 """
 
 SQLITE_LEDGER_DDL = _TABLE + """
+CREATE TRIGGER IF NOT EXISTS request_caps_never_decreases
+BEFORE UPDATE ON request_caps
+WHEN NEW.requests < OLD.requests OR NEW.max_requests <> OLD.max_requests
+     OR NEW.cap_id IS NOT OLD.cap_id
+BEGIN
+    SELECT RAISE(ABORT, 'request cap never decreases');
+END;
 CREATE TRIGGER IF NOT EXISTS attempt_ledger_never_decreases
 BEFORE UPDATE ON attempt_ledger
 WHEN NEW.attempts < OLD.attempts OR NEW.claimed < OLD.claimed
@@ -46,6 +53,17 @@ END;
 """
 
 POSTGRES_LEDGER_DDL = _TABLE + """
+CREATE OR REPLACE FUNCTION request_caps_never_decreases() RETURNS trigger AS $$
+BEGIN
+    IF NEW.requests < OLD.requests OR NEW.max_requests <> OLD.max_requests
+       OR NEW.cap_id IS DISTINCT FROM OLD.cap_id THEN
+        RAISE EXCEPTION 'request cap never decreases';
+    END IF;
+    RETURN NEW;
+END $$ LANGUAGE plpgsql;
+CREATE OR REPLACE TRIGGER request_caps_never_decreases
+BEFORE UPDATE ON request_caps
+FOR EACH ROW EXECUTE FUNCTION request_caps_never_decreases();
 CREATE OR REPLACE FUNCTION attempt_ledger_never_decreases() RETURNS trigger AS $$
 BEGIN
     IF NEW.attempts < OLD.attempts OR NEW.claimed < OLD.claimed
@@ -82,7 +100,7 @@ class SqlLedger(SqlTable):
             return None
         check_row("attempt_ledger", row, {"attempts": is_int, "claimed": is_int,
                                           "max_attempts": lambda v: is_int(v, 1),
-                                          "created_at": is_text, "updated_at": is_text})
+                                          "created_at": is_iso_time, "updated_at": is_iso_time})
         if not row[1] <= row[0] <= row[2]:
             raise damaged("attempt_ledger", f"thread {thread_id!r} has claimed {row[1]}, "
                           f"attempts {row[0]}, maximum {row[2]}")
@@ -164,15 +182,39 @@ class SqlLedger(SqlTable):
 
         A cap is never reset: an existing cap keeps its count and its maximum.
         """
+        self.caps()  # refuses a damaged table before adding to it
         self._run("INSERT INTO request_caps VALUES (?, 0, ?) ON CONFLICT (cap_id) DO NOTHING",
                   (cap_id, max_requests))
         return self.cap(cap_id) or (0, max_requests)
 
     def cap(self, cap_id: str) -> tuple[int, int] | None:
-        """`(requests, max_requests)` of a request cap, or None."""
-        row = self._run("SELECT requests, max_requests FROM request_caps WHERE cap_id = ?",
-                        (cap_id,)).fetchone()
-        return (row[0], row[1]) if row else None
+        """`(requests, max_requests)` of a request cap, or None.
+
+        Raises:
+            RefusedError: `damaged` when any cap row has a wrong type or shape (see `caps`).
+        """
+        return self.caps().get(cap_id)
+
+    def caps(self) -> dict[str, tuple[int, int]]:
+        """Every request cap, `{cap_id: (requests, max_requests)}`, read with exact types.
+
+        The whole (small) table is checked: a cap id stored as a blob would not match
+        its text id, and the batch would start a fresh cap beside it.
+
+        Raises:
+            RefusedError: `damaged` for a row whose id is not text, whose counts are not
+                integers, or that counts more requests than its maximum.
+        """
+        with text_refused("request_caps"):
+            rows = self._run("SELECT cap_id, requests, max_requests FROM request_caps",
+                             ()).fetchall()
+        for row in rows:
+            check_row("request_caps", row, {"cap_id": is_text, "requests": is_int,
+                                            "max_requests": is_int})
+            if row[1] > row[2]:
+                raise damaged("request_caps", f"cap {row[0]!r} counts {row[1]} requests, "
+                              f"more than its maximum {row[2]}")
+        return {row[0]: (row[1], row[2]) for row in rows}
 
     def touch(self, thread_id: str) -> None:
         """Sets the row's `updated_at` to now (a status change without an attempt)."""
@@ -183,7 +225,7 @@ class SqlLedger(SqlTable):
         with text_refused("attempt_ledger"):
             rows = self._run("SELECT thread_id, updated_at FROM attempt_ledger", ()).fetchall()
         for row in rows:
-            check_row("attempt_ledger", row, {"thread_id": is_text, "updated_at": is_text})
+            check_row("attempt_ledger", row, {"thread_id": is_text, "updated_at": is_iso_time})
         return dict(rows)
 
     def delete(self, thread_id: str) -> None:

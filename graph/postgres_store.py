@@ -95,7 +95,9 @@ def _schema_ready(conn: Any, migrations: int) -> bool:
         "SELECT to_regclass('attempt_ledger') IS NOT NULL AND to_regclass('attempt_log') IS NOT NULL"
         " AND to_regclass('thread_tombstones') IS NOT NULL"
         " AND to_regclass('write_approvals') IS NOT NULL"
-        " AND to_regclass('checkpoint_digests') IS NOT NULL, to_regclass('checkpoint_migrations')"
+        " AND to_regclass('checkpoint_digests') IS NOT NULL"
+        " AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'request_caps_never_decreases'"
+        " AND tgrelid = to_regclass('request_caps')), to_regclass('checkpoint_migrations')"
     ).fetchone()
     if not row[0] or row[1] is None:
         return False

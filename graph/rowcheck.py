@@ -31,6 +31,18 @@ def is_text(value: Any) -> bool:
     return isinstance(value, str)
 
 
+def is_iso_time(value: Any) -> bool:
+    """True for text that `datetime.fromisoformat` reads with a time zone (how we write times)."""
+    from datetime import datetime
+
+    if not isinstance(value, str):
+        return False
+    try:
+        return datetime.fromisoformat(value).tzinfo is not None
+    except ValueError:
+        return False
+
+
 def is_text_or_none(value: Any) -> bool:
     """True for a `str` or None."""
     return value is None or isinstance(value, str)

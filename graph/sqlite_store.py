@@ -108,7 +108,8 @@ _SCHEMA = frozenset({
     ("table", "request_caps"), ("table", "attempt_ledger"), ("table", "attempt_log"),
     ("table", "thread_tombstones"), ("table", "write_approvals"), ("table", "checkpoints"),
     ("table", "writes"), ("table", DIGEST_TABLE), ("index", "attempt_log_thread"),
-    ("trigger", "attempt_ledger_never_decreases"), ("trigger", "attempt_log_append_only")})
+    ("trigger", "attempt_ledger_never_decreases"), ("trigger", "attempt_log_append_only"),
+    ("trigger", "request_caps_never_decreases")})
 """Every schema object this program and LangGraph create in a SQLite file."""
 _TRIGGERS = {"attempt_ledger_never_decreases": "attempt_ledger",
              "attempt_log_append_only": "attempt_log"}
