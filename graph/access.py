@@ -46,6 +46,9 @@ def check_sqlite_access(db: str, *, read_only: bool) -> None:
         raise UsageError(f"--db {db[:80]!r} is not a usable path: {exc.strerror}") from None
     if os.path.isdir(path):
         raise UsageError(f"--db {path} is a folder, not a checkpoint database file")
+    if not os.path.isfile(path):  # a FIFO would block open() forever; devices are no files
+        raise UsageError(f"--db {path} is not a regular file (a FIFO, socket or device), not "
+                         "a checkpoint database file")
     if not os.access(path, os.R_OK):
         raise _denied(path, "read this file")
     try:

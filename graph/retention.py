@@ -26,7 +26,7 @@ from graph.factory import build_graph
 from graph.loading import load_thread
 from graph.sql import transaction
 
-_AGE = re.compile(r"(\d+)([smhd])")
+_AGE = re.compile(r"([0-9]+)([smhd])")  # ASCII digits only, like the documented form
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
 
@@ -36,7 +36,7 @@ def parse_age(text: str) -> timedelta:
     Raises:
         UsageError: Anything else (exit 2).
     """
-    match = _AGE.fullmatch(text.strip())
+    match = _AGE.fullmatch(text)
     if not match:
         raise UsageError(f"age {text!r} must look like 90s, 30m, 24h or 7d")
     try:

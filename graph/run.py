@@ -40,7 +40,7 @@ def _positive(text: str) -> int:
     return value
 
 
-_positive.__name__ = "positive integer"
+_positive.__name__ = "positive integer (1 to 10^12)"
 
 
 def _attempts(text: str) -> int:
@@ -124,6 +124,9 @@ def run(argv: list[str] | None = None, **step_kwargs: Any) -> Outcome:
         check_model_id(args.model, "--model")
         if args.reason is not None and not args.reject:
             raise UsageError("--reason explains a --reject: give the calls it rejects")
+        if args.cancel and (args.approve or args.reject or args.restart_pruned):
+            raise UsageError("--cancel stops the thread; it cannot be combined with --approve, "
+                             "--reject or --restart-pruned")
         if args.db and "://" in args.db and _has_password(args.db):
             print("warning: a password in --db is visible in the process list; "
                   "put the URL in GRAPH_DB or the password in PGPASSWORD or ~/.pgpass",

@@ -178,7 +178,11 @@ def resolve_settings(
             raise UsageError(f"MANDAPI_TIMEOUT must be a number of seconds, not {raw!r}") from None
     if not 0 < timeout_s <= MAX_TIMEOUT_S:
         raise UsageError(f"the timeout must be more than 0 and at most {MAX_TIMEOUT_S:.0f} seconds")
-    base_url = _check_base_url(env.get("MANDAPI_BASE_URL") or DEFAULT_BASE_URL)
+    raw_base = env.get("MANDAPI_BASE_URL")
+    if raw_base is not None and not raw_base.strip():  # set but empty: a mistake, not "unset"
+        raise UsageError("MANDAPI_BASE_URL is set but empty: unset it to use "
+                         f"{DEFAULT_BASE_URL}, or give a plain http(s):// URL")
+    base_url = _check_base_url(raw_base or DEFAULT_BASE_URL)
     env_model = check_model_id(env.get("MANDAPI_MODEL_ID") or None, "MANDAPI_MODEL_ID")
     return Settings(
         db=db or env.get(DB_ENV) or DEFAULT_DB,

@@ -40,6 +40,10 @@ def open_store(db: str, *, create: bool, read_only: bool = False) -> Iterator[An
     if re.match(r"\s*\w+\s*=", db):
         raise UsageError("--db takes a SQLite file path or a postgresql:// URL, not a libpq "
                          "key=value string")
+    scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", db)
+    if scheme and not is_postgres(db):
+        raise UsageError(f"--db {scheme.group(1)}:// is not supported: give a SQLite file path "
+                         "or a postgresql:// URL")
     if is_postgres(db):
         from graph.postgres_store import open_postgres
 
