@@ -11,13 +11,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sqlite3
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any, NoReturn, TextIO
 
 from graph.errors import DatabaseLostError, RunError, UsageError
-from graph.exitcodes import ErrorCode
+from graph.exitcodes import ErrorCode, ExitCode
 
 
 class Parser(argparse.ArgumentParser):
@@ -136,10 +138,23 @@ def guard(body: Callable[[], int], as_json: bool, **fields: Any) -> int:
     Known failures (`RunError` and `known_error`) get their documented exit code; any
     other exception is a bug: reported the same way with `unexpected` and exit 1.
     """
+    def on_sigterm(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt  # SIGTERM ends the command like Ctrl-C: reported, exit 130
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, on_sigterm) if main_thread else None
     try:
         return body()
+    except KeyboardInterrupt:
+        interrupted = RunError("interrupted by SIGINT or SIGTERM; any attempt counted before "
+                               "stays counted", error_code=ErrorCode.INTERRUPTED)
+        interrupted.exit_code = ExitCode.INTERRUPTED
+        return report_error(interrupted, as_json, **fields)
     except Exception as exc:  # noqa: BLE001 - every failure is reported in one shape
         error = known_error(exc) or RunError(
             " ".join(f"{type(exc).__name__}: {exc} (this is a bug)".split()))
         return report_error(error, as_json, **fields)
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
 

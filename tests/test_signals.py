@@ -58,3 +58,32 @@ def test_interrupted_report_says_why_when_the_thread_cannot_be_read(tmp_path: Pa
 def test_interrupted_report_of_a_thread_that_was_never_created_stays_null(backend) -> None:
     out = interrupted_outcome(["--thread", "nothing", "--db", backend.db], "nothing")
     assert (int(out.exit_code), out.status, out.attempts) == (130, None, None)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_batch_interrupted_mid_request_exits_130_in_one_json_object(
+        sqlite_db: Path, tmp_path: Path, sig: signal.Signals) -> None:
+    import json
+    import subprocess
+
+    from tests.conftest import PYTHON
+
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"thread_id": "b1", "task": TASK, "model": "mandapi-x"}) + "\n")
+    with FakeMandApi(tmp_path / "requests.jsonl", never_finish=True) as fake:
+        env = subprocess_env(MANDAPI_API_KEY="sk-test", MANDAPI_BASE_URL=fake.base_url)
+        fake.hold("shipping")
+        proc = subprocess.Popen([PYTHON, "-m", "graph.batch", str(tasks), "--db", str(sqlite_db),
+                                 "--live", "--once", "--json"], env=env, cwd=tmp_path,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_for(lambda: len(fake.requests()) == 1)
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=120)
+        fake.release()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "Traceback" not in out
+    (line,) = out.strip().splitlines()
+    data = json.loads(line)
+    assert (data["exit_code"], data["error_code"]) == (130, "interrupted")
+    with __import__("sqlite3").connect(f"file:{sqlite_db}?mode=ro", uri=True) as conn:
+        assert conn.execute("SELECT attempts, claimed FROM attempt_ledger").fetchall() == [(1, 1)]
