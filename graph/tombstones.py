@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from graph.rowcheck import check_row, is_text, text_refused
+from graph.rowcheck import check_row, is_iso_time, is_text, text_refused
 from graph.sql import SqlTable
 
 TOMBSTONE_DDL = """
@@ -14,6 +14,10 @@ CREATE TABLE IF NOT EXISTS thread_tombstones (
     pruned_at    TEXT NOT NULL
 );
 """
+
+
+_FINAL = ("done", "exhausted", "cancelled")
+"""The statuses a thread can be pruned in (`graph.retention`)."""
 
 
 @dataclass(frozen=True)
@@ -36,8 +40,9 @@ class SqlTombstones(SqlTable):
                 "thread_tombstones WHERE thread_id = ?", (thread_id,))
         if not rows:
             return None
-        check_row("thread_tombstones", rows[0], {"thread_id": is_text, "final_status": is_text,
-                                                 "pruned_at": is_text})
+        check_row("thread_tombstones", rows[0], {
+            "thread_id": is_text, "final_status": lambda v: v in _FINAL,
+            "pruned_at": is_iso_time})
         return Tombstone(*rows[0])
 
     def remove(self, thread_id: str) -> None:

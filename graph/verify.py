@@ -56,6 +56,7 @@ def verify(db: str) -> list[str]:
         graph = build_graph(store.checkpointer)
         for thread_id in _thread_ids(store):
             try:
+                store.tombstones.get(thread_id)  # a tombstone graph.run would refuse to read
                 check_stored_thread(store, graph, thread_id)
             except RefusedError as exc:
                 problems.append(exc.message)

@@ -85,3 +85,22 @@ def test_a_ledger_time_that_is_not_an_iso_utc_time_is_refused_by_run_prune_and_v
         assert prune_main(["--db", str(sqlite_db), *argv, "--json"]) == 4
         assert json.loads(capsys.readouterr().out)["error_code"] == "damaged"
     assert verify_main(["--db", str(sqlite_db)]) == 4
+
+
+@pytest.mark.parametrize("sql", ["UPDATE thread_tombstones SET final_status = 'zzz'",
+                                 "UPDATE thread_tombstones SET pruned_at = 'garbage'",
+                                 "UPDATE thread_tombstones SET final_status = 'ready'"])
+def test_a_damaged_tombstone_is_refused_by_run_and_listed_by_verify(sqlite_db: Path, sql: str,
+                                                                    capsys) -> None:
+    from graph.prune import main as prune_main
+    from graph.verify import main as verify_main
+
+    run_cli(["--thread", "d", "--task", TASK, "--db", str(sqlite_db)])  # runs to done
+    assert prune_main(["--db", str(sqlite_db), "--completed", "0s"]) == 0
+    with sqlite3.connect(sqlite_db) as conn:
+        conn.execute(sql)
+    out = run_cli(["--thread", "d", "--task", TASK, "--db", str(sqlite_db)])
+    assert (out["exit_code"], out["error_code"]) == (4, "damaged"), out
+    capsys.readouterr()
+    assert verify_main(["--db", str(sqlite_db), "--json"]) == 4
+    assert "thread_tombstones" in json.loads(capsys.readouterr().out)["problems"][0]
