@@ -127,7 +127,7 @@ RAW_CASES: dict[str, tuple[Callable[[Any], None], str]] = {
     "ledger row deleted": (lambda b: b.execute("DELETE FROM attempt_ledger"), "damaged"),
     "ledger count lowered behind the trigger": (lambda b: (
         b.execute("DELETE FROM attempt_ledger"),
-        b.execute("INSERT INTO attempt_ledger VALUES ('t1', 0, 0, 4, 'x', 'x')")), "damaged"),
+        b.execute("INSERT INTO attempt_ledger VALUES ('t1', 0, 0, 4, '2026-01-01T00:00:00+00:00', '2026-01-01T00:00:00+00:00')")), "damaged"),
 }
 
 
@@ -302,7 +302,7 @@ def test_ledger_reset_behind_the_triggers_is_refused_before_any_request(backend)
     run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", backend.db],
             model_factory=lambda m, s: model)
     backend.execute("DELETE FROM attempt_ledger WHERE thread_id = 't1'")
-    backend.execute("INSERT INTO attempt_ledger VALUES ('t1', 1, 0, 4, 'x', 'x')")
+    backend.execute("INSERT INTO attempt_ledger VALUES ('t1', 1, 0, 4, '2026-01-01T00:00:00+00:00', '2026-01-01T00:00:00+00:00')")
     model2, factory = no_requests()
     out = run_cli(["--thread", "t1", "--once", "--db", backend.db], model_factory=factory)
     assert (out["exit_code"], out["error_code"]) == (4, "damaged")
