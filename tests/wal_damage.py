@@ -22,7 +22,7 @@ def _flip(offset: int) -> Callable[[Path], None]:
         data = bytearray(wal.read_bytes())
         if not data:
             return
-        at = min(offset if offset >= 0 else len(data) + offset, len(data) - 1)
+        at = max(0, min(offset if offset >= 0 else len(data) + offset, len(data) - 1))
         data[at] ^= 0x40
         wal.write_bytes(bytes(data))
     return damage
