@@ -1,8 +1,9 @@
 """Shared fixtures: a clean environment, and every behaviour test on SQLite and PostgreSQL.
 
-PostgreSQL tests read the server's URL from `GRAPH_TEST_POSTGRES_URL` and get a fresh
-database each; without the variable they skip with a message saying how to enable
-them, and with `GRAPH_REQUIRE_POSTGRES=1` (set by `.ci/run`) a skip is a failure.
+PostgreSQL tests (marked `postgres`) read the server's URL from `GRAPH_TEST_POSTGRES_URL`
+and get a fresh database each; without the variable they are deselected at collection,
+with one summary line saying how many and how to enable them, and with
+`GRAPH_REQUIRE_POSTGRES=1` (set by `.ci/run`) they are kept and each one fails.
 """
 
 from __future__ import annotations
@@ -15,18 +16,47 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from tests.sealing import checksummed_dumps, reseal
 
+if TYPE_CHECKING:
+    from tests.harness import GraphHarness
+
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 _CLEARED = ("MANDAPI_API_KEY", "MANDAPI_MODEL_ID", "MANDAPI_BASE_URL", "MANDAPI_TIMEOUT", "GRAPH_DB")
 _OUR_TABLES = ("attempt_ledger",)
-_PG_HOWTO = ("PostgreSQL tests skipped: set GRAPH_TEST_POSTGRES_URL, for example "
+_PG_HOWTO = ("set GRAPH_TEST_POSTGRES_URL, for example "
              "GRAPH_TEST_POSTGRES_URL=postgresql://postgres@127.0.0.1:5432/test")
+
+
+_PG_DESELECTED = pytest.StashKey[int]()
+
+
+def _postgres_tests_run() -> bool:
+    """True when PostgreSQL tests are kept: a server is named, or its absence must fail."""
+    return bool(os.environ.get("GRAPH_TEST_POSTGRES_URL")) or os.environ.get("GRAPH_REQUIRE_POSTGRES") == "1"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselects every `postgres` test when no server is named (one report line, not one each)."""
+    if _postgres_tests_run():
+        return
+    deselected = [item for item in items if item.get_closest_marker("postgres") is not None]
+    if deselected:
+        items[:] = [item for item in items if item.get_closest_marker("postgres") is None]
+        config.hook.pytest_deselected(items=deselected)
+    config.stash[_PG_DESELECTED] = len(deselected)
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """Says once how many PostgreSQL tests did not run, and how to run them."""
+    count = config.stash.get(_PG_DESELECTED, 0)
+    if count:
+        terminalreporter.write_line(f"SKIPPED [{count}] PostgreSQL tests deselected: {_PG_HOWTO}")
 
 
 @pytest.fixture(autouse=True)
@@ -44,7 +74,7 @@ def postgres_admin_url() -> str:
     if not url:
         if os.environ.get("GRAPH_REQUIRE_POSTGRES") == "1":
             pytest.fail("GRAPH_REQUIRE_POSTGRES=1 but GRAPH_TEST_POSTGRES_URL is not set")
-        pytest.skip(_PG_HOWTO)
+        pytest.skip(f"PostgreSQL tests skipped: {_PG_HOWTO}")
     return url
 
 
@@ -233,6 +263,17 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
 def sqlite_db(tmp_path: Path) -> Path:
     """A SQLite checkpoint path, for tests about files themselves."""
     return tmp_path / "checkpoints.sqlite"
+
+
+@pytest.fixture
+def graph_harness() -> Iterator[GraphHarness]:
+    """A fresh `tests.harness.GraphHarness`; fails the test if scripted replies are left unused."""
+    from tests.harness import GraphHarness
+
+    harness = GraphHarness()
+    yield harness
+    assert not harness.model.script, (
+        f"{len(harness.model.script)} scripted model replies were never requested")
 
 
 def run_cli(argv: list[str], **kwargs: Any) -> dict[str, Any]:

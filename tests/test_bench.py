@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]  # bench.run_all also measures PostgreSQL
 
 
 def test_every_benchmark_runs_and_prints_its_tables(capsys) -> None:

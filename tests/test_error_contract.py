@@ -198,6 +198,7 @@ def test_history_refuses_a_log_it_cannot_read_rather_than_show_an_old_state(
     assert "error (permission_denied)" in result.stderr and "-shm" in result.stderr
 
 
+@pytest.mark.postgres
 def test_losing_postgres_mid_step_is_db_lost_and_the_attempt_stays_counted(
         tmp_path: Path) -> None:
     from tests.conftest import PostgresBackend, postgres_admin_url
