@@ -25,32 +25,16 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import ToolLoopModel, ms, table
+from tests.memory_ledger import MemoryLedger
 
-
-class MemoryLedger:
-    """The ledger protocol in memory, for the InMemorySaver anchor."""
-
-    def __init__(self) -> None:
-        self.attempts = self.claimed = 0
-
-    def count(self, thread_id: str) -> Any:
-        from nodes.context import LedgerEntry
-
-        if self.attempts == self.claimed:
-            self.attempts += 1
-        return LedgerEntry(self.attempts, self.claimed, 10**9)
-
-    def claim(self, thread_id: str, attempt: int, charge: str | None = None) -> bool:
-        if self.claimed == attempt - 1:
-            self.claimed = attempt
-            return True
-        return False
+MAX_ATTEMPTS = 10**6
+"""The maximum of a benchmark thread: never reached."""
 
 
 def _initial() -> Any:
     from graph.state import initial_state
 
-    return initial_state(thread_id="t", task="bench", model="offline-demo", max_attempts=10**6,
+    return initial_state(thread_id="t", task="bench", model="offline-demo", max_attempts=MAX_ATTEMPTS,
                          created_at="2026-01-01T00:00:00+00:00", context_tokens=10**9)
 
 
@@ -58,8 +42,9 @@ def _bare(checkpointer: Any, steps: int, durability: str) -> list[float]:
     from graph.factory import build_graph
     from nodes.context import StepContext
 
-    graph = build_graph(checkpointer)
-    ctx = StepContext("t", MemoryLedger(), ToolLoopModel())
+    graph, ledger = build_graph(checkpointer), MemoryLedger()
+    ledger.create("t", MAX_ATTEMPTS)
+    ctx = StepContext("t", ledger, ToolLoopModel())
     config = {"configurable": {"thread_id": "t"}}
     times, graph_input = [], _initial()
     for _ in range(steps):

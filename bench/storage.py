@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import ToolLoopModel, ms, table
-from bench.step_cost import MemoryLedger, _initial
+from bench.step_cost import MAX_ATTEMPTS, _initial
+from tests.memory_ledger import MemoryLedger
 
 
 def _fit(points: list[tuple[int, int]]) -> float:
@@ -66,6 +67,7 @@ def grow(kind: str, db: str, checkpoints: list[int]) -> list[tuple[int, int, flo
         graph = build_graph(saver)
         config = {"configurable": {"thread_id": "t"}}
         ledger = MemoryLedger()
+        ledger.create("t", MAX_ATTEMPTS)
         state = _initial()
         state["thread"]["context_tokens"] = 16_000 if kind == "ours" else 10**9
         graph_input: Any = state

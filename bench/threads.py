@@ -40,16 +40,17 @@ def ours(threads: int, steps: int, work: Path) -> float:
 def memory_anchor(threads: int, steps: int) -> float:
     from langgraph.checkpoint.memory import InMemorySaver
 
-    from bench.step_cost import MemoryLedger
     from graph.factory import build_graph
     from graph.state import initial_state
     from nodes.context import StepContext
     from nodes.demo_model import OfflineDemoModel
+    from tests.memory_ledger import MemoryLedger
 
-    graph, model = build_graph(InMemorySaver()), OfflineDemoModel()
+    graph, model, ledger = build_graph(InMemorySaver()), OfflineDemoModel(), MemoryLedger()
     start = time.perf_counter()
     for t in range(threads):
-        ctx = StepContext(f"t{t}", MemoryLedger(), model)
+        ledger.create(f"t{t}", 4)
+        ctx = StepContext(f"t{t}", ledger, model)
         config = {"configurable": {"thread_id": f"t{t}"}}
         graph_input = initial_state(thread_id=f"t{t}", task="shipping?", model="offline-demo", max_attempts=4,
                                     created_at="2026-01-01T00:00:00+00:00")
