@@ -45,9 +45,11 @@ class ScriptedModel:
     def __init__(self, script: list[Any]) -> None:
         self.script = list(script)
         self.requests: list[list[dict[str, Any]]] = []
+        self.tools: list[list[dict[str, Any]]] = []
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply:
         self.requests.append(json.loads(json.dumps(messages)))
+        self.tools.append(json.loads(json.dumps(tools)))
         if not self.script:
             raise AssertionError("unexpected model request: the script is used up")
         item = self.script.pop(0)
@@ -67,6 +69,16 @@ class NeverFinishes(ScriptedModel):
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply:
         self.requests.append(messages)
         return tool_call_reply(f"call_{len(self.requests)}")
+
+
+class RecordingLog:
+    """An `AttemptLog` that keeps its rows in a list, as `(thread_id, attempt, kind, payload)`."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, int, str, dict[str, Any]]] = []
+
+    def record(self, thread_id: str, attempt: int, kind: str, payload: dict[str, Any]) -> None:
+        self.rows.append((thread_id, attempt, kind, json.loads(json.dumps(payload))))
 
 
 def timeout_error() -> ModelRequestError:
