@@ -127,7 +127,8 @@ RAW_CASES: dict[str, tuple[Callable[[Any], None], str]] = {
     "ledger row deleted": (lambda b: b.execute("DELETE FROM attempt_ledger"), "damaged"),
     "ledger count lowered behind the trigger": (lambda b: (
         b.execute("DELETE FROM attempt_ledger"),
-        b.execute("INSERT INTO attempt_ledger VALUES ('t1', 0, 0, 4, '2026-01-01T00:00:00+00:00', '2026-01-01T00:00:00+00:00')")), "damaged"),
+        b.execute("INSERT INTO attempt_ledger VALUES ('t1', 0, 0, 4, '2026-01-01T00:00:00+00:00', "
+                  "'2026-01-01T00:00:00+00:00')")), "damaged"),
 }
 
 
@@ -288,7 +289,9 @@ def test_existing_group_readable_database_warns_and_continues(sqlite_db: Path, c
 def test_metadata_holds_only_opaque_ids(backend) -> None:
     make_thread(backend.db)
     with open_store(backend.db, create=False) as store:
-        for item in store.checkpointer.list({"configurable": {"thread_id": "t1"}}):
+        checkpoints = list(store.checkpointer.list({"configurable": {"thread_id": "t1"}}))
+        assert checkpoints, "the thread has no checkpoint to check"
+        for item in checkpoints:
             text = repr(item.metadata)
             assert "shipping" not in text and "offline-demo" not in text
             assert set(item.config["configurable"]) <= {"thread_id", "checkpoint_ns",
@@ -302,7 +305,8 @@ def test_ledger_reset_behind_the_triggers_is_refused_before_any_request(backend)
     run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", backend.db],
             model_factory=lambda m, s: model)
     backend.execute("DELETE FROM attempt_ledger WHERE thread_id = 't1'")
-    backend.execute("INSERT INTO attempt_ledger VALUES ('t1', 1, 0, 4, '2026-01-01T00:00:00+00:00', '2026-01-01T00:00:00+00:00')")
+    backend.execute("INSERT INTO attempt_ledger VALUES ('t1', 1, 0, 4, '2026-01-01T00:00:00+00:00', "
+                    "'2026-01-01T00:00:00+00:00')")
     model2, factory = no_requests()
     out = run_cli(["--thread", "t1", "--once", "--db", backend.db], model_factory=factory)
     assert (out["exit_code"], out["error_code"]) == (4, "damaged")

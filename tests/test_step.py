@@ -160,7 +160,9 @@ def test_database_location_comes_from_graph_db(tmp_path: Path, monkeypatch) -> N
 
 
 def test_new_database_files_are_private(sqlite_db: Path) -> None:
-    run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", str(sqlite_db)])
+    out = run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", str(sqlite_db)])
+    assert (out["exit_code"], out["status"]) == (0, "ready")
+    assert sqlite_db.exists()
     for path in sqlite_db.parent.iterdir():
         assert path.stat().st_mode & 0o077 == 0, path
 
