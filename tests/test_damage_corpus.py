@@ -117,10 +117,12 @@ COMMON: dict[str, Case] = {
     "ledger row deleted": Case(sql("DELETE FROM attempt_ledger WHERE thread_id = '{t}'")),
     "ledger re-inserted lower": Case(sql(
         "DELETE FROM attempt_ledger WHERE thread_id = '{t}'",
-        "INSERT INTO attempt_ledger VALUES ('{t}', 0, 0, 4, '2026-01-01T00:00:00+00:00', '2026-01-01T00:00:00+00:00')")),
+        "INSERT INTO attempt_ledger VALUES ('{t}', 0, 0, 4, '2026-01-01T00:00:00+00:00', "
+        "'2026-01-01T00:00:00+00:00')")),
     "ledger re-inserted with another maximum": Case(sql(
         "DELETE FROM attempt_ledger WHERE thread_id = '{t}'",
-        "INSERT INTO attempt_ledger VALUES ('{t}', 1, 1, 9, '2026-01-01T00:00:00+00:00', '2026-01-01T00:00:00+00:00')")),
+        "INSERT INTO attempt_ledger VALUES ('{t}', 1, 1, 9, '2026-01-01T00:00:00+00:00', "
+        "'2026-01-01T00:00:00+00:00')")),
     "attempt log payload not JSON": Case(sql(
         "INSERT INTO attempt_log (thread_id, attempt, kind, payload, created_at) "
         "VALUES ('{t}', 1, 'reason', '{{bad', 'x')")),
@@ -223,15 +225,18 @@ SQLITE: dict[str, Case] = {
         lambda c: c["channel_values"]["progress"].update(answer=_forbidden()))),
     "ledger maximum text": Case(sql(
         "DELETE FROM attempt_ledger WHERE thread_id = '{t}'",
-        "INSERT INTO attempt_ledger VALUES ('{t}', 1, 1, 'a', '2026-01-01T00:00:00+00:00', '2026-01-01T00:00:00+00:00')")),
+        "INSERT INTO attempt_ledger VALUES ('{t}', 1, 1, 'a', '2026-01-01T00:00:00+00:00', "
+        "'2026-01-01T00:00:00+00:00')")),
     "ledger attempts 1.5": Case(sql("UPDATE attempt_ledger SET attempts = 1.5 WHERE "
                                     "thread_id = '{t}'")),
     "ledger maximum 4.5": Case(sql(
         "DELETE FROM attempt_ledger WHERE thread_id = '{t}'",
-        "INSERT INTO attempt_ledger VALUES ('{t}', 1, 1, 4.5, '2026-01-01T00:00:00+00:00', '2026-01-01T00:00:00+00:00')")),
+        "INSERT INTO attempt_ledger VALUES ('{t}', 1, 1, 4.5, '2026-01-01T00:00:00+00:00', "
+        "'2026-01-01T00:00:00+00:00')")),
     "ledger attempts and claimed 1.5": Case(sql(
         "DELETE FROM attempt_ledger WHERE thread_id = '{t}'",
-        "INSERT INTO attempt_ledger VALUES ('{t}', 1.5, 1.5, 4, '2026-01-01T00:00:00+00:00', '2026-01-01T00:00:00+00:00')")),
+        "INSERT INTO attempt_ledger VALUES ('{t}', 1.5, 1.5, 4, '2026-01-01T00:00:00+00:00', "
+        "'2026-01-01T00:00:00+00:00')")),
     "ledger updated_at a blob": Case(sql(
         "UPDATE attempt_ledger SET updated_at = X'00' WHERE thread_id = '{t}'")),
     "attempt log payload not UTF-8": Case(sql(

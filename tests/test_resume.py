@@ -166,7 +166,8 @@ def test_thread_killed_right_after_its_input_checkpoint_resumes(backend, input_s
     _keep_only_input_checkpoint(backend, keep_input_writes=input_saved)
     backend.execute("DELETE FROM attempt_log")
     backend.execute("DELETE FROM attempt_ledger")
-    backend.execute("INSERT INTO attempt_ledger VALUES ('t1', 0, 0, 4, '2026-01-01T00:00:00+00:00', '2026-01-01T00:00:00+00:00')")
+    backend.execute("INSERT INTO attempt_ledger VALUES ('t1', 0, 0, 4, '2026-01-01T00:00:00+00:00', "
+                    "'2026-01-01T00:00:00+00:00')")
     if input_saved:
         out = run_cli(["--thread", "t1", "--task", "Other task", "--once", "--db", backend.db])
         assert (out["exit_code"], out["error_code"]) == (4, "identity_mismatch")
