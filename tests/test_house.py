@@ -1,0 +1,203 @@
+"""The house rules of the code, checked by reading it (`ast`), so a repair stays repaired.
+
+Each test lists every offender it finds, with its place, so one run shows all the work.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+
+from tests.conftest import ROOT
+
+PACKAGES = ("graph", "nodes")
+"""Our packages; `nodes/` must never import `graph/`."""
+MAX_MODULE_LINES = 300
+MAX_FUNCTION_LINES = 60
+
+STORAGE_MODULES = frozenset({
+    "graph/sql.py",
+    "graph/store.py",
+    "graph/sqlite_store.py",
+    "graph/postgres_store.py",
+    "graph/ledger.py",
+    "graph/sqlite_ledger.py",
+    "graph/attempt_log.py",
+    "graph/approvals_table.py",
+    "graph/tombstones.py",
+    "graph/digest.py",
+})
+"""The modules allowed to hold SQL text naming our tables (paths from the project root).
+
+Every other module reaches our tables through these. Adjust this set when storage
+modules are renamed, split or merged; never add a module only to silence the test.
+"""
+
+_SQL = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|CREATE|DROP|ALTER|FROM|INTO|JOIN|TRIGGER)\b")
+_DDL = re.compile(r"CREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?(\{?\w+\}?)")
+
+
+def _modules() -> Iterator[tuple[str, ast.Module]]:
+    """`(path from the root, parsed module)` of every module of our packages."""
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            yield path.relative_to(ROOT).as_posix(), ast.parse(path.read_text(), str(path))
+
+
+def _strings(tree: ast.AST) -> Iterator[ast.Constant]:
+    """Every string constant, including the literal parts of f-strings."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            yield node
+
+
+def _our_tables() -> set[str]:
+    """Names of the tables our DDL in `graph/` creates (a `{NAME}` is a module-level constant).
+
+    If a table's DDL stops matching (its name built another way), the test of this
+    finder fails: extend the finder then, so the SQL check keeps seeing every table.
+    """
+    constants: dict[str, str] = {}
+    found: set[str] = set()
+    for _, tree in _modules():
+        for node in tree.body:
+            if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+                    and isinstance(node.value.value, str)):
+                constants.update({t.id: node.value.value for t in node.targets
+                                  if isinstance(t, ast.Name)})
+    for path, _ in _modules():
+        found.update(_DDL.findall((ROOT / path).read_text()))
+    resolved = {constants.get(name[1:-1], "") if name.startswith("{") else name for name in found}
+    return resolved - {""}
+
+
+def test_our_tables_are_found_in_the_ddl() -> None:
+    assert _our_tables() >= {"attempt_ledger", "attempt_log", "request_caps", "thread_tombstones",
+                             "write_approvals", "checkpoint_digests"}
+
+
+def test_no_module_of_ours_is_over_300_lines() -> None:
+    long = {path: n for path, _ in _modules()
+            if (n := len((ROOT / path).read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
+
+
+def test_no_function_of_ours_is_over_60_lines() -> None:
+    long = [f"{path}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+            for path, tree in _modules() for node in ast.walk(tree)
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.end_lineno is not None and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
+
+
+def _graph_imports(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """`(line, module)` of every absolute import of `graph` or a module under it."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            names = [node.module or ""]
+        else:
+            continue
+        yield from ((node.lineno, name) for name in names
+                    if name == "graph" or name.startswith("graph."))
+
+
+def test_nodes_never_import_graph() -> None:
+    imports = [f"{path}:{line} {name}" for path, tree in _modules() if path.startswith("nodes/")
+               for line, name in _graph_imports(tree)]
+    assert not imports, f"nodes/ imports graph/: {imports}"
+
+
+def _takes_error_code(trees: list[ast.Module]) -> dict[str, int | None]:
+    """Callables with an `error_code` parameter: name -> its positional index.
+
+    A class counts by its `__init__` (index without `self`); the index is None when the
+    parameter is keyword-only.
+    """
+    found: dict[str, int | None] = {}
+    for node in (n for tree in trees for n in ast.walk(tree)):
+        owners = ([(node.name, f) for f in node.body if isinstance(f, ast.FunctionDef)
+                   and f.name == "__init__"] if isinstance(node, ast.ClassDef)
+                  else [(node.name, node)] if isinstance(node, ast.FunctionDef) else [])
+        for name, func in owners:
+            positional = [a.arg for a in [*func.args.posonlyargs, *func.args.args]
+                          if a.arg not in ("self", "cls")]
+            if "error_code" in positional:
+                found[name] = positional.index("error_code")
+            elif "error_code" in [a.arg for a in func.args.kwonlyargs]:
+                found[name] = None
+    return found
+
+
+def _is_str(node: ast.AST | None) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str)
+
+
+def _bare_error_codes(tree: ast.AST, takes: dict[str, int | None]) -> Iterator[ast.AST]:
+    """Every place an `error_code` gets a bare string instead of an `ErrorCode` member."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg == "error_code" and _is_str(node.value):
+            yield node.value
+        elif isinstance(node, ast.Assign | ast.AnnAssign) and _is_str(node.value):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == "error_code"
+                   or isinstance(t, ast.Attribute) and t.attr == "error_code" for t in targets):
+                yield node
+        elif isinstance(node, ast.Dict):
+            yield from (v for k, v in zip(node.keys, node.values, strict=True)
+                        if isinstance(k, ast.Constant) and k.value == "error_code" and _is_str(v))
+        elif isinstance(node, ast.Call):
+            name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+            index = takes.get(name) if name else None
+            if index is not None and index < len(node.args) and _is_str(node.args[index]):
+                yield node.args[index]
+
+
+def test_every_error_code_is_an_enum_member_never_a_bare_string() -> None:
+    takes = _takes_error_code([tree for _, tree in _modules()])
+    bare = [f"{path}:{node.lineno}" for path, tree in _modules() for node in _bare_error_codes(tree, takes)]
+    assert not bare, f"error_code given as a bare string (use graph.exitcodes.ErrorCode): {bare}"
+
+
+def _sql_naming(tree: ast.AST, tables: set[str]) -> Iterator[tuple[int, list[str]]]:
+    """`(line, tables)` of every string that reads as SQL and names one of `tables`."""
+    named = re.compile(r"\b(" + "|".join(sorted(tables)) + r")\b")
+    for node in _strings(tree):
+        if _SQL.search(node.value) and named.search(node.value):
+            yield node.lineno, sorted(set(named.findall(node.value)))
+
+
+def test_no_sql_naming_our_tables_outside_the_storage_modules() -> None:
+    tables = _our_tables()
+    found = [f"{path}:{line} {names}" for path, tree in _modules() if path not in STORAGE_MODULES
+             for line, names in _sql_naming(tree, tables)]
+    assert not found, f"SQL naming our tables outside {sorted(STORAGE_MODULES)}: {found}"
+
+
+def test_every_storage_module_named_in_the_house_rules_exists() -> None:
+    missing = sorted(path for path in STORAGE_MODULES if not (ROOT / path).is_file())
+    assert not missing, f"STORAGE_MODULES names modules that do not exist: {missing}"
+
+
+def test_each_house_check_catches_what_it_looks_for() -> None:
+    tree = ast.parse("""
+import graph.step
+from graph import store
+from nodes import context
+class Refused(Exception):
+    def __init__(self, message, error_code): ...
+def fail(*, error_code): ...
+Refused("m", "damaged")
+Refused("m", error_code="damaged")
+fail(error_code=ErrorCode.DAMAGED)
+outcome.error_code = "step_failed"
+error: dict = {"error_code": "timeout"}
+rows = conn.execute(f"SELECT * FROM attempt_ledger WHERE thread_id = {t}")
+note = "the attempt_ledger row"
+""")
+    assert [name for _, name in _graph_imports(tree)] == ["graph.step", "graph"]
+    bare = sorted(node.lineno for node in _bare_error_codes(tree, _takes_error_code([tree])))
+    assert bare == [8, 9, 11, 12]
+    assert list(_sql_naming(tree, {"attempt_ledger"})) == [(13, ["attempt_ledger"])]
