@@ -45,11 +45,11 @@ def _modules() -> Iterator[tuple[str, ast.Module]]:
             yield path.relative_to(ROOT).as_posix(), ast.parse(path.read_text(), str(path))
 
 
-def _strings(tree: ast.AST) -> Iterator[ast.Constant]:
-    """Every string constant, including the literal parts of f-strings."""
+def _strings(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """`(line, text)` of every string constant, including the literal parts of f-strings."""
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            yield node
+            yield node.lineno, node.value
 
 
 def _our_tables() -> set[str]:
@@ -135,7 +135,7 @@ def _is_str(node: ast.AST | None) -> bool:
     return isinstance(node, ast.Constant) and isinstance(node.value, str)
 
 
-def _bare_error_codes(tree: ast.AST, takes: dict[str, int | None]) -> Iterator[ast.AST]:
+def _bare_error_codes(tree: ast.AST, takes: dict[str, int | None]) -> Iterator[ast.expr | ast.stmt]:
     """Every place an `error_code` gets a bare string instead of an `ErrorCode` member."""
     for node in ast.walk(tree):
         if isinstance(node, ast.keyword) and node.arg == "error_code" and _is_str(node.value):
@@ -164,9 +164,9 @@ def test_every_error_code_is_an_enum_member_never_a_bare_string() -> None:
 def _sql_naming(tree: ast.AST, tables: set[str]) -> Iterator[tuple[int, list[str]]]:
     """`(line, tables)` of every string that reads as SQL and names one of `tables`."""
     named = re.compile(r"\b(" + "|".join(sorted(tables)) + r")\b")
-    for node in _strings(tree):
-        if _SQL.search(node.value) and named.search(node.value):
-            yield node.lineno, sorted(set(named.findall(node.value)))
+    for line, text in _strings(tree):
+        if _SQL.search(text) and named.search(text):
+            yield line, sorted(set(named.findall(text)))
 
 
 def test_no_sql_naming_our_tables_outside_the_storage_modules() -> None:
