@@ -34,12 +34,7 @@ from graph.state import initial_state
 from nodes.context import ChatModel, NoModel, StepContext
 from nodes.pairing import UnsafeHistoryError
 from nodes.review import needs_review
-from nodes.state import (
-    DEFAULT_CONTEXT_TOKENS,
-    DEFAULT_MAX_ATTEMPTS,
-    FINAL_STATUSES,
-    SCHEMA_VERSION,
-)
+from nodes.state import DEFAULT_CONTEXT_TOKENS, DEFAULT_MAX_ATTEMPTS, FINAL_STATUSES, SCHEMA_VERSION
 
 
 @dataclass(frozen=True)
