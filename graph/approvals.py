@@ -31,17 +31,18 @@ before any resume, and a waiting thread is never invoked otherwise.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 from graph.approvals_table import APPROVALS_DDL, SqlApprovals, now
 from graph.errors import RefusedError, UsageError
+from graph.exitcodes import ErrorCode
+from nodes.files import file_sha256, sha256_hex
+from nodes.write_results import WriteOutcome, WriteResult, write_outcome
 from nodes.write_tools import (
     WriteError,
     atomic_write,
     call_hash,
     canonical_arguments,
-    file_sha256,
     parse_write,
     planned_content,
     resolve_target,
@@ -83,11 +84,7 @@ def _check_unchanged(pending: list[dict[str, Any]], values: dict[str, Any], wher
         if call is None or call_hash(call) != item["sha256"]:
             raise RefusedError(f"{where}: write call {item['tool_call_id']!r} no longer matches "
                                "what was paused for review; nothing is written",
-                               error_code="tampered")
-
-
-def _not_applied(exc: Exception | str) -> str:
-    return f"TOOL ERROR: approved, but the write could not be applied: {exc}. Nothing was written."
+                               error_code=ErrorCode.TAMPERED)
 
 
 def decide(store: Any, thread_id: str, pending: list[dict[str, Any]], values: dict[str, Any],
@@ -120,22 +117,17 @@ def decide(store: Any, thread_id: str, pending: list[dict[str, Any]], values: di
                "args_sha256": by_id[cid]["sha256"], "decision": decision, "decided_at": now(),
                "reason": reason if decision == "reject" else None}
         if decision == "reject":
-            row["result"] = (f"REJECTED by the reviewer: {reason or 'no reason given'}. "
-                             "Nothing was written.")
+            result = WriteResult.rejected(reason)
         else:
             try:
                 name, rel, text = parse_write(calls[cid])
                 resolve_target(root, rel)
-                row.update(target=rel, result=f"Approved by the reviewer and applied: {name} "
-                                              f"{rel} ({len(text.encode())} bytes).")
+                row["target"] = rel
+                result = WriteResult.approved(name, rel, len(text.encode()))
             except WriteError as exc:
-                row.update(error=str(exc), result=_not_applied(exc))
-        store.approvals.add(row)
+                result = WriteResult.not_applied(exc)
+        store.approvals.add({**row, "result": result.text, "error": result.error})
     return store.approvals.turn(thread_id, turn)
-
-
-def _sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def _apply_one(store: Any, thread_id: str, turn: int, cid: str, row: dict[str, Any],
@@ -150,7 +142,7 @@ def _apply_one(store: Any, thread_id: str, turn: int, cid: str, row: dict[str, A
     target = resolve_target(root, rel)
     if row["before_sha256"] is None:  # plan first, so a crash can tell done from not
         row["before_sha256"] = file_sha256(target)
-        row["after_sha256"] = _sha(planned_content(target, name, text))
+        row["after_sha256"] = sha256_hex(planned_content(target, name, text))
         store.approvals.plan(thread_id, turn, cid, row["before_sha256"], row["after_sha256"])
         # The plan guards the file write: it must survive a lost -wal (see graph.sqlite_ledger).
         store.ledger.make_durable(f"{where}: the plan of write {cid!r} is recorded, but")
@@ -159,7 +151,7 @@ def _apply_one(store: Any, thread_id: str, turn: int, cid: str, row: dict[str, A
         atomic_write(target, planned_content(target, name, text))
     elif current != row["after_sha256"]:
         raise RefusedError(f"{where}: {rel} changed since the write was approved; nothing "
-                           "is written", error_code="conflict")
+                           "is written", error_code=ErrorCode.CONFLICT)
     store.approvals.mark_applied(thread_id, turn, cid)
 
 
@@ -181,13 +173,13 @@ def apply_approved(store: Any, thread_id: str, values: dict[str, Any],
     calls = _current_calls(values)
     root = values["thread"]["allow_writes"]
     turn = _turn(values)
-    todo = [(cid, row) for cid, row in decisions.items() if row["decision"] == "approve"
-            and row["applied_at"] is None and row["error"] is None]
+    todo = [(cid, row) for cid, row in decisions.items()
+            if write_outcome(row) is WriteOutcome.PENDING]
     for cid, row in todo:  # every call checked before anything is written
         call = calls.get(cid)
         if call is None or call_hash(call) != row["args_sha256"]:
             raise RefusedError(f"{where}: write call {cid!r} changed after it was approved; "
-                               "nothing is written", error_code="tampered")
+                               "nothing is written", error_code=ErrorCode.TAMPERED)
     order = list(calls)
     for cid, row in sorted(todo, key=lambda item: order.index(item[0])):  # call order
         try:
@@ -195,5 +187,6 @@ def apply_approved(store: Any, thread_id: str, values: dict[str, Any],
         except (WriteError, OSError) as exc:
             reason = str(exc) if isinstance(exc, WriteError) else (
                 f"{exc.strerror or type(exc).__name__} ({row.get('target')})")
-            store.approvals.mark_failed(thread_id, turn, cid, reason, _not_applied(reason))
+            failed = WriteResult.not_applied(reason)
+            store.approvals.mark_failed(thread_id, turn, cid, reason, failed.text)
     return store.approvals.turn(thread_id, turn)

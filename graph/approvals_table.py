@@ -22,6 +22,7 @@ from typing import Any
 from graph.attempt_log import SqlAttemptLog
 from graph.rowcheck import check_row, is_int, is_text, is_text_or_none, text_refused
 from graph.sql import SqlTable, transaction
+from nodes.write_results import legacy_error
 
 APPROVALS_DDL = """
 CREATE TABLE IF NOT EXISTS write_approvals (
@@ -98,7 +99,7 @@ class SqlApprovals(SqlTable):
                 turns[tid] = {c["id"]: entry["attempt"] for entry in log.rows(tid)
                               if entry["kind"] == "reason"
                               for c in entry["payload"].get("tool_calls") or []}
-            failed = row["decision"] == "approve" and str(row["result"]).startswith("TOOL ERROR")
+            failed = legacy_error(row["decision"], row["result"]) is not None
             row.update(attempt=turns[tid].get(row["tool_call_id"], 0), arguments=None,
                        error=row["result"] if failed else None,
                        applied_at=None if failed else row["applied_at"])

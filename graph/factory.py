@@ -7,10 +7,10 @@ from typing import Any
 from langgraph.graph import START, StateGraph
 
 from graph.routers import route_after_budget, route_after_reason
-from graph.state import ThreadState
 from nodes.budget import budget_node
 from nodes.context import StepContext
 from nodes.reason import reason_node
+from nodes.state import ThreadState
 from nodes.tools import tools_node
 
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from graph.errors import RefusedError
-from graph.state import STATUSES, graph_signature
+from graph.state import graph_signature
 from nodes.pairing import UnsafeHistoryError, open_calls
+from nodes.state import STATUSES
 
 _THREAD_KEYS: dict[str, tuple[type, ...]] = {
     "schema_version": (int,), "thread_id": (str,), "task": (str,), "model": (str,), "max_attempts": (int,),

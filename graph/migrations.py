@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from graph.errors import RefusedError
-from graph.state import DEFAULT_CONTEXT_TOKENS, SCHEMA_VERSION
+from nodes.state import DEFAULT_CONTEXT_TOKENS, SCHEMA_VERSION
 
 V1_GRAPH = "nodes=budget,reason,tools;tools=get_reference,list_references,search_references"
 """The node and tool set of every schema v1 thread (v1 stored no signature)."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from graph.errors import RefusedError
-from graph.state import FINAL_STATUSES
+from nodes.state import FINAL_STATUSES
 
 
 def unrouted_output(snapshot: Any) -> tuple[str, dict[str, Any]] | None:

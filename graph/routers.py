@@ -2,26 +2,32 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Literal
 
-from langgraph.graph import END
+from nodes.state import FINAL_STATUSES, ThreadState
 
-
-def route_after_budget(state: Mapping[str, Any]) -> Literal["reason", "__end__"]:
-    """Goes to reason when an attempt is available; to END when spent or cancelled."""
-    return END if state["progress"]["status"] in ("exhausted", "cancelled") else "reason"
+END_NODE: Literal["__end__"] = "__end__"
+"""LangGraph's `END` (typed `str` there), as the literal node name routers return."""
 
 
-def route_after_reason(state: Mapping[str, Any]) -> Literal["tools", "budget", "__end__"]:
+def route_after_budget(state: ThreadState) -> Literal["reason", "__end__"]:
+    """Goes to reason when an attempt is available; to END when spent or cancelled.
+
+    The budget node always leaves `ready`, `exhausted` or `cancelled`, so a final status
+    here means spent or cancelled.
+    """
+    return END_NODE if state["progress"]["status"] in FINAL_STATUSES else "reason"
+
+
+def route_after_reason(state: ThreadState) -> Literal["tools", "budget", "__end__"]:
     """Goes to tools for tool calls, to END when done, exhausted or cancelled, else to budget.
 
     Back to budget covers a failed request and a re-run that found its attempt already
     claimed (`not_sent`): the next request then needs a newly counted attempt.
     """
     progress = state["progress"]
-    if progress["status"] in ("done", "exhausted", "cancelled"):
-        return END
+    if progress["status"] in FINAL_STATUSES:
+        return END_NODE
     if progress.get("outcome") == "tool_calls":
         return "tools"
     return "budget"

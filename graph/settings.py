@@ -19,7 +19,6 @@ DB_ENV = "GRAPH_DB"
 """Environment variable naming the checkpoint database when `--db` is not given."""
 DEFAULT_DB = "checkpoints.sqlite"
 DEFAULT_TIMEOUT_S = 60.0
-DEFAULT_MAX_ATTEMPTS = 4
 THREAD_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _TOKEN_RE = re.compile(r"[\x21-\x7e]{1,200}")
 """API keys and model ids: 1-200 printable ASCII characters, no spaces."""

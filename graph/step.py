@@ -29,11 +29,12 @@ from graph.loading import load_thread
 from graph.models import make_model
 from graph.outcome import Outcome
 from graph.repair import repair_routing, unrouted_output
-from graph.settings import DEFAULT_MAX_ATTEMPTS, Settings, model_for_new_thread
-from graph.state import DEFAULT_CONTEXT_TOKENS, FINAL_STATUSES, SCHEMA_VERSION, initial_state
+from graph.settings import Settings, model_for_new_thread
+from graph.state import initial_state
 from nodes.context import ChatModel, NoModel, StepContext
 from nodes.pairing import UnsafeHistoryError
 from nodes.review import needs_review
+from nodes.state import DEFAULT_CONTEXT_TOKENS, DEFAULT_MAX_ATTEMPTS, FINAL_STATUSES, SCHEMA_VERSION
 
 
 @dataclass(frozen=True)

@@ -8,18 +8,14 @@ display; the ledger decides (INVARIANTS I1, I2).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from langgraph.runtime import Runtime
 
-from nodes.compaction import estimate_tokens, fits
 from nodes.context import StepContext
 from nodes.pairing import not_executed_results
-from nodes.reason import prepare_request
+from nodes.state import Progress, ThreadState, ThreadUpdate
 
 
-def budget_node(state: Mapping[str, Any], runtime: Runtime[StepContext]) -> dict[str, Any]:
+def budget_node(state: ThreadState, runtime: Runtime[StepContext]) -> ThreadUpdate:
     """Counts the next attempt in the ledger (committed before it returns).
 
     A counted attempt that was never claimed (the process died between counting and
@@ -29,7 +25,8 @@ def budget_node(state: Mapping[str, Any], runtime: Runtime[StepContext]) -> dict
     is reached (`stop_reason` `token_cap`) or its conversation cannot fit the context
     limit even compacted (`context_limit`), and it answers tool calls left without a
     result by a crash with a recorded "not executed" result instead of sending a
-    history the API would reject.
+    history the API would reject. The request it prepares for that check (compaction
+    included) is left in the runtime context for the reason node (`nodes.request`).
 
     Returns:
         A `progress` update: `status` `ready` with the attempt number to send, or
@@ -46,18 +43,13 @@ def budget_node(state: Mapping[str, Any], runtime: Runtime[StepContext]) -> dict
     max_tokens = thread.get("max_tokens")
     if max_tokens is not None and progress["usage"]["total_tokens"] >= max_tokens:
         return {"progress": {"status": "exhausted", "stop_reason": "token_cap", "outcome": None}}
-    repairs = not_executed_results(state["messages"])
-    pending = {**state, "messages": [*state["messages"], *repairs]}
-    compacted, messages, tools = prepare_request(pending)
-    overhead = estimate_tokens(messages[:1]) + estimate_tokens(tools)
-    if not fits(compacted, int(thread.get("context_tokens") or 16_000), overhead):
-        return {"progress": {"status": "exhausted", "stop_reason": "context_limit", "outcome": None}}
     ctx = runtime.context
+    repairs = not_executed_results(state["messages"])
+    if not ctx.prepared.prepare(thread, [*state["messages"], *repairs]).fits():
+        return {"progress": {"status": "exhausted", "stop_reason": "context_limit", "outcome": None}}
     entry = ctx.ledger.count(ctx.thread_id)
-    update: dict[str, Any] = {"messages": repairs} if repairs else {}
     if entry.spent:
-        update["progress"] = {"status": "exhausted", "stop_reason": "budget",
-                              "attempts": entry.attempts, "outcome": None}
+        counted = Progress(status="exhausted", stop_reason="budget", attempts=entry.attempts, outcome=None)
     else:
-        update["progress"] = {"status": "ready", "attempts": entry.attempts, "outcome": None}
-    return update
+        counted = Progress(status="ready", attempts=entry.attempts, outcome=None)
+    return {"messages": repairs, "progress": counted} if repairs else {"progress": counted}

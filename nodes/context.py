@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from typing_extensions import TypedDict
+from nodes.request import PreparedRequests
+from nodes.state import Usage
 
 
 @dataclass(frozen=True)
@@ -83,14 +84,6 @@ class NoAttemptLog:
         """Does nothing."""
 
 
-class Usage(TypedDict):
-    """Token counts reported by the model service (tokens)."""
-
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
-
-
 @dataclass(frozen=True)
 class ModelReply:
     """What one chat-completions request produced.
@@ -139,6 +132,8 @@ class StepContext:
         log: Where each attempt's outcome and each tool result is recorded.
         charge: A shared request cap charged with every request (`--max-requests` of a
             batch or a parent task), or None.
+        prepared: The request the budget node prepared, for the reason node of the same
+            invocation (never stored; see `nodes.request`).
     """
 
     thread_id: str
@@ -146,3 +141,4 @@ class StepContext:
     model: ChatModel
     log: AttemptLog = field(default_factory=NoAttemptLog)
     charge: str | None = None
+    prepared: PreparedRequests = field(default_factory=PreparedRequests, compare=False, repr=False)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from nodes.context import ModelReply, Usage
+from nodes.context import ModelReply
+from nodes.state import Usage
 
 DEMO_MODEL_ID = "offline-demo"
 

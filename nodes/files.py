@@ -1,7 +1,8 @@
-"""Small file helpers shared by the write tools and the SQLite store."""
+"""Small file helpers shared by the write tools, the approvals and the SQLite store."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -23,3 +24,13 @@ def sweep_stale(folder: Path, name: str, suffix: str) -> None:
         pid = stale.name[len(name) + 2:].split(".", 1)[0]
         if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
             stale.unlink(missing_ok=True)
+
+
+def sha256_hex(data: bytes) -> str:
+    """SHA-256 of `data`, as 64 lowercase hex digits."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    """`sha256_hex` of a file's bytes, or `absent` when it does not exist."""
+    return sha256_hex(path.read_bytes()) if path.exists() else "absent"

@@ -14,66 +14,13 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from nodes.compaction import compact, estimate_tokens
 from nodes.context import StepContext
 from nodes.errors import ModelRequestError
-from nodes.pairing import UnsafeHistoryError, check_request
-from nodes.prompts import SYSTEM_PROMPT
 from nodes.replies import check_reply, read_usage
-from nodes.tools import tool_specs
-
-_ALLOWED_ROLES = ("user", "assistant", "tool")
-
-__all__ = ["UnsafeHistoryError", "prepare_request", "reason_node", "request_messages"]
+from nodes.state import REPLACE, Progress, ThreadState, ThreadUpdate, Usage
 
 
-def prepare_request(state: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
-                                                        list[dict[str, Any]]]:
-    """The compacted conversation, the request messages and the tool specs for a thread.
-
-    Returns:
-        `(compacted, messages, tools)`: the stored conversation compacted to the
-        thread's context limit, the request's messages (system prompt first), and the
-        tools offered.
-
-    Raises:
-        UnsafeHistoryError: The history breaks the pairing rules or holds a forbidden
-            role; nothing may be sent.
-    """
-    thread = state["thread"]
-    tools = tool_specs(bool(thread.get("workspace")), bool(thread.get("allow_writes")))
-    overhead = estimate_tokens([{"role": "system", "content": SYSTEM_PROMPT}]) + estimate_tokens(tools)
-    compacted = compact(state["messages"], int(thread.get("context_tokens") or 16_000), overhead)
-    messages = request_messages(compacted)
-    check_request(messages[1:])
-    return compacted, messages, tools
-
-
-def request_messages(stored: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Builds the `messages` of a request: the code's system prompt, then stored messages.
-
-    Only the wire keys of each role are copied (`role`, `content`, `tool_calls`,
-    `tool_call_id`), so nothing stored can add a key or change a role.
-
-    Raises:
-        UnsafeHistoryError: A stored message has a role other than user, assistant
-            or tool (INVARIANTS I5: stored text never becomes a system message).
-    """
-    out: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT}]
-    for index, msg in enumerate(stored):
-        role = msg.get("role")
-        if role not in _ALLOWED_ROLES:
-            raise UnsafeHistoryError(f"stored message {index} has role {role!r}; refusing to send")
-        wire: dict[str, Any] = {"role": role, "content": msg.get("content")}
-        if role == "assistant" and msg.get("tool_calls"):
-            wire["tool_calls"] = msg["tool_calls"]
-        if role == "tool":
-            wire["tool_call_id"] = msg["tool_call_id"]
-        out.append(wire)
-    return out
-
-
-def _check_new_call_ids(message: Mapping[str, Any], stored: list[Mapping[str, Any]]) -> None:
+def _check_new_call_ids(message: Mapping[str, Any], stored: Sequence[Mapping[str, Any]]) -> None:
     """Refuses a reply that uses one tool-call id for two of its calls.
 
     Ids reused from earlier replies are accepted: pairing is positional (a tool result
@@ -92,13 +39,15 @@ def _check_new_call_ids(message: Mapping[str, Any], stored: list[Mapping[str, An
                                 "more than one call")
 
 
-def _add_usage(total: Mapping[str, Any], more: Mapping[str, Any]) -> dict[str, int]:
-    keys = ("prompt_tokens", "completion_tokens", "total_tokens")
-    return {k: int(total.get(k, 0)) + int(more.get(k, 0)) for k in keys}
+def _add_usage(total: Mapping[str, Any], more: Mapping[str, Any]) -> Usage:
+    return Usage(prompt_tokens=int(total.get("prompt_tokens", 0)) + int(more.get("prompt_tokens", 0)),
+                 completion_tokens=int(total.get("completion_tokens", 0))
+                 + int(more.get("completion_tokens", 0)),
+                 total_tokens=int(total.get("total_tokens", 0)) + int(more.get("total_tokens", 0)))
 
 
 def _refused(ctx: StepContext, attempt: int, exc: ModelRequestError, usage: Mapping[str, Any] | None,
-             progress: Mapping[str, Any], spent: dict[str, Any]) -> dict[str, Any]:
+             progress: Progress, spent: Progress) -> ThreadUpdate:
     """The update and log row of a failed or refused request.
 
     The reported usage of a paid but refused reply still counts toward the thread's
@@ -106,7 +55,7 @@ def _refused(ctx: StepContext, attempt: int, exc: ModelRequestError, usage: Mapp
     """
     error = {"attempt": attempt, "error_code": exc.error_code, "message": exc.message}
     row: dict[str, Any] = {"outcome": "error", **error}
-    update: dict[str, Any] = {"outcome": "error", "last_error": error, **spent}
+    update = Progress(outcome="error", last_error=error, **spent)
     if usage is not None:
         row["usage"] = dict(usage)
         update["usage"] = _add_usage(progress.get("usage") or {}, usage)
@@ -114,11 +63,12 @@ def _refused(ctx: StepContext, attempt: int, exc: ModelRequestError, usage: Mapp
     return {"progress": update}
 
 
-def reason_node(state: Mapping[str, Any], runtime: Runtime[StepContext]) -> dict[str, Any]:
+def reason_node(state: ThreadState, runtime: Runtime[StepContext]) -> ThreadUpdate:
     """Claims the counted attempt, sends one request, and records what came back.
 
     The request carries the conversation compacted to the thread's context limit
-    (`nodes.compaction`) and is checked for tool-call pairing before the claim.
+    (`nodes.request`, prepared by the budget node of the same step when there was one)
+    and is checked for tool-call pairing before the claim.
 
     Returns:
         A state update. `progress.outcome` is `tool_calls`, `answer`, `error` (the
@@ -133,14 +83,14 @@ def reason_node(state: Mapping[str, Any], runtime: Runtime[StepContext]) -> dict
     ctx = runtime.context
     progress = state["progress"]
     attempt = int(progress["attempts"])
-    compacted, messages, tools = prepare_request(state)  # refuses before the claim
+    request = ctx.prepared.prepare(state["thread"], state["messages"])  # refuses before the claim
     if not ctx.ledger.claim(ctx.thread_id, attempt, ctx.charge):
         return {"progress": {"outcome": "not_sent"}}
     last_attempt = attempt >= int(state["thread"]["max_attempts"])
-    spent = {"status": "exhausted", "stop_reason": "budget"} if last_attempt else {}
+    spent = Progress(status="exhausted", stop_reason="budget") if last_attempt else Progress()
     usage = None
     try:
-        reply = ctx.model.complete(messages, tools)
+        reply = ctx.model.complete(request.messages, request.tools)
         usage = read_usage(reply.usage)  # once valid, it counts whatever the content is
         reply = check_reply(reply)
         message = reply.message
@@ -150,23 +100,19 @@ def reason_node(state: Mapping[str, Any], runtime: Runtime[StepContext]) -> dict
     except ModelRequestError as exc:
         return _refused(ctx, attempt, exc, usage or exc.usage, progress, spent)
     # Store the compacted conversation, so stored state stays bounded as the task grows.
-    stored = [message] if compacted == list(state["messages"]) else {"__replace__": [*compacted, message]}
-    update: dict[str, Any] = {
-        "messages": stored,
-        "progress": {"usage": _add_usage(progress.get("usage") or {}, reply.usage)},
-    }
+    compacted = request.compacted
+    stored = [message] if compacted == list(state["messages"]) else {REPLACE: [*compacted, message]}
+    done = Progress(usage=_add_usage(progress.get("usage") or {}, reply.usage))
     if message.get("tool_calls"):
-        update["progress"].update(outcome="tool_calls", last_error=None, **spent)
+        done.update(Progress(outcome="tool_calls", last_error=None, **spent))
     else:
-        update["progress"].update(
-            outcome="answer", status="done", answer=message["content"], last_error=None
-        )
+        done.update(Progress(outcome="answer", status="done", answer=message["content"], last_error=None))
     ctx.log.record(ctx.thread_id, attempt, "reason", {
-        "outcome": update["progress"]["outcome"],
+        "outcome": done["outcome"],
         "thought": message.get("content"),
         "tool_calls": [{"id": c["id"], "name": c["function"]["name"],
                         "arguments": c["function"]["arguments"]}
                        for c in message.get("tool_calls") or []],
         "usage": dict(reply.usage),
     })
-    return update
+    return {"messages": stored, "progress": done}

@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from nodes.context import ModelReply, Usage
+from nodes.context import ModelReply
 from nodes.errors import ModelRequestError
+from nodes.state import Usage
 
 MAX_REPLY_BYTES = 2 * 1024 * 1024
 """Largest HTTP body read from the model service (bytes, after content decoding)."""

@@ -19,8 +19,9 @@ from nodes.arguments import ArgumentsError, parse_arguments
 from nodes.context import StepContext
 from nodes.prompts import TOOL_ERROR_PREFIX
 from nodes.review import open_calls_of_last, review, split_writes
+from nodes.state import Message, ThreadState, ThreadUpdate
+from nodes.tool_specs import tool_specs
 from nodes.workspace import Workspace, WorkspaceError
-from nodes.write_tools import WRITE_TOOL_SPECS
 
 MAX_TOOL_OUTPUT_CHARS = 8_000
 """Longest tool result kept and sent (characters); longer output is cut and marked."""
@@ -77,68 +78,6 @@ def _workspace_tool(method: str) -> Handler:
     return handler
 
 
-def _spec(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict:
-    return {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": description,
-            "parameters": {
-                "type": "object",
-                "properties": properties,
-                "required": required,
-                "additionalProperties": False,
-            },
-        },
-    }
-
-
-REFERENCE_TOOL_SPECS: list[dict[str, Any]] = [
-    _spec(
-        "search_references",
-        "Search the shop's reference documents; returns the best hits with their ids and text.",
-        {"query": {"type": "string"}, "limit": {"type": "integer", "minimum": 1, "maximum": 5}},
-        ["query"],
-    ),
-    _spec(
-        "get_reference",
-        "Read one reference document by its id, for example 'ship-01'.",
-        {"ref_id": {"type": "string"}},
-        ["ref_id"],
-    ),
-    _spec(
-        "list_references",
-        "List reference ids and titles, optionally of one topic "
-        "(shipping, returns, payment, warranty).",
-        {"topic": {"type": "string"}},
-        [],
-    ),
-]
-"""The demo shop's reference tools, in the OpenAI chat-completions `tools` format."""
-
-WORKSPACE_TOOL_SPECS: list[dict[str, Any]] = [
-    _spec("list_files", "List the files under a folder of the workspace (relative path).",
-          {"path": {"type": "string", "default": "."}}, []),
-    _spec("read_file", "Read lines of a text file in the workspace; cite the evidence id "
-          "(path#Lstart-Lend) it returns.",
-          {"path": {"type": "string"}, "offset": {"type": "integer", "minimum": 1},
-           "limit": {"type": "integer", "minimum": 1, "maximum": 200}}, ["path"]),
-    _spec("search_text", "Find lines containing a text in the workspace's files; returns "
-          "file, line number and line.",
-          {"query": {"type": "string"}, "path": {"type": "string", "default": "."}}, ["query"]),
-]
-"""Read-only workspace tools, offered only to threads created with `--workspace`."""
-
-TOOL_SPECS = REFERENCE_TOOL_SPECS
-"""The tools of a thread without a workspace."""
-
-
-def tool_specs(with_workspace: bool, with_writes: bool = False) -> list[dict[str, Any]]:
-    """The tools offered to a thread, in the order offered."""
-    return (REFERENCE_TOOL_SPECS + (WORKSPACE_TOOL_SPECS if with_workspace else [])
-            + (WRITE_TOOL_SPECS if with_writes else []))
-
-
 _HANDLERS: dict[str, Handler] = {
     "search_references": _search_references,
     "get_reference": _get_reference,
@@ -180,7 +119,7 @@ def run_tool_call(call: Mapping[str, Any], workspace: Workspace | None = None) -
     return text
 
 
-def tools_node(state: Mapping[str, Any], runtime: Runtime[StepContext]) -> dict[str, Any]:
+def tools_node(state: ThreadState, runtime: Runtime[StepContext]) -> ThreadUpdate:
     """The **tools** node: answers every tool call of the latest assistant message.
 
     Write calls (only offered with `--allow-writes`) are never executed here: the node
@@ -198,7 +137,7 @@ def tools_node(state: Mapping[str, Any], runtime: Runtime[StepContext]) -> dict[
     writes, reviewed = split_writes(state["thread"].get("allow_writes"), calls)
     if writes:
         reviewed.update(review(writes))
-    results = []
+    results: list[Message] = []
     for call in calls:
         text = reviewed[call["id"]] if call["id"] in reviewed else run_tool_call(call, workspace)
         ctx.log.record(ctx.thread_id, int(state["progress"]["attempts"]), "tool", {

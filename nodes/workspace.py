@@ -9,8 +9,10 @@ Each result carries evidence ids (`path#Lstart-Lend`) for the model to cite.
 from __future__ import annotations
 
 import os
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
+
+from nodes.paths import PathRefused, RefusalKind, confine, is_inside
 
 MAX_READ_LINES = 200
 """Most lines one `read_file` returns."""
@@ -22,6 +24,15 @@ MAX_LIST_ENTRIES = 300
 MAX_MATCHES = 50
 MAX_SEARCH_BYTES = 2_000_000
 """Files larger than this are skipped by `search_text` (bytes)."""
+
+
+_REFUSED: dict[RefusalKind, str] = {
+    "not_relative": "'path' must be a non-empty relative path",
+    "absolute": "{rel!r} is absolute; use a path relative to the workspace",
+    "parent": "{rel!r} leaves the workspace ('..' is not allowed)",
+    "outside": "{rel!r} leads outside the workspace (a symlink)",
+}
+"""What the model is told for each refused path (`nodes.paths`; links are followed)."""
 
 
 class WorkspaceError(Exception):
@@ -44,16 +55,10 @@ class Workspace:
         self.root = Path(root).resolve()
 
     def _resolve(self, rel: Any) -> tuple[Path, str]:
-        if not isinstance(rel, str) or not rel.strip() or "\x00" in rel:
-            raise WorkspaceError("'path' must be a non-empty relative path")
-        pure = PurePosixPath(rel)
-        if pure.is_absolute() or rel.startswith(("/", "\\")) or ":" in (pure.parts or ("",))[0]:
-            raise WorkspaceError(f"{rel!r} is absolute; use a path relative to the workspace")
-        if ".." in pure.parts:
-            raise WorkspaceError(f"{rel!r} leaves the workspace ('..' is not allowed)")
-        full = (self.root / pure).resolve()
-        if full != self.root and not full.is_relative_to(self.root):
-            raise WorkspaceError(f"{rel!r} leads outside the workspace (a symlink)")
+        try:
+            full = confine(self.root, rel, follow_links=True)
+        except PathRefused as exc:
+            raise WorkspaceError(_REFUSED[exc.kind].format(rel=rel)) from None
         if not full.exists():
             raise WorkspaceError(f"{rel!r} does not exist")
         return full, full.relative_to(self.root).as_posix() if full != self.root else "."
@@ -74,7 +79,7 @@ class Workspace:
             for name in sorted(filenames):
                 candidate = Path(dirpath) / name
                 real = candidate.resolve()
-                if not real.is_relative_to(self.root) or not real.is_file():
+                if not is_inside(self.root, real) or not real.is_file():
                     continue
                 entries.append({"path": candidate.relative_to(self.root).as_posix(),
                                 "bytes": real.stat().st_size})

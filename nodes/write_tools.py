@@ -6,17 +6,19 @@ an approval (see `graph.approvals`) applies an approved call, through `apply_wri
 
 from __future__ import annotations
 
-import hashlib
 import os
 import secrets
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from nodes.arguments import ArgumentsError, canonical, parse_arguments
-from nodes.files import sweep_stale
+from nodes.files import sha256_hex, sweep_stale
+from nodes.paths import PathRefused, confine, relative_path
 
 WRITE_TOOLS = ("write_file", "append_file")
 MAX_WRITE_CHARS = 200_000
+_NOT_PLAIN = "{rel!r} is not a plain relative path inside the writable folder"
+"""What the model is told for a path refused by its syntax (`nodes.paths.relative_path`)."""
 
 
 class WriteError(Exception):
@@ -54,7 +56,7 @@ def call_hash(call: dict[str, Any]) -> str:
     """SHA-256 (hex) of a tool call's name and canonical arguments: what a reviewer approves."""
     function = call.get("function") or {}
     text = f"{function.get('name')}\n{canonical_arguments(function.get('arguments', ''))}"
-    return hashlib.sha256(text.encode()).hexdigest()
+    return sha256_hex(text.encode())
 
 
 def parse_write(call: dict[str, Any]) -> tuple[str, str, str]:
@@ -87,11 +89,10 @@ def check_path(rel: str) -> PurePosixPath:
     Raises:
         WriteError: Empty, absolute, `..`, or a NUL character.
     """
-    pure = PurePosixPath(rel)
-    if ("\x00" in rel or not rel.strip() or pure.is_absolute() or rel.startswith(("/", "\\"))
-            or ".." in pure.parts):
-        raise WriteError(f"{rel!r} is not a plain relative path inside the writable folder")
-    return pure
+    try:
+        return relative_path(rel)
+    except PathRefused:
+        raise WriteError(_NOT_PLAIN.format(rel=rel)) from None
 
 
 def resolve_target(root: str | Path, rel: str) -> Path:
@@ -106,27 +107,20 @@ def resolve_target(root: str | Path, rel: str) -> Path:
             itself or one of its parents replaced by a link since creation included),
             or a missing folder.
     """
-    base = Path(root).resolve()
-    if base != Path(root).absolute():
-        raise WriteError(f"the writable folder {root} now leads elsewhere ({base}); writes "
-                         "never follow links")
-    pure = check_path(rel)
-    target = base.joinpath(*pure.parts)
-    node = base
-    for part in pure.parts:
-        node = node / part
-        if node.is_symlink():
-            raise WriteError(f"{rel!r} goes through a symlink; writes never follow links")
+    try:
+        target = confine(root, rel, follow_links=False)
+    except PathRefused as exc:
+        if exc.kind == "root_moved":
+            raise WriteError(f"the writable folder {root} now leads elsewhere ({exc.detail}); writes "
+                             "never follow links") from None
+        if exc.kind == "link":
+            raise WriteError(f"{rel!r} goes through a symlink; writes never follow links") from None
+        raise WriteError(_NOT_PLAIN.format(rel=rel)) from None
     if not target.parent.is_dir():
         raise WriteError(f"folder of {rel!r} does not exist")
     if target.exists() and not target.is_file():
         raise WriteError(f"{rel!r} is not a file")
     return target
-
-
-def file_sha256(path: Path) -> str:
-    """SHA-256 (hex) of a file's bytes, or `absent` when it does not exist."""
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else "absent"
 
 
 def planned_content(path: Path, name: str, text: str) -> bytes:

@@ -13,8 +13,8 @@ import pytest
 
 from graph.factory import build_graph
 from graph.loading import check_values
-from graph.state import SCHEMA_VERSION
 from graph.storage import open_store
+from nodes.state import SCHEMA_VERSION
 from tests.conftest import ROOT, SqliteBackend, run_cli
 from tests.fakes import ScriptedModel
 

@@ -9,7 +9,7 @@ import pytest
 from nodes import tools
 from nodes.context import ModelReply
 from nodes.prompts import SYSTEM_PROMPT, TOOL_ERROR_PREFIX
-from nodes.reason import UnsafeHistoryError, request_messages
+from nodes.request import UnsafeHistoryError, request_messages
 from nodes.tools import MAX_TOOL_OUTPUT_CHARS, run_tool_call, tools_node
 from tests.conftest import run_cli
 from tests.fakes import ScriptedModel, answer_reply, tool_call_reply

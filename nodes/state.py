@@ -1,0 +1,135 @@
+"""The thread state kept in every checkpoint: its types, reducers and constants.
+
+Nodes and the graph both import it (`nodes/` never imports `graph/`). All values are
+JSON-friendly (str, int, None, lists and dicts). Scalars are grouped in two dict-valued
+channels, `thread` and `progress`, so every value passes through the checkpointer's
+serializer on every backend.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, get_args
+
+from typing_extensions import TypedDict
+
+SCHEMA_VERSION = 5
+"""Version of this state layout; stored in `thread.schema_version`.
+
+History: v1 (first release); v2 adds `thread.graph`; v3 adds `thread.workspace`,
+`thread.max_tokens` and `thread.context_tokens`; v4 adds `thread.allow_writes`; v5 adds
+`thread.thread_id`, binding the stored state to its thread. Older versions migrate on load
+(`graph.migrations`); each version has a fixture database in `tests/fixtures/`.
+"""
+
+DEFAULT_CONTEXT_TOKENS = 16_000
+"""Default context limit of a thread (estimated tokens per request)."""
+
+DEFAULT_MAX_ATTEMPTS = 4
+"""Default maximum model requests of a thread (attempts), fixed when it is created."""
+
+Status = Literal["ready", "done", "exhausted", "awaiting_approval", "cancelled"]
+"""A thread's status. `ready` can continue; `done`, `exhausted` and `cancelled` are final."""
+
+STATUSES: tuple[Status, ...] = get_args(Status)
+"""Every thread status, in the order of `Status`."""
+
+FINAL_STATUSES: tuple[Status, ...] = ("done", "exhausted", "cancelled")
+"""Statuses after which a thread never counts or sends again."""
+
+Message = dict[str, Any]
+"""One OpenAI wire message: `role`, `content`, and `tool_calls` or `tool_call_id`."""
+
+REPLACE = "__replace__"
+"""A `messages` update `{REPLACE: [...]}` replaces the stored list (compaction)."""
+
+
+class ThreadInfo(TypedDict):
+    """Identity, fixed when the thread is created (INVARIANTS I7)."""
+
+    schema_version: int
+    """Layout version of this state (`SCHEMA_VERSION` when written)."""
+    thread_id: str
+    """The thread this state belongs to; a state found under another id is refused."""
+    task: str
+    """The task text, exactly as given with `--task`."""
+    model: str
+    """Model id: `offline-demo` or a MandAPI model id."""
+    max_attempts: int
+    """Maximum model requests for the thread (attempts)."""
+    created_at: str
+    """Creation time, UTC, ISO 8601."""
+    graph: str
+    """Signature of the node and tool set that created the thread (`graph_signature`)."""
+    workspace: str | None
+    """Absolute path of the read-only workspace folder, or None (reference tools only)."""
+    max_tokens: int | None
+    """Cap on the total tokens reported by the API for the thread (tokens), or None."""
+    context_tokens: int
+    """Context limit per request (estimated tokens); older material is compacted."""
+    allow_writes: str | None
+    """Absolute path of the folder write tools may change after approval, or None."""
+
+
+class Usage(TypedDict):
+    """Token counts reported by the model service (tokens): one reply's, or a thread's total."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class Progress(TypedDict, total=False):
+    """Where the thread is; merged key by key (see `merge_progress`).
+
+    A node's `progress` update holds only the keys it changes.
+    """
+
+    status: Status
+    """One of `STATUSES`."""
+    attempts: int
+    """Mirror of the ledger's count when last written; the ledger decides."""
+    outcome: str | None
+    """Result of the latest reason run: `tool_calls`, `answer`, `error`, `not_sent`."""
+    answer: str | None
+    """The final answer once `status` is `done`."""
+    stop_reason: str | None
+    """Why the thread stopped without an answer (`budget`, `token_cap`, ...), else None."""
+    last_error: dict[str, Any] | None
+    """The latest failed request: `attempt`, `error_code`, `message`; None after a success."""
+    usage: Usage
+
+
+def append_messages(left: list[Message], right: Any) -> list[Message]:
+    """Reducer for `messages`: appends new wire messages, keeping order and ids.
+
+    An update `{REPLACE: [...]}` replaces the whole list instead: the reason node
+    stores the compacted conversation so stored state stays bounded.
+    """
+    if isinstance(right, dict) and set(right) == {REPLACE}:
+        return list(right[REPLACE])
+    return [*left, *right]
+
+
+def merge_progress(left: Progress, right: Progress) -> Progress:
+    """Reducer for `progress`: a node's keys replace the stored ones, others stay."""
+    return {**left, **right}
+
+
+class ThreadState(TypedDict):
+    """A thread's state as stored in each checkpoint."""
+
+    thread: ThreadInfo
+    """Identity and limits, fixed at creation."""
+    messages: Annotated[list[Message], append_messages]
+    """The conversation as OpenAI wire dicts (`user`, `assistant`, `tool`); never `system`."""
+    progress: Annotated[Progress, merge_progress]
+    """Status, attempts, answer, errors and token usage."""
+
+
+class ThreadUpdate(TypedDict, total=False):
+    """What a node returns: only the channels it changes."""
+
+    messages: list[Message] | dict[str, list[Message]]
+    """Messages to append, or `{REPLACE: [...]}` to replace the stored list."""
+    progress: Progress
+    """Progress keys to change (see `merge_progress`)."""
