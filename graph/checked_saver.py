@@ -18,13 +18,28 @@ A refusal raises `CheckpointIntegrityError` (`damaged`) naming the checkpoint.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from langgraph.checkpoint.base import WRITES_IDX_MAP
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+)
 
 from graph.digest import SqlDigests, checkpoint_digest, write_digest
-from graph.serde import CheckpointIntegrityError
+from graph.serde import CheckpointIntegrityError, make_serde
+
+if TYPE_CHECKING:
+    import psycopg
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+_T = TypeVar("_T")
 
 STATE_CHANNELS = frozenset({"thread", "messages", "progress"})
 """Channels every checkpoint after the input holds (the graph writes all three first)."""
@@ -127,26 +142,30 @@ def check_writes(writes: Any) -> None:
             _check_interrupt(write[2])
 
 
-class CheckedSaver:
+class CheckedSaver(BaseCheckpointSaver[str]):
     """Mixin for a LangGraph saver: digests on write, every check on read (module doc).
+
+    Mixed in before the saver (`class X(CheckedSaver, SqliteSaver)`), so each method
+    here runs first and hands on to the saver's own.
 
     Attributes:
         digests: Our digest table on the store's connection; None checks shape only.
     """
 
     digests: SqlDigests | None = None
-    serde: Any  # set by the LangGraph saver this is mixed into
     _marker: str | None = None
 
-    def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+            new_versions: ChannelVersions) -> RunnableConfig:
         """Records the checkpoint's digest, then saves it like LangGraph."""
         if self.digests is not None:
             conf = config["configurable"]
             key = (str(conf["thread_id"]), conf.get("checkpoint_ns", ""), checkpoint["id"], "", 0)
             self.digests.record(key, checkpoint_digest(self.serde, checkpoint))
-        return super().put(config, checkpoint, metadata, new_versions)  # type: ignore[misc]
+        return super().put(config, checkpoint, metadata, new_versions)
 
-    def put_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
+    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+                   task_path: str = "") -> None:
         """Records each write's digest, then saves them like LangGraph."""
         if self.digests is not None:
             conf = config["configurable"]
@@ -154,28 +173,31 @@ class CheckedSaver:
                 key = (str(conf["thread_id"]), str(conf.get("checkpoint_ns", "")),
                        str(conf["checkpoint_id"]), task_id, WRITES_IDX_MAP.get(channel, idx))
                 self.digests.record(key, write_digest(self.serde, task_id, channel, value))
-        super().put_writes(config, writes, task_id, task_path)  # type: ignore[misc]
+        super().put_writes(config, writes, task_id, task_path)
 
     def delete_thread(self, thread_id: str) -> None:
         """Deletes the thread's checkpoints, then their digests."""
-        super().delete_thread(thread_id)  # type: ignore[misc]
+        super().delete_thread(thread_id)
         if self.digests is not None:
             self.digests.delete_thread(thread_id)
 
-    def get_tuple(self, config: Any) -> Any:
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """LangGraph's `get_tuple`, checked (see module doc).
 
         Raises:
             CheckpointIntegrityError: The checkpoint is refused.
         """
-        saved = _parsed(lambda: super(CheckedSaver, self).get_tuple(config), config)  # type: ignore[misc]
+        saved = _parsed(lambda: super(CheckedSaver, self).get_tuple(config), config)
         if saved is not None:
             self.check_tuple(saved)
         return saved
 
-    def list(self, config: Any, **kwargs: Any) -> Iterator[Any]:
+    def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+             before: RunnableConfig | None = None, limit: int | None = None
+             ) -> Iterator[CheckpointTuple]:
         """LangGraph's `list`, each checkpoint checked as it is yielded."""
-        items = _parsed(lambda: super(CheckedSaver, self).list(config, **kwargs), config)  # type: ignore[misc]
+        items = _parsed(lambda: super(CheckedSaver, self).list(
+            config, filter=filter, before=before, limit=limit), config)
         try:
             while True:
                 saved = _parsed(lambda: next(items, None), config)
@@ -184,16 +206,18 @@ class CheckedSaver:
                 self.check_tuple(saved)
                 yield saved
         finally:
-            items.close()  # release LangGraph's cursor now, while its connection is open
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()  # release LangGraph's cursor now, while its connection is open
 
-    def check_tuple(self, saved: Any) -> None:
+    def check_tuple(self, saved: CheckpointTuple) -> None:
         """Checks one loaded `CheckpointTuple`.
 
         Raises:
             CheckpointIntegrityError: `damaged`, naming the checkpoint and the fault.
         """
         conf = saved.config["configurable"]
-        checkpoint_id = conf.get("checkpoint_id")
+        checkpoint_id = str(conf.get("checkpoint_id"))
         try:
             check_metadata(saved.metadata)
             check_checkpoint(saved.checkpoint, checkpoint_id, saved.metadata["source"])
@@ -203,7 +227,8 @@ class CheckedSaver:
         except ValueError as exc:
             raise CheckpointIntegrityError(f"checkpoint {checkpoint_id}: {exc}") from None
 
-    def _check_digests(self, thread_id: str, ns: str, checkpoint_id: str, saved: Any) -> None:
+    def _check_digests(self, thread_id: str, ns: str, checkpoint_id: str,
+                       saved: CheckpointTuple) -> None:
         if self.digests is None:
             return
         if self._marker is None:
@@ -228,13 +253,14 @@ class CheckedSaver:
                                  "digest: it was added, edited or moved")
 
 
-def _parsed(read: Any, config: Any) -> Any:
+def _parsed(read: Callable[[], _T], config: RunnableConfig | None) -> _T:
     """Runs a LangGraph read, turning a crash on an unparsable row into a refusal."""
     try:
         return read()
     except _PARSE_ERRORS as exc:
+        thread_id = (config or {}).get("configurable", {}).get("thread_id")
         raise CheckpointIntegrityError(
-            f"a checkpoint of thread {config['configurable'].get('thread_id')!r} cannot be "
+            f"a checkpoint of thread {thread_id!r} cannot be "
             f"parsed ({type(exc).__name__}: {exc})") from None
     except sqlite3.OperationalError as exc:
         if "decode" not in str(exc):
@@ -242,21 +268,25 @@ def _parsed(read: Any, config: Any) -> Any:
         raise CheckpointIntegrityError(f"a checkpoint row is not valid text ({exc})") from None
 
 
-def sqlite_saver(conn: Any, serde: Any) -> Any:
-    """A checked `SqliteSaver` on `conn`."""
+def sqlite_saver(conn: sqlite3.Connection, digests: SqlDigests) -> SqliteSaver:
+    """A checked `SqliteSaver` on `conn`, with our serializer, recording into `digests`."""
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     class CheckedSqliteSaver(CheckedSaver, SqliteSaver):
         pass
 
-    return CheckedSqliteSaver(conn, serde=serde)
+    saver = CheckedSqliteSaver(conn, serde=make_serde())
+    saver.digests = digests
+    return saver
 
 
-def postgres_saver(conn: Any, serde: Any) -> Any:
-    """A checked `PostgresSaver` on `conn`."""
+def postgres_saver(conn: psycopg.Connection[Any], digests: SqlDigests) -> PostgresSaver:
+    """A checked `PostgresSaver` on `conn` (dict rows), recording into `digests`."""
     from langgraph.checkpoint.postgres import PostgresSaver
 
     class CheckedPostgresSaver(CheckedSaver, PostgresSaver):
         pass
 
-    return CheckedPostgresSaver(conn, serde=serde)
+    saver = CheckedPostgresSaver(conn, serde=make_serde())
+    saver.digests = digests
+    return saver
