@@ -21,6 +21,7 @@ from graph.rowcheck import (
     json_object,
     text_refused,
 )
+from graph.schema import LOG
 from graph.sql import SqlTable
 
 _PAYLOAD_KEYS: dict[str, dict[str, Any]] = {
@@ -66,7 +67,7 @@ class SqlAttemptLog(SqlTable):
         """
         with text_refused("attempt_log"):
             found = self._rows_if_table(
-                "attempt_log", "SELECT attempt, kind, payload, created_at FROM attempt_log "
+                LOG, "SELECT attempt, kind, payload, created_at FROM attempt_log "
                 "WHERE thread_id = ? ORDER BY id", (thread_id,)) or []
         rows = []
         for row in found:

@@ -34,8 +34,6 @@ DIGESTS = "checkpoint_digests"
 
 TABLES = (REQUEST_CAPS, LEDGER, LOG, TOMBSTONES, APPROVALS, DIGESTS)
 """Every table of ours, in the order the schema creates them."""
-PER_THREAD_TABLES = (LEDGER, LOG, TOMBSTONES, APPROVALS, DIGESTS)
-"""Our tables whose rows belong to one thread (`thread_id`); request caps are shared."""
 
 CHECKPOINTS = "checkpoints"
 """LangGraph's checkpoint table (same name on both backends)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from graph.rowcheck import check_row, is_iso_time, is_text, text_refused
+from graph.schema import TOMBSTONES
 from graph.sql import SqlTable
 
 _FINAL = ("done", "exhausted", "cancelled")
@@ -27,7 +28,7 @@ class SqlTombstones(SqlTable):
         """The thread's tombstone, or None (also for a database from before tombstones)."""
         with text_refused("thread_tombstones"):
             rows = self._rows_if_table(
-                "thread_tombstones", "SELECT thread_id, final_status, pruned_at FROM "
+                TOMBSTONES, "SELECT thread_id, final_status, pruned_at FROM "
                 "thread_tombstones WHERE thread_id = ?", (thread_id,))
         if not rows:
             return None
@@ -46,7 +47,7 @@ class SqlTombstones(SqlTable):
 
         Empty for a database from before tombstones.
         """
-        rows = self._rows_if_table("thread_tombstones", "SELECT thread_id FROM thread_tombstones", ())
+        rows = self._rows_if_table(TOMBSTONES, "SELECT thread_id FROM thread_tombstones", ())
         return {str(row[0]) for row in rows or ()}
 
     def remove(self, thread_id: str) -> None:
