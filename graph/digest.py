@@ -28,6 +28,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
 from graph.schema import DIGEST_MARKER_KEY, DIGESTS
 from graph.sql import Sql, SqlTable
 
@@ -46,7 +48,7 @@ def _sha(*parts: bytes) -> str:
     return digest.hexdigest()
 
 
-def checkpoint_digest(serde: Any, checkpoint: Mapping[str, Any]) -> str:
+def checkpoint_digest(serde: SerializerProtocol, checkpoint: Mapping[str, Any]) -> str:
     """The digest of a checkpoint as LangGraph hands it to `put` or loads it back."""
     head = json.dumps({"id": checkpoint["id"], "channel_versions": checkpoint["channel_versions"],
                        "versions_seen": checkpoint["versions_seen"]},
@@ -58,7 +60,7 @@ def checkpoint_digest(serde: Any, checkpoint: Mapping[str, Any]) -> str:
     return _sha(*parts)
 
 
-def write_digest(serde: Any, task_id: str, channel: str, value: Any) -> str:
+def write_digest(serde: SerializerProtocol, task_id: str, channel: str, value: Any) -> str:
     """The digest of one pending write."""
     type_, data = serde.dumps_typed(value)
     return _sha(task_id.encode(), channel.encode(), type_.encode(), bytes(data))

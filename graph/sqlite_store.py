@@ -14,7 +14,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from graph.checked_saver import sqlite_saver
 from graph.database import ReadOnlyLocks, Store, WriterLocks
@@ -50,8 +50,10 @@ def _private_files() -> Iterator[None]:
         os.umask(old)
 
 
-def _connect(path: Path, **kwargs: Any) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, check_same_thread=False, **kwargs)
+def _connect(path: Path, *, autocommit: bool = False) -> sqlite3.Connection:
+    """A connection with `_PRAGMAS`; with `autocommit`, each statement commits."""
+    conn = sqlite3.connect(path, check_same_thread=False,
+                           isolation_level=None if autocommit else "DEFERRED")
     for pragma in _PRAGMAS:
         conn.execute(pragma)
     return conn
@@ -100,7 +102,7 @@ def _create_atomically(path: Path) -> None:
     _sweep_stale_creations(path)  # left by killed creators
     tmp = path.with_name(f".{path.name}.{os.getpid()}.creating")
     with _private_files():
-        conn = _connect(tmp, isolation_level=None)
+        conn = _connect(tmp, autocommit=True)
         try:
             _saver(conn, conn, ddl_conn=conn)
         finally:
@@ -177,8 +179,8 @@ def _open_store(path: Path, read_only: bool) -> Store:
         ddl_needed = schema_needs_setup(path)
         with _private_files():
             saver_conn = _connect(path)
-            ledger_conn = _connect(path, isolation_level=None)
-            digest_conn = _connect(path, isolation_level=None)
+            ledger_conn = _connect(path, autocommit=True)
+            digest_conn = _connect(path, autocommit=True)
             checkpointer = _saver(saver_conn, digest_conn,
                                   ddl_conn=ledger_conn if ddl_needed else None)
             locks = ThreadLocks(path)
