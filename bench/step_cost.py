@@ -77,7 +77,7 @@ def ours(steps: int, work: Path) -> tuple[list[float], float]:
     times, commits = [], _Commits()
     with open_store(settings.db, create=True) as store:
         store.checkpointer.conn.set_trace_callback(commits.saver)
-        store.conn.set_trace_callback(commits.autocommit)
+        store.sql.conn.set_trace_callback(commits.autocommit)
         for i in range(steps):
             request = StepRequest("t", task="bench" if i == 0 else None, max_attempts=10**6,
                                   context_tokens=10**9)

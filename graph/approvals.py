@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from graph.approvals_table import APPROVALS_DDL, SqlApprovals, now
+from graph.approvals_table import SqlApprovals, now
 from graph.errors import RefusedError, UsageError
 from graph.exitcodes import ErrorCode
 from nodes.files import file_sha256, sha256_hex
@@ -48,7 +48,7 @@ from nodes.write_tools import (
     resolve_target,
 )
 
-__all__ = ["APPROVALS_DDL", "SqlApprovals", "apply_approved", "decide", "pending_review"]
+__all__ = ["SqlApprovals", "apply_approved", "decide", "pending_review"]
 
 
 def pending_review(snapshot: Any) -> list[dict[str, Any]] | None:

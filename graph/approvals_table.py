@@ -15,43 +15,20 @@ writing (`graph.history`) maps the attempts the same way and changes nothing.
 
 from __future__ import annotations
 
-import sqlite3
 from datetime import UTC, datetime
 from typing import Any
 
 from graph.attempt_log import SqlAttemptLog
 from graph.rowcheck import check_row, is_int, is_text, is_text_or_none, text_refused
-from graph.sql import SqlTable, transaction
+from graph.schema import APPROVALS, APPROVALS_COLUMNS, APPROVALS_LEGACY_COLUMNS, APPROVALS_MIGRATION
+from graph.sql import SqlTable
 from nodes.write_results import legacy_error
 
-APPROVALS_DDL = """
-CREATE TABLE IF NOT EXISTS write_approvals (
-    thread_id     TEXT NOT NULL,
-    attempt       INTEGER NOT NULL,
-    tool_call_id  TEXT NOT NULL,
-    tool          TEXT NOT NULL,
-    arguments     TEXT,
-    args_sha256   TEXT NOT NULL,
-    decision      TEXT NOT NULL CHECK (decision IN ('approve', 'reject')),
-    reason        TEXT,
-    decided_at    TEXT NOT NULL,
-    target        TEXT,
-    before_sha256 TEXT,
-    after_sha256  TEXT,
-    result        TEXT NOT NULL,
-    error         TEXT,
-    applied_at    TEXT,
-    PRIMARY KEY (thread_id, attempt, tool_call_id)
-);
-"""
-COLUMNS = ("thread_id", "attempt", "tool_call_id", "tool", "arguments", "args_sha256",
-           "decision", "reason", "decided_at", "target", "before_sha256", "after_sha256",
-           "result", "error", "applied_at")
+COLUMNS = APPROVALS_COLUMNS
 """Columns of a decision row. `arguments` is the canonical text approved (None on rows
 from before it was kept); `error` says why an approved write was not applied
 (`applied_at` is then None)."""
-_LEGACY = ("thread_id", "tool_call_id", "tool", "args_sha256", "decision", "reason",
-           "decided_at", "target", "before_sha256", "after_sha256", "result", "applied_at")
+_LEGACY = APPROVALS_LEGACY_COLUMNS
 _OPTIONAL = ("arguments", "reason", "target", "before_sha256", "after_sha256", "error",
              "applied_at")
 _COLUMN_TYPES: dict[str, Any] = {
@@ -74,13 +51,9 @@ class SqlApprovals(SqlTable):
 
     def _columns(self) -> tuple[str, ...] | None:
         """The table's columns, or None when there is no table (a database from before it)."""
-        try:
-            cursor = self._run("SELECT * FROM write_approvals WHERE 1 = 0")
-        except Exception as exc:  # noqa: BLE001 - only a missing table is expected here
-            text = str(exc)
-            if "write_approvals" in text and ("no such table" in text or "does not exist" in text):
-                return None
-            raise
+        if not self._db.table_exists(APPROVALS):
+            return None
+        cursor = self._run("SELECT * FROM write_approvals WHERE 1 = 0")
         return tuple(d[0] for d in cursor.description)
 
     def _legacy_rows(self, thread_id: str | None) -> list[dict[str, Any]]:
@@ -92,7 +65,7 @@ class SqlApprovals(SqlTable):
             check_row("write_approvals", row, _LEGACY_TYPES)
         rows = [dict(zip(_LEGACY, r, strict=True)) for r in found]
         turns: dict[str, dict[str, int]] = {}
-        log = SqlAttemptLog(self._conn, placeholder=self._ph)
+        log = SqlAttemptLog(self._db)
         for row in rows:
             tid = row["thread_id"]
             if tid not in turns:
@@ -109,14 +82,13 @@ class SqlApprovals(SqlTable):
         """Migrates a table from before the per-turn key (see module doc); once per store."""
         if self._current:
             return
-        with transaction(self._conn):
-            if not isinstance(self._conn, sqlite3.Connection):
-                self._run("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK,))
+        with self._db.transaction():
+            self._db.serialize_migration(_MIGRATION_LOCK)
             columns = self._columns()
             if columns is not None and "attempt" not in columns:
                 rows = self._legacy_rows(None)
-                self._run("DROP TABLE write_approvals")
-                self._run(APPROVALS_DDL)
+                for statement in APPROVALS_MIGRATION:
+                    self._run(statement)
                 for row in rows:
                     self._insert(row)
         self._current = True
@@ -176,3 +148,7 @@ class SqlApprovals(SqlTable):
         self._run("UPDATE write_approvals SET error = ?, result = ? WHERE thread_id = ? AND "
                   "attempt = ? AND tool_call_id = ? AND applied_at IS NULL AND error IS NULL",
                   (error, result, thread_id, attempt, tool_call_id))
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Deletes the thread's decisions (retention)."""
+        self._run("DELETE FROM write_approvals WHERE thread_id = ?", (thread_id,))

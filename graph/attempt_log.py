@@ -2,8 +2,8 @@
 
 Kept in the checkpoint database beside the ledger and written as each attempt ends,
 so the step log in `graph.history` survives conversation compaction and the pruning
-of old checkpoints. Rows are never updated (a trigger refuses it); retention deletes
-a thread's rows with the thread.
+of old checkpoints. Rows are never updated (a trigger refuses it, `graph.schema`);
+retention deletes a thread's rows with the thread.
 """
 
 from __future__ import annotations
@@ -21,34 +21,8 @@ from graph.rowcheck import (
     json_object,
     text_refused,
 )
+from graph.schema import LOG
 from graph.sql import SqlTable
-
-_COLUMNS = """
-    thread_id  TEXT NOT NULL,
-    attempt    INTEGER NOT NULL,
-    kind       TEXT NOT NULL CHECK (kind IN ('reason', 'tool')),
-    payload    TEXT NOT NULL,
-    created_at TEXT NOT NULL
-"""
-
-SQLITE_LOG_DDL = f"""
-CREATE TABLE IF NOT EXISTS attempt_log (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,{_COLUMNS});
-CREATE INDEX IF NOT EXISTS attempt_log_thread ON attempt_log (thread_id, id);
-CREATE TRIGGER IF NOT EXISTS attempt_log_append_only BEFORE UPDATE ON attempt_log
-BEGIN SELECT RAISE(ABORT, 'attempt log is append-only'); END;
-"""
-
-POSTGRES_LOG_DDL = f"""
-CREATE TABLE IF NOT EXISTS attempt_log (
-    id BIGSERIAL PRIMARY KEY,{_COLUMNS});
-CREATE INDEX IF NOT EXISTS attempt_log_thread ON attempt_log (thread_id, id);
-CREATE OR REPLACE FUNCTION attempt_log_append_only() RETURNS trigger AS $$
-BEGIN RAISE EXCEPTION 'attempt log is append-only'; END $$ LANGUAGE plpgsql;
-CREATE OR REPLACE TRIGGER attempt_log_append_only BEFORE UPDATE ON attempt_log
-FOR EACH ROW EXECUTE FUNCTION attempt_log_append_only();
-"""
-
 
 _PAYLOAD_KEYS: dict[str, dict[str, Any]] = {
     "reason": {"outcome": is_text, "thought": is_text_or_none,
@@ -67,10 +41,24 @@ class SqlAttemptLog(SqlTable):
 
     def record(self, thread_id: str, attempt: int, kind: str, payload: dict[str, Any]) -> None:
         """Appends one row, committed before it returns (`kind`: `reason` or `tool`)."""
+        self._insert(thread_id, attempt, kind, payload,
+                     datetime.now(UTC).isoformat(timespec="seconds"))
+
+    def _insert(self, thread_id: str, attempt: int, kind: str, payload: dict[str, Any],
+                created_at: str) -> None:
         self._run("INSERT INTO attempt_log (thread_id, attempt, kind, payload, created_at) "
                   "VALUES (?, ?, ?, ?, ?)",
-                  (thread_id, attempt, kind, json.dumps(payload, ensure_ascii=False),
-                   datetime.now(UTC).isoformat(timespec="seconds")))
+                  (thread_id, attempt, kind, json.dumps(payload, ensure_ascii=False), created_at))
+
+    def import_rows(self, thread_id: str, rows: list[dict[str, Any]]) -> None:
+        """Appends rows as `rows` returned them elsewhere, times kept (`graph.copy`)."""
+        for row in rows:
+            self._insert(thread_id, row["attempt"], row["kind"], row["payload"],
+                         row["created_at"])
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Deletes the thread's rows (retention)."""
+        self._run("DELETE FROM attempt_log WHERE thread_id = ?", (thread_id,))
 
     def rows(self, thread_id: str) -> list[dict[str, Any]]:
         """The thread's rows, oldest first: `attempt`, `kind`, `payload` (dict), `created_at`.
@@ -79,7 +67,7 @@ class SqlAttemptLog(SqlTable):
         """
         with text_refused("attempt_log"):
             found = self._rows_if_table(
-                "attempt_log", "SELECT attempt, kind, payload, created_at FROM attempt_log "
+                LOG, "SELECT attempt, kind, payload, created_at FROM attempt_log "
                 "WHERE thread_id = ? ORDER BY id", (thread_id,)) or []
         rows = []
         for row in found:

@@ -219,10 +219,9 @@ def _cap_full(store: Any, cap_id: str | None) -> bool:
 
 def _held_by_cap(store: Any, item: BatchItem, cap_id: str | None) -> Outcome:
     """A thread's outcome when the cap is full: read only, never advanced."""
-    from graph.factory import build_graph
     from graph.loading import load_thread
 
-    loaded = load_thread(build_graph(store.checkpointer), item.thread_id, store.location)
+    loaded = load_thread(store.graph, item.thread_id, store.location)
     if loaded is None:
         outcome = Outcome(item.thread_id, ExitCode.BATCH_CAP, status=None)
     else:

@@ -17,34 +17,24 @@ from __future__ import annotations
 
 import json
 import sys
-from collections import defaultdict
-from typing import Any
 
 from graph.cli import Parser, emit, guard
+from graph.database import Store
 from graph.errors import RefusedError
 from graph.exitcodes import ErrorCode
 
 
-def _exists(store: Any, thread_id: str) -> bool:
-    config = {"configurable": {"thread_id": thread_id}}
-    return (store.checkpointer.get_tuple(config) is not None
+def _exists(store: Store, thread_id: str) -> bool:
+    return (store.checkpointer.get_tuple({"configurable": {"thread_id": thread_id}}) is not None
             or store.ledger.read(thread_id) is not None
             or store.tombstones.get(thread_id) is not None)
 
 
-def _all_threads(store: Any) -> list[str]:
-    ids = set(store.ledger.updated_at())
-    ids |= {r[0] for r in store.conn.execute("SELECT thread_id FROM thread_tombstones").fetchall()}
-    return sorted(ids)
+def _all_threads(store: Store) -> list[str]:
+    return sorted(set(store.ledger.updated_at()) | store.tombstones.thread_ids())
 
 
-def _ph(store: Any) -> str:
-    import sqlite3
-
-    return "?" if isinstance(store.conn, sqlite3.Connection) else "%s"
-
-
-def copy_threads(src: Any, dst: Any, thread_ids: list[str] | None = None) -> list[str]:
+def copy_threads(src: Store, dst: Store, thread_ids: list[str] | None = None) -> list[str]:
     """Copies threads from store `src` to store `dst` (see module doc).
 
     Returns:
@@ -54,14 +44,12 @@ def copy_threads(src: Any, dst: Any, thread_ids: list[str] | None = None) -> lis
         RefusedError: A thread exists at the target (`exists`), is missing at the source
             (`no_such_thread`), or fails its checks at the source.
     """
-    from graph.factory import build_graph
     from graph.loading import check_stored_thread
 
     ids = sorted(thread_ids) if thread_ids else _all_threads(src)
-    graph = build_graph(src.checkpointer)
     for thread_id in ids:  # the whole source thread is checked before anything is written
         tombstone = src.tombstones.get(thread_id)
-        if check_stored_thread(src, graph, thread_id) is None and tombstone is None:
+        if check_stored_thread(src, src.graph, thread_id) is None and tombstone is None:
             raise RefusedError(f"no such thread {thread_id!r} in {src.location}",
                                error_code=ErrorCode.NO_SUCH_THREAD)
         if _exists(dst, thread_id):
@@ -69,56 +57,19 @@ def copy_threads(src: Any, dst: Any, thread_ids: list[str] | None = None) -> lis
                                "nothing was copied", error_code=ErrorCode.EXISTS)
     _copy_caps(src, dst)
     for thread_id in ids:
-        _copy_one(src, dst, thread_id)
+        dst.import_thread(src.export_thread(thread_id))
     return ids
 
 
-def _copy_caps(src: Any, dst: Any) -> None:
+def _copy_caps(src: Store, dst: Store) -> None:
     """Copies request caps the target lacks; a cap present on both must agree."""
-    d = _ph(dst)
     for cap_id, (requests, maximum) in src.ledger.caps().items():  # typed: refuses damage
         existing = dst.ledger.cap(cap_id)
         if existing is None:
-            dst.conn.execute(f"INSERT INTO request_caps VALUES ({d}, {d}, {d})",
-                             (cap_id, requests, maximum))
+            dst.ledger.insert_cap(cap_id, requests, maximum)
         elif existing[1] != maximum or existing[0] < requests:
             raise RefusedError(f"request cap {cap_id!r} differs in {dst.location}; nothing "
                                "more was copied", error_code=ErrorCode.EXISTS)
-
-
-def _copy_one(src: Any, dst: Any, thread_id: str) -> None:
-    s, d = _ph(src), _ph(dst)
-    # The ledger row goes first: a copy interrupted later leaves a thread whose counted
-    # attempts have no checkpoint, which is refused, never restarted with a new budget.
-    row = src.conn.execute(f"SELECT thread_id, attempts, claimed, max_attempts, created_at, "
-                           f"updated_at FROM attempt_ledger WHERE thread_id = {s}",
-                           (thread_id,)).fetchone()
-    if row is not None:
-        dst.conn.execute(f"INSERT INTO attempt_ledger VALUES ({', '.join([d] * 6)})", tuple(row))
-    tombstone = src.tombstones.get(thread_id)
-    if tombstone is not None:
-        dst.conn.execute(f"INSERT INTO thread_tombstones VALUES ({d}, {d}, {d})",
-                         (tombstone.thread_id, tombstone.final_status, tombstone.pruned_at))
-    tuples = list(src.checkpointer.list({"configurable": {"thread_id": thread_id}}))
-    for item in reversed(tuples):  # oldest first, so each parent exists before its child
-        parent = item.parent_config or {"configurable": {"thread_id": thread_id,
-                                                         "checkpoint_ns": ""}}
-        parent = {"configurable": {"checkpoint_ns": "", **parent["configurable"]}}
-        saved = dst.checkpointer.put(parent, item.checkpoint, item.metadata,
-                                     item.checkpoint["channel_versions"])
-        by_task: dict[str, list[tuple[str, Any]]] = defaultdict(list)
-        for task_id, channel, value in item.pending_writes or []:
-            by_task[task_id].append((channel, value))
-        for task_id, writes in by_task.items():
-            dst.checkpointer.put_writes(saved, writes, task_id)
-    for entry in src.log.rows(thread_id):
-        dst.conn.execute(
-            f"INSERT INTO attempt_log (thread_id, attempt, kind, payload, created_at) VALUES "
-            f"({d}, {d}, {d}, {d}, {d})", (thread_id, entry["attempt"], entry["kind"],
-                                            json.dumps(entry["payload"], ensure_ascii=False),
-                                            entry["created_at"]))
-    for decision in src.approvals.rows(thread_id).values():
-        dst.approvals.add(decision)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,7 +34,6 @@ def _args(argv: list[str]) -> tuple[str | None, str | None]:
 def _fill(outcome: Outcome, db_flag: str | None) -> None:
     """Fills `outcome` from the thread's stored state and ledger (read-only)."""
     from graph.cli import resolve_db
-    from graph.factory import build_graph
     from graph.loading import load_thread
     from graph.storage import open_store
 
@@ -42,7 +41,7 @@ def _fill(outcome: Outcome, db_flag: str | None) -> None:
     assert thread_id is not None
     with open_store(resolve_db(db_flag), create=False, read_only=True) as store:
         entry = store.ledger.read(thread_id)
-        loaded = load_thread(build_graph(store.checkpointer), thread_id, store.location)
+        loaded = load_thread(store.graph, thread_id, store.location)
     if loaded is not None:
         state = Outcome.from_state(thread_id, loaded.values, loaded.snapshot.next)
         for name in ("status", "attempts", "max_attempts", "model", "answer", "stop_reason",

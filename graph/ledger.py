@@ -6,76 +6,17 @@ trigger refuses any update that would lower them or change the maximum, so no fo
 replay or `update_state` of the graph can bring back a lower count. Each method is a
 single statement on an autocommit connection, so it is committed (on SQLite with
 `synchronous=FULL`, on PostgreSQL with `synchronous_commit` on) before it returns.
+The table and its trigger are defined in `graph.schema`.
 """
 
 from __future__ import annotations
 
+from dataclasses import astuple, dataclass
 from datetime import UTC, datetime
 
 from graph.rowcheck import check_row, damaged, is_int, is_iso_time, is_text, text_refused
-from graph.sql import SqlTable, transaction
+from graph.sql import SqlTable
 from nodes.context import LedgerEntry
-
-_CAPS = """
-CREATE TABLE IF NOT EXISTS request_caps (
-    cap_id       TEXT PRIMARY KEY,
-    requests     INTEGER NOT NULL CHECK (requests >= 0),
-    max_requests INTEGER NOT NULL CHECK (max_requests >= 0 AND requests <= max_requests)
-);
-"""
-
-_TABLE = _CAPS + """
-CREATE TABLE IF NOT EXISTS attempt_ledger (
-    thread_id    TEXT PRIMARY KEY,
-    attempts     INTEGER NOT NULL CHECK (attempts >= 0),
-    claimed      INTEGER NOT NULL CHECK (claimed >= 0 AND claimed <= attempts),
-    max_attempts INTEGER NOT NULL CHECK (max_attempts >= 1 AND attempts <= max_attempts),
-    created_at   TEXT NOT NULL,
-    updated_at   TEXT NOT NULL
-);
-"""
-
-SQLITE_LEDGER_DDL = _TABLE + """
-CREATE TRIGGER IF NOT EXISTS request_caps_never_decreases
-BEFORE UPDATE ON request_caps
-WHEN NEW.requests < OLD.requests OR NEW.max_requests <> OLD.max_requests
-     OR NEW.cap_id IS NOT OLD.cap_id
-BEGIN
-    SELECT RAISE(ABORT, 'request cap never decreases');
-END;
-CREATE TRIGGER IF NOT EXISTS attempt_ledger_never_decreases
-BEFORE UPDATE ON attempt_ledger
-WHEN NEW.attempts < OLD.attempts OR NEW.claimed < OLD.claimed
-     OR NEW.max_attempts <> OLD.max_attempts
-BEGIN
-    SELECT RAISE(ABORT, 'attempt ledger never decreases');
-END;
-"""
-
-POSTGRES_LEDGER_DDL = _TABLE + """
-CREATE OR REPLACE FUNCTION request_caps_never_decreases() RETURNS trigger AS $$
-BEGIN
-    IF NEW.requests < OLD.requests OR NEW.max_requests <> OLD.max_requests
-       OR NEW.cap_id IS DISTINCT FROM OLD.cap_id THEN
-        RAISE EXCEPTION 'request cap never decreases';
-    END IF;
-    RETURN NEW;
-END $$ LANGUAGE plpgsql;
-CREATE OR REPLACE TRIGGER request_caps_never_decreases
-BEFORE UPDATE ON request_caps
-FOR EACH ROW EXECUTE FUNCTION request_caps_never_decreases();
-CREATE OR REPLACE FUNCTION attempt_ledger_never_decreases() RETURNS trigger AS $$
-BEGIN
-    IF NEW.attempts < OLD.attempts OR NEW.claimed < OLD.claimed
-       OR NEW.max_attempts <> OLD.max_attempts THEN
-        RAISE EXCEPTION 'attempt ledger never decreases';
-    END IF;
-    RETURN NEW;
-END $$ LANGUAGE plpgsql;
-CREATE OR REPLACE TRIGGER attempt_ledger_never_decreases
-BEFORE UPDATE ON attempt_ledger
-FOR EACH ROW EXECUTE FUNCTION attempt_ledger_never_decreases();
-"""
 
 
 def _now() -> str:
@@ -86,11 +27,40 @@ class _Rollback(Exception):
     pass
 
 
+@dataclass(frozen=True)
+class LedgerRow:
+    """A whole ledger row, as `graph.copy` moves it (times: UTC, ISO 8601)."""
+
+    thread_id: str
+    attempts: int
+    claimed: int
+    max_attempts: int
+    created_at: str
+    updated_at: str
+
+
+_COLUMNS = {"attempts": is_int, "claimed": is_int, "max_attempts": lambda v: is_int(v, 1),
+            "created_at": is_iso_time, "updated_at": is_iso_time}
+
+
 class SqlLedger(SqlTable):
     """The attempt ledger over an autocommit connection (see `graph.sql.SqlTable`)."""
 
     def read(self, thread_id: str) -> LedgerEntry | None:
-        """Returns the thread's entry, or None when the ledger has no row for it."""
+        """Returns the thread's entry, or None when the ledger has no row for it.
+
+        Raises:
+            RefusedError: `damaged` for a row with a wrong type or impossible counts.
+        """
+        row = self.row(thread_id)
+        return None if row is None else LedgerEntry(row.attempts, row.claimed, row.max_attempts)
+
+    def row(self, thread_id: str) -> LedgerRow | None:
+        """The thread's whole row, read with exact types, or None.
+
+        Raises:
+            RefusedError: `damaged` for a row with a wrong type or impossible counts.
+        """
         with text_refused("attempt_ledger"):
             row = self._run(
                 "SELECT attempts, claimed, max_attempts, created_at, updated_at FROM "
@@ -98,13 +68,15 @@ class SqlLedger(SqlTable):
             ).fetchone()
         if row is None:
             return None
-        check_row("attempt_ledger", row, {"attempts": is_int, "claimed": is_int,
-                                          "max_attempts": lambda v: is_int(v, 1),
-                                          "created_at": is_iso_time, "updated_at": is_iso_time})
+        check_row("attempt_ledger", row, _COLUMNS)
         if not row[1] <= row[0] <= row[2]:
             raise damaged("attempt_ledger", f"thread {thread_id!r} has claimed {row[1]}, "
                           f"attempts {row[0]}, maximum {row[2]}")
-        return LedgerEntry(*row[:3])
+        return LedgerRow(thread_id, *row)
+
+    def insert_row(self, row: LedgerRow) -> None:
+        """Inserts a whole row as it was elsewhere (`graph.copy`); an existing row is an error."""
+        self._run("INSERT INTO attempt_ledger VALUES (?, ?, ?, ?, ?, ?)", astuple(row))
 
     def create(self, thread_id: str, max_attempts: int) -> LedgerEntry:
         """Creates the thread's row with no attempts; keeps an existing row as it is.
@@ -158,7 +130,7 @@ class SqlLedger(SqlTable):
         if charge is None:
             return self._run(claim_sql, params).rowcount == 1
         try:
-            with transaction(self._conn):
+            with self._db.transaction():
                 charged = self._run("UPDATE request_caps SET requests = requests + 1 "
                                     "WHERE cap_id = ? AND requests < max_requests", (charge,))
                 if charged.rowcount != 1 or self._run(claim_sql, params).rowcount != 1:
@@ -186,6 +158,10 @@ class SqlLedger(SqlTable):
         self._run("INSERT INTO request_caps VALUES (?, 0, ?) ON CONFLICT (cap_id) DO NOTHING",
                   (cap_id, max_requests))
         return self.cap(cap_id) or (0, max_requests)
+
+    def insert_cap(self, cap_id: str, requests: int, max_requests: int) -> None:
+        """Inserts a cap with its count as it was elsewhere (`graph.copy`)."""
+        self._run("INSERT INTO request_caps VALUES (?, ?, ?)", (cap_id, requests, max_requests))
 
     def cap(self, cap_id: str) -> tuple[int, int] | None:
         """`(requests, max_requests)` of a request cap, or None.
@@ -227,6 +203,10 @@ class SqlLedger(SqlTable):
         for row in rows:
             check_row("attempt_ledger", row, {"thread_id": is_text, "updated_at": is_iso_time})
         return dict(rows)
+
+    def thread_ids(self) -> set[str]:
+        """Every thread id in the ledger, read without checking the rows (`graph.verify`)."""
+        return {str(row[0]) for row in self._run("SELECT thread_id FROM attempt_ledger").fetchall()}
 
     def delete(self, thread_id: str) -> None:
         """Deletes the thread's row: only retention and `--restart-pruned` do this."""

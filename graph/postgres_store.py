@@ -16,41 +16,36 @@ Three promises need care on PostgreSQL:
 
 from __future__ import annotations
 
-import hashlib
-import time
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from graph.approvals import APPROVALS_DDL
-from graph.attempt_log import POSTGRES_LOG_DDL
 from graph.checked_saver import postgres_saver
-from graph.digest import digest_ddl, new_marker
-from graph.errors import BusyError, RefusedError, UsageError
-from graph.ledger import POSTGRES_LEDGER_DDL
-from graph.store import Store
-from graph.tombstones import TOMBSTONE_DDL
+from graph.database import Store
+from graph.digest import SqlDigests, new_marker
+from graph.errors import RefusedError, UsageError
+from graph.exitcodes import ErrorCode
+from graph.pg_locks import AdvisoryThreadLocks, advisory_key, advisory_lock
+from graph.schema import LEDGER, POSTGRES_MIGRATIONS_TABLE, TABLES, TRIGGERS, ddl
+from graph.sql import PostgresSql
+
+if TYPE_CHECKING:
+    import psycopg
+    from langgraph.checkpoint.postgres import PostgresSaver
 
 KEEPALIVES = {"keepalives": 1, "keepalives_idle": 20, "keepalives_interval": 5,
               "keepalives_count": 4}
 """libpq TCP keepalive settings of the control connection (seconds, probes)."""
 CONNECT_TIMEOUT_S = 10
-
-
-def _key(name: str) -> int:
-    """A signed 64-bit advisory-lock key for `name`."""
-    return int.from_bytes(hashlib.sha256(f"mandapi-resume:{name}".encode()).digest()[:8],
-                          "big", signed=True)
-
-
-SETUP_LOCK_KEY = _key("schema-setup")
+SETUP_LOCK_KEY = advisory_key("schema-setup")
+SETUP_TIMEOUT_S = 120.0
+"""How long a process waits for another one's schema set-up (seconds)."""
 
 
 def redact(url: str) -> str:
     """Returns `url` with any password (in the user part or a query parameter) as `***`."""
-    import re
-
     try:
         parts = urlsplit(url)
         netloc = parts.netloc
@@ -62,92 +57,80 @@ def redact(url: str) -> str:
         return "postgresql://(unparsable URL)"
 
 
-class AdvisoryThreadLocks:
-    """Per-thread session-level advisory locks (`pg_try_advisory_lock`).
-
-    Args:
-        conn: The control connection; a lock lives as long as this session.
-    """
-
-    def __init__(self, conn: Any) -> None:
-        self._conn = conn
-
-    @contextmanager
-    def hold(self, thread_id: str) -> Iterator[None]:
-        """Holds the thread's lock for the block; fails at once if another session has it.
-
-        Raises:
-            BusyError: Another session holds the lock (exit 5).
-        """
-        key = _key(f"thread:{thread_id}")
-        if not self._conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
-            raise BusyError.for_thread(thread_id)
-        try:
-            yield
-        finally:
-            if not self._conn.closed:
-                self._conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
-
-
-def _schema_ready(conn: Any, migrations: int) -> bool:
-    """True when LangGraph's migrations and our ledger are all in place (no lock needed)."""
-    row = conn.execute(
-        "SELECT to_regclass('attempt_ledger') IS NOT NULL AND to_regclass('attempt_log') IS NOT NULL"
-        " AND to_regclass('thread_tombstones') IS NOT NULL"
-        " AND to_regclass('write_approvals') IS NOT NULL"
-        " AND to_regclass('checkpoint_digests') IS NOT NULL"
-        " AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'request_caps_never_decreases'"
-        " AND tgrelid = to_regclass('request_caps')), to_regclass('checkpoint_migrations')"
-    ).fetchone()
-    if not row[0] or row[1] is None:
+def _schema_ready(db: PostgresSql, migrations: int) -> bool:
+    """True when LangGraph's migrations and our tables and triggers are all in place."""
+    checks = ["to_regclass(?) IS NOT NULL" for _ in (*TABLES, POSTGRES_MIGRATIONS_TABLE)]
+    checks += ["EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = ? AND tgrelid = to_regclass(?))"
+               for _ in TRIGGERS]
+    params = [*TABLES, POSTGRES_MIGRATIONS_TABLE, *(p for t in TRIGGERS for p in (t.name, t.table))]
+    if not db.value("SELECT " + " AND ".join(checks), params):
         return False
-    latest = conn.execute("SELECT max(v) FROM checkpoint_migrations").fetchone()[0]
-    return latest == migrations - 1
+    return bool(db.value(f"SELECT max(v) FROM {POSTGRES_MIGRATIONS_TABLE}") == migrations - 1)
 
 
-def _setup_serialized(control: Any, checkpointer: Any, timeout_s: float = 120.0) -> None:
-    """Runs `PostgresSaver.setup()` and our DDL while holding the setup advisory lock.
-
-    The lock is taken with `pg_try_advisory_lock` in a polling loop, not the blocking
-    `pg_advisory_lock`: a session blocked inside a statement keeps a snapshot open, and
-    `CREATE INDEX CONCURRENTLY` in the holder's migrations waits for every older
-    snapshot to finish, so blocking waiters and the holder would wait on each other.
+def _setup_serialized(control: psycopg.Connection[Any], checkpointer: PostgresSaver) -> None:
+    """Runs `PostgresSaver.setup()` and our DDL (`graph.schema`) holding the setup lock.
 
     Raises:
-        TimeoutError: Another process held the setup lock for `timeout_s` seconds.
+        TimeoutError: Another process held the setup lock for `SETUP_TIMEOUT_S` seconds.
     """
-    deadline = time.monotonic() + timeout_s
-    while not control.execute("SELECT pg_try_advisory_lock(%s)", (SETUP_LOCK_KEY,)).fetchone()[0]:
-        if time.monotonic() > deadline:
-            raise TimeoutError("PostgreSQL schema setup lock held too long by another process")
-        time.sleep(0.05)
-    try:
+    with advisory_lock(control, SETUP_LOCK_KEY, what="schema setup", timeout_s=SETUP_TIMEOUT_S):
         checkpointer.setup()
-        control.execute(POSTGRES_LEDGER_DDL + POSTGRES_LOG_DDL + TOMBSTONE_DDL + APPROVALS_DDL
-                        + digest_ddl(new_marker()))
-    finally:
-        control.execute("SELECT pg_advisory_unlock(%s)", (SETUP_LOCK_KEY,))
+        control.execute(ddl("postgres", new_marker()))
 
 
-_TRIGGERS = {"attempt_ledger_never_decreases": "attempt_ledger",
-             "attempt_log_append_only": "attempt_log"}
+def _check_triggers(db: PostgresSql, location: str) -> None:
+    """Refuses a database where a guarded trigger of ours was dropped beside its table.
 
-
-def _check_triggers(control: Any, location: str) -> None:
-    """Refuses a database where a trigger of ours was dropped beside its table (no DDL runs).
+    No DDL runs before this check, so a refused database is left as it was.
 
     Raises:
         RefusedError: `damaged`.
     """
-    for trigger, table in _TRIGGERS.items():
-        row = control.execute(
-            "SELECT to_regclass(%s) IS NOT NULL, EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = %s"
-            " AND tgrelid = to_regclass(%s) AND NOT tgisinternal)", (table, trigger, table)
-        ).fetchone()
+    for trigger in TRIGGERS:
+        if not trigger.guarded:
+            continue
+        row = db.run(
+            "SELECT to_regclass(?) IS NOT NULL, EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = ?"
+            " AND tgrelid = to_regclass(?) AND NOT tgisinternal)",
+            (trigger.table, trigger.name, trigger.table)).fetchone()
         if row[0] and not row[1]:
-            raise RefusedError(f"{location}: trigger {trigger} of table {table} was dropped; "
-                               "the database was changed outside this program",
-                               error_code="damaged")
+            raise RefusedError(f"{location}: trigger {trigger.name} of table {trigger.table} was "
+                               "dropped; the database was changed outside this program",
+                               error_code=ErrorCode.DAMAGED)
+
+
+def _connect(url: str, location: str, read_only: bool
+             ) -> tuple[psycopg.Connection[Any], psycopg.Connection[Any]]:
+    """The saver's connection (dict rows) and the control connection (tuple rows, keepalives).
+
+    Raises:
+        UsageError: `db_unreachable` (exit 2), the password never shown.
+    """
+    import psycopg
+    from psycopg.conninfo import make_conninfo
+    from psycopg.rows import dict_row
+
+    conninfo = make_conninfo(url, connect_timeout=CONNECT_TIMEOUT_S,
+                             options="-c default_transaction_read_only=on" if read_only else None)
+    try:
+        saver_conn = psycopg.connect(conninfo, autocommit=True, prepare_threshold=0,
+                                     row_factory=dict_row)
+        try:
+            control = psycopg.connect(make_conninfo(conninfo, application_name="mandapi-resume",
+                                                    **KEEPALIVES), autocommit=True)
+        except BaseException:
+            saver_conn.close()
+            raise
+    except psycopg.OperationalError as exc:
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        detail = lines[0] if lines else type(exc).__name__
+        password = urlsplit(url).password
+        if password:
+            detail = detail.replace(password, "***")
+        raise UsageError(f"cannot connect to PostgreSQL at {location}: {detail}",
+                         error_code=ErrorCode.DB_UNREACHABLE) from None
+    return saver_conn, control
 
 
 @contextmanager
@@ -162,48 +145,26 @@ def open_postgres(url: str, *, create: bool = True, read_only: bool = False
 
     Raises:
         UsageError: The server cannot be reached or refuses the login (exit 2).
-        RefusedError: `no_such_file` for a database holding no checkpoint ledger.
-
-    Raises:
-        UsageError: The server cannot be reached or refuses the login (exit 2).
+        RefusedError: `no_such_file` for a database holding no checkpoint ledger;
+            `damaged` for a dropped trigger of ours.
     """
-    import psycopg
     from langgraph.checkpoint.postgres import PostgresSaver
-    from psycopg.rows import dict_row
-
-    from graph.serde import make_serde
 
     location = redact(url)
-    extra = {"options": "-c default_transaction_read_only=on"} if read_only else {}
+    saver_conn, control = _connect(url, location, read_only)
     try:
-        saver_conn = psycopg.connect(url, autocommit=True, prepare_threshold=0,
-                                     row_factory=dict_row, connect_timeout=CONNECT_TIMEOUT_S,
-                                     **extra)
-        control = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
-                                  application_name="mandapi-resume", **KEEPALIVES, **extra)
-    except psycopg.OperationalError as exc:
-        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-        detail = lines[0] if lines else type(exc).__name__
-        password = urlsplit(url).password
-        if password:
-            detail = detail.replace(password, "***")
-        raise UsageError(f"cannot connect to PostgreSQL at {location}: {detail}",
-                         error_code="db_unreachable") from None
-    conns = (saver_conn, control)
-    try:
-        checkpointer = postgres_saver(saver_conn, make_serde())
-        if not _schema_ready(control, len(PostgresSaver.MIGRATIONS)):
-            ours = control.execute("SELECT to_regclass('attempt_ledger')").fetchone()[0]
-            if ours is None and (read_only or not create):
+        db = PostgresSql(control)
+        checkpointer = postgres_saver(saver_conn, SqlDigests(db))
+        if not _schema_ready(db, len(PostgresSaver.MIGRATIONS)):
+            if not db.table_exists(LEDGER) and (read_only or not create):
                 raise RefusedError(f"{location} holds no mandapi-resume checkpoint database",
-                                   error_code="no_such_file")
-            _check_triggers(control, location)
+                                   error_code=ErrorCode.NO_SUCH_FILE)
+            _check_triggers(db, location)
             if not read_only:  # a reader of an older schema reads what is there
                 _setup_serialized(control, checkpointer)
-        _check_triggers(control, location)
-        store = Store.build(location, checkpointer, control, placeholder="%s",
-                            locks=AdvisoryThreadLocks(control), conns=conns)
-        yield store
+        _check_triggers(db, location)
+        yield Store.build(location, checkpointer, db, locks=AdvisoryThreadLocks(control),
+                          conns=(saver_conn, control))
     finally:
-        for conn in conns:
-            conn.close()
+        saver_conn.close()
+        control.close()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 from graph.cli import Parser, emit, guard, resolve_db
 
@@ -38,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         completed, failed = parse_age(args.completed), parse_age(args.failed)
         with open_store(resolve_db(args.db), create=False) as store:
             candidates, notes = select(store, completed=completed, failed=failed)
+            report: dict[str, Any]
             if args.dry_run:
                 report = {"would_prune": [c.__dict__ for c in candidates], "skipped": notes}
             else:

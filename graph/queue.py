@@ -19,7 +19,6 @@ request, because the ledger decides. Importing this module connects to nothing.
 from __future__ import annotations
 
 import os
-import time
 from typing import Any
 
 from procrastinate import App, PsycopgConnector
@@ -122,16 +121,15 @@ def ensure_schema(db: str) -> None:
     """Applies procrastinate's schema once, serialized across processes by an advisory lock."""
     import psycopg
 
-    with psycopg.connect(db, autocommit=True) as conn:
-        while not conn.execute("SELECT pg_try_advisory_lock(%s)", (_SCHEMA_LOCK,)).fetchone()[0]:
-            time.sleep(0.05)
-        try:
-            if conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()[0] is None:
-                app = make_app(db)
-                with app.open():
-                    app.schema_manager.apply_schema()
-        finally:
-            conn.execute("SELECT pg_advisory_unlock(%s)", (_SCHEMA_LOCK,))
+    from graph.pg_locks import advisory_lock
+
+    with psycopg.connect(db, autocommit=True) as conn, \
+            advisory_lock(conn, _SCHEMA_LOCK, what="queue schema"):
+        row = conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()
+        if row is None or row[0] is None:
+            app = make_app(db)
+            with app.open():
+                app.schema_manager.apply_schema()
 
 
 def enqueue(db: str, items: list[Any], *, live: bool, cap_id: str | None,

@@ -1,55 +1,190 @@
-"""The small SQL layer our tables share: one autocommit connection, `?` placeholders.
+"""The small SQL layer our tables share: one autocommit connection and its dialect.
 
-Ledger, attempt log, tombstones and approvals run the same statements on sqlite3 and
-psycopg connections; only the parameter marker differs.
+Ledger, attempt log, tombstones, approvals and digests run the same statements, written
+with `?` markers, on sqlite3 and psycopg connections. `SqliteSql` and `PostgresSql` are
+the only places that know how the two differ: the parameter marker, how a transaction
+starts, how the catalogue says a table exists, how a migration is serialized, and how
+space is measured and reclaimed.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+if TYPE_CHECKING:
+    import psycopg
+
+
+class Cursor(Protocol):
+    """What our tables use of a sqlite3 or psycopg cursor."""
+
+    @property
+    def rowcount(self) -> int:
+        """Rows changed by the statement."""
+
+    @property
+    def description(self) -> Any:
+        """Column descriptions (`[0]` is the name), or None for a statement without rows."""
+
+    def fetchone(self) -> Any:
+        """The next row (a tuple), or None."""
+
+    def fetchall(self) -> list[Any]:
+        """The remaining rows (tuples)."""
+
+
+class Sql(ABC):
+    """One autocommit connection of ours (each statement commits) and its dialect.
+
+    Attributes:
+        placeholder: The driver's parameter marker that replaces `?` in statements.
+    """
+
+    placeholder: ClassVar[str]
+    _exists_sql: ClassVar[str]
+    """A query whose one value says whether the table named by its parameter exists."""
+
+    def __init__(self) -> None:
+        self._tables: set[str] = set()
+
+    @abstractmethod
+    def _execute(self, sql: str, params: Sequence[Any]) -> Cursor:
+        """Runs a statement already in the driver's marker style."""
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
+        """Runs one statement written with `?` markers; returns its cursor."""
+        return self._execute(sql.replace("?", self.placeholder), params)
+
+    def value(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        """The first column of the first row of a query, or None when it has no row."""
+        row = self.run(sql, params).fetchone()
+        return None if row is None else row[0]
+
+    @abstractmethod
+    def transaction(self) -> AbstractContextManager[None]:
+        """One transaction on the autocommit connection; rolls back on any error."""
+
+    def table_exists(self, table: str) -> bool:
+        """Whether `table` exists, read from the catalogue (a database from before it lacks it).
+
+        Tables of ours are never dropped once they exist (a migration rebuilds one in
+        the same transaction), so a table found once is not looked up again.
+        """
+        if table not in self._tables and self.value(self._exists_sql, (table,)):
+            self._tables.add(table)
+        return table in self._tables
+
+    @abstractmethod
+    def serialize_migration(self, key: int) -> None:
+        """Inside a transaction: waits until no other process migrates (lock `key`)."""
+
+    @abstractmethod
+    def used_bytes(self) -> int:
+        """Bytes the database uses."""
+
+    @abstractmethod
+    def reclaim_space(self) -> None:
+        """Gives free space back to the file system when that is worth it."""
+
+
+class SqliteSql(Sql):
+    """A sqlite3 connection with `isolation_level=None`."""
+
+    placeholder = "?"
+    _exists_sql = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        super().__init__()
+        self.conn = conn
+
+    def _execute(self, sql: str, params: Sequence[Any]) -> Cursor:
+        return self.conn.execute(sql, params)
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """`BEGIN IMMEDIATE` (the write lock at once, so no other writer interleaves)."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    def serialize_migration(self, key: int) -> None:
+        """Nothing more: `BEGIN IMMEDIATE` already holds the file's write lock."""
+
+    def _pages(self) -> tuple[int, int, int]:
+        """`(page_count, freelist_count, page_size)`."""
+        return (self.value("PRAGMA page_count"), self.value("PRAGMA freelist_count"),
+                self.value("PRAGMA page_size"))
+
+    def used_bytes(self) -> int:
+        """`(page_count - freelist_count) * page_size`."""
+        pages, free, size = self._pages()
+        return int((pages - free) * size)
+
+    def reclaim_space(self) -> None:
+        """`VACUUM` when over a quarter of the file (and 1 MiB) is free pages."""
+        pages, free, size = self._pages()
+        if free * size >= 1 << 20 and free * 4 >= pages:
+            try:
+                self.conn.execute("VACUUM")
+            except sqlite3.OperationalError:
+                pass  # another process is using the file; the free pages are reused anyway
+
+
+class PostgresSql(Sql):
+    """A psycopg connection with `autocommit=True` and tuple rows."""
+
+    placeholder = "%s"
+    _exists_sql = "SELECT to_regclass(?) IS NOT NULL"
+
+    def __init__(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+        super().__init__()
+        self.conn = conn
+
+    def _execute(self, sql: str, params: Sequence[Any]) -> Cursor:
+        return self.conn.execute(sql, params)
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """The `Connection.transaction()` of psycopg."""
+        with self.conn.transaction():
+            yield
+
+    def serialize_migration(self, key: int) -> None:
+        """`pg_advisory_xact_lock(key)`: held until the transaction ends."""
+        self.run("SELECT pg_advisory_xact_lock(?)", (key,))
+
+    def used_bytes(self) -> int:
+        """`pg_database_size` of the current database (autovacuum reclaims space)."""
+        return int(self.value("SELECT pg_database_size(current_database())"))
+
+    def reclaim_space(self) -> None:
+        """Nothing: PostgreSQL's autovacuum reclaims space."""
 
 
 class SqlTable:
     """Base of our table classes.
 
     Args:
-        conn: A `sqlite3` connection with `isolation_level=None`, or a psycopg
-            connection with `autocommit=True` (tuple rows): each statement commits.
-        placeholder: The driver's parameter marker: `?` (sqlite3) or `%s` (psycopg).
+        db: The connection the table's statements run on.
     """
 
-    def __init__(self, conn: Any, *, placeholder: str = "?") -> None:
-        self._conn = conn
-        self._ph = placeholder
+    def __init__(self, db: Sql) -> None:
+        self._db = db
 
-    def _run(self, sql: str, params: tuple = ()) -> Any:
+    def _run(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
         """Runs one statement written with `?` markers; returns the cursor."""
-        return self._conn.execute(sql.replace("?", self._ph), params)
+        return self._db.run(sql, params)
 
-    def _rows_if_table(self, table: str, sql: str, params: tuple) -> list[tuple] | None:
+    def _rows_if_table(self, table: str, sql: str, params: Sequence[Any]) -> list[Any] | None:
         """Rows of a query, or None when `table` does not exist (a database from before it)."""
-        try:
-            return self._run(sql, params).fetchall()
-        except Exception as exc:  # noqa: BLE001 - only a missing table is expected here
-            if table in str(exc) and ("no such table" in str(exc) or "does not exist" in str(exc)):
-                return None
-            raise
-
-
-@contextmanager
-def transaction(conn: Any) -> Iterator[None]:
-    """One transaction on an autocommit connection (sqlite3 or psycopg); rolls back on error."""
-    if isinstance(conn, sqlite3.Connection):
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
-    else:
-        with conn.transaction():
-            yield
+        if not self._db.table_exists(table):
+            return None
+        return self._run(sql, params).fetchall()

@@ -24,7 +24,6 @@ from langgraph.types import Command
 from graph.approvals import apply_approved, decide, pending_review
 from graph.errors import RefusedError, UsageError
 from graph.exitcodes import ExitCode
-from graph.factory import build_graph
 from graph.loading import load_thread
 from graph.models import make_model
 from graph.outcome import Outcome
@@ -287,7 +286,7 @@ def advance(
     with (tracing_context(enabled=False), store.locks.hold(thread_id),
           _storage_damage_refused(store.location)):
         _check_tombstone(store, request)
-        graph = build_graph(store.checkpointer)
+        graph = store.graph
         loaded = load_thread(graph, thread_id, store.location)
         entry = store.ledger.read(thread_id)
         if request.cancel:

@@ -1,4 +1,8 @@
-"""Chooses the storage backend for a `--db` value: a SQLite file or a PostgreSQL URL."""
+"""Opens the database a `--db` value names: a SQLite file or a PostgreSQL URL.
+
+The backend is chosen here and nowhere else; what an open database offers is the
+`graph.database.Store`.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +10,12 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from graph.errors import UsageError
+
+if TYPE_CHECKING:
+    from graph.database import Store
 
 POSTGRES_PREFIXES = ("postgresql://", "postgres://")
 
@@ -19,7 +26,7 @@ def is_postgres(db: str) -> bool:
 
 
 @contextmanager
-def open_store(db: str, *, create: bool, read_only: bool = False) -> Iterator[Any]:
+def open_store(db: str, *, create: bool, read_only: bool = False) -> Iterator[Store]:
     """Opens the checkpoint store named by `db`.
 
     Args:
@@ -29,21 +36,14 @@ def open_store(db: str, *, create: bool, read_only: bool = False) -> Iterator[An
         read_only: Never write: no schema set-up, no lock files (history, listing).
 
     Yields:
-        A store with `location`, `checkpointer`, `ledger`, `log`, `tombstones`,
-        `locks` and `conn` (the autocommit connection of ledger, log and tombstones).
+        The open store (`graph.database.Store`), closed on exit.
 
     Raises:
         graph.errors.RefusedError: The database is missing or unusable (exit 4).
         graph.errors.UsageError: `--db` is a folder or an impossible path, or this user
             lacks a permission the command needs (`permission_denied`; exit 2).
     """
-    if re.match(r"\s*\w+\s*=", db):
-        raise UsageError("--db takes a SQLite file path or a postgresql:// URL, not a libpq "
-                         "key=value string")
-    scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", db)
-    if scheme and not is_postgres(db):
-        raise UsageError(f"--db {scheme.group(1)}:// is not supported: give a SQLite file path "
-                         "or a postgresql:// URL")
+    _check_form(db)
     if is_postgres(db):
         from graph.postgres_store import open_postgres
 
@@ -58,6 +58,37 @@ def open_store(db: str, *, create: bool, read_only: bool = False) -> Iterator[An
         check_sqlite_access(db, read_only=read_only)
         with open_sqlite(Path(db), create=create, read_only=read_only) as store:
             yield store
+
+
+def _check_form(db: str) -> None:
+    """Refuses a `--db` that is neither a file path nor a `postgresql://` URL (exit 2)."""
+    if re.match(r"\s*\w+\s*=", db):
+        raise UsageError("--db takes a SQLite file path or a postgresql:// URL, not a libpq "
+                         "key=value string")
+    scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", db)
+    if scheme and not is_postgres(db):
+        raise UsageError(f"--db {scheme.group(1)}:// is not supported: give a SQLite file path "
+                         "or a postgresql:// URL")
+
+
+def integrity_problems(db: str) -> list[str]:
+    """SQLite's full integrity check of file `db`, one line per problem (empty when intact).
+
+    Reads only. A PostgreSQL database has no file-level check here (the server checks
+    its own pages): empty.
+
+    Raises:
+        RefusedError: The file is missing or not a checkpoint database at all.
+        UsageError: As `open_store` with `read_only` (a folder, a missing permission).
+    """
+    if is_postgres(db):
+        return []
+    from graph.access import check_sqlite_access
+    from graph.sqlite_file import check_database, integrity_check
+
+    check_sqlite_access(db, read_only=True)
+    check_database(Path(db))
+    return [f"{db}: integrity_check: {row}" for row in integrity_check(Path(db))]
 
 
 def check_postgres_url(db: str) -> None:

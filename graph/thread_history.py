@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from graph.database import Store
 from graph.errors import RefusedError
-from graph.factory import build_graph
+from graph.exitcodes import ErrorCode
 from graph.loading import (
     check_values,
     history_page,
@@ -33,7 +34,7 @@ def _writer(snapshot: Any, parent: Any | None) -> str:
     return source or "?"
 
 
-def step_log(store: Any, thread_id: str) -> list[dict[str, Any]]:
+def step_log(store: Store, thread_id: str) -> list[dict[str, Any]]:
     """One row per model attempt, oldest first, from the append-only attempt log.
 
     Returns:
@@ -75,7 +76,7 @@ def step_log(store: Any, thread_id: str) -> list[dict[str, Any]]:
     return [steps[k] for k in sorted(steps)]
 
 
-def checkpoints(store: Any, thread_id: str, limit: int = 50) -> list[dict[str, Any]]:
+def checkpoints(store: Store, thread_id: str, limit: int = 50) -> list[dict[str, Any]]:
     """The thread's latest `limit` checkpoints, oldest first.
 
     One page through LangGraph's `get_state_history(limit=...)`, so a long history is
@@ -89,7 +90,7 @@ def checkpoints(store: Any, thread_id: str, limit: int = 50) -> list[dict[str, A
     Raises:
         RefusedError: A checkpoint in the page fails its checks (`damaged`, ...).
     """
-    graph = build_graph(store.checkpointer)
+    graph = store.graph
     config = {"configurable": {"thread_id": thread_id}}
     where = f"{store.location}: thread {thread_id!r}"
     page = history_page(graph, config, where, limit + 1)
@@ -111,7 +112,7 @@ def checkpoints(store: Any, thread_id: str, limit: int = 50) -> list[dict[str, A
     return list(reversed(rows))
 
 
-def thread_history(store: Any, thread_id: str, checkpoint_limit: int = 50) -> dict[str, Any]:
+def thread_history(store: Store, thread_id: str, checkpoint_limit: int = 50) -> dict[str, Any]:
     """Everything `graph.history` shows about one thread.
 
     Returns:
@@ -128,11 +129,11 @@ def thread_history(store: Any, thread_id: str, checkpoint_limit: int = 50) -> di
     Raises:
         RefusedError: `no_such_thread`, or the thread fails its checks.
     """
-    graph = build_graph(store.checkpointer)
+    graph = store.graph
     loaded = load_thread(graph, thread_id, store.location)
     if loaded is None:
         raise RefusedError(f"no such thread {thread_id!r} in {store.location}",
-                           error_code="no_such_thread")
+                           error_code=ErrorCode.NO_SUCH_THREAD)
     thread, progress = loaded.values["thread"], loaded.values["progress"]
     entry = store.ledger.read(thread_id)
     header = {
@@ -158,7 +159,7 @@ def thread_history(store: Any, thread_id: str, checkpoint_limit: int = 50) -> di
             "checkpoints": checkpoints(store, thread_id, checkpoint_limit), "decisions": decisions}
 
 
-def list_threads(store: Any) -> list[dict[str, Any]]:
+def list_threads(store: Store) -> list[dict[str, Any]]:
     """Every thread in the database, by thread id.
 
     Returns:
@@ -166,14 +167,15 @@ def list_threads(store: Any) -> list[dict[str, Any]]:
         `max_attempts`, `updated_at` (ledger time of the last attempt or status change)
         and `task` (whole; shorten for display).
     """
-    graph = build_graph(store.checkpointer)
+    graph = store.graph
     rows = []
     for thread_id, updated_at in sorted(store.ledger.updated_at().items()):
-        row = {"thread_id": thread_id, "attempts": None, "max_attempts": None,
-               "updated_at": updated_at, "status": None, "task": None}
+        row: dict[str, Any] = {"thread_id": thread_id, "attempts": None, "max_attempts": None,
+                               "updated_at": updated_at, "status": None, "task": None}
         try:
             entry = store.ledger.read(thread_id)
-            row.update(attempts=entry.attempts, max_attempts=entry.max_attempts)
+            if entry is not None:  # None: pruned by another process just now
+                row.update(attempts=entry.attempts, max_attempts=entry.max_attempts)
             loaded = load_thread(graph, thread_id, store.location)
         except RefusedError as exc:
             row["status"] = f"unreadable: {exc.error_code}"

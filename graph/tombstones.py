@@ -5,16 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from graph.rowcheck import check_row, is_iso_time, is_text, text_refused
+from graph.schema import TOMBSTONES
 from graph.sql import SqlTable
-
-TOMBSTONE_DDL = """
-CREATE TABLE IF NOT EXISTS thread_tombstones (
-    thread_id    TEXT PRIMARY KEY,
-    final_status TEXT NOT NULL,
-    pruned_at    TEXT NOT NULL
-);
-"""
-
 
 _FINAL = ("done", "exhausted", "cancelled")
 """The statuses a thread can be pruned in (`graph.retention`)."""
@@ -36,7 +28,7 @@ class SqlTombstones(SqlTable):
         """The thread's tombstone, or None (also for a database from before tombstones)."""
         with text_refused("thread_tombstones"):
             rows = self._rows_if_table(
-                "thread_tombstones", "SELECT thread_id, final_status, pruned_at FROM "
+                TOMBSTONES, "SELECT thread_id, final_status, pruned_at FROM "
                 "thread_tombstones WHERE thread_id = ?", (thread_id,))
         if not rows:
             return None
@@ -44,6 +36,19 @@ class SqlTombstones(SqlTable):
             "thread_id": is_text, "final_status": lambda v: v in _FINAL,
             "pruned_at": is_iso_time})
         return Tombstone(*rows[0])
+
+    def add(self, tombstone: Tombstone) -> None:
+        """Records a tombstone; a thread that already has one keeps it."""
+        self._run("INSERT INTO thread_tombstones VALUES (?, ?, ?) ON CONFLICT (thread_id) DO NOTHING",
+                  (tombstone.thread_id, tombstone.final_status, tombstone.pruned_at))
+
+    def thread_ids(self) -> set[str]:
+        """Every tombstoned thread id, read without checking the rows.
+
+        Empty for a database from before tombstones.
+        """
+        rows = self._rows_if_table(TOMBSTONES, "SELECT thread_id FROM thread_tombstones", ())
+        return {str(row[0]) for row in rows or ()}
 
     def remove(self, thread_id: str) -> None:
         """Deletes the tombstone (for `--restart-pruned`)."""

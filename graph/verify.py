@@ -13,10 +13,7 @@ Exit 0 when everything is intact, 4 when anything is refused (each problem is li
 from __future__ import annotations
 
 import json
-import sqlite3
 import sys
-from pathlib import Path
-from typing import Any
 
 from graph.cli import Parser, emit, guard, report_error, resolve_db
 from graph.errors import RefusedError
@@ -29,49 +26,20 @@ def verify(db: str) -> list[str]:
     Raises:
         RefusedError: The file is missing or not a checkpoint database at all.
     """
-    from graph.factory import build_graph
     from graph.loading import check_stored_thread
-    from graph.storage import is_postgres, open_store
+    from graph.storage import integrity_problems, open_store
 
-    problems: list[str] = []
-    if not is_postgres(db):
-        from graph.access import check_sqlite_access, read_only_uri
-        from graph.sqlite_store import check_database
-
-        check_sqlite_access(db, read_only=True)
-
-        path = Path(db)
-        check_database(path)
-        conn = sqlite3.connect(read_only_uri(path), uri=True)
-        try:
-            rows = [r[0] for r in conn.execute("PRAGMA integrity_check")]
-        except sqlite3.DatabaseError as exc:
-            rows = [str(exc)]
-        finally:
-            conn.close()
-        problems += [f"{db}: integrity_check: {row}" for row in rows if row != "ok"]
-        if problems:
-            return problems
+    problems = integrity_problems(db)
+    if problems:
+        return problems
     with open_store(db, create=False, read_only=True) as store:
-        graph = build_graph(store.checkpointer)
-        for thread_id in _thread_ids(store):
+        for thread_id in store.thread_ids():
             try:
                 store.tombstones.get(thread_id)  # a tombstone graph.run would refuse to read
-                check_stored_thread(store, graph, thread_id)
+                check_stored_thread(store, store.graph, thread_id)
             except RefusedError as exc:
                 problems.append(exc.message)
     return problems
-
-
-def _thread_ids(store: Any) -> list[str]:
-    """Every thread id in the checkpoint and ledger tables, sorted.
-
-    Read with plain SQL, so one undecodable checkpoint cannot hide the others.
-    """
-    ids = {row[0] for row in store.conn.execute("SELECT DISTINCT thread_id FROM checkpoints")}
-    ids |= {row[0] for row in store.conn.execute("SELECT thread_id FROM attempt_ledger")}
-    ids |= {row[0] for row in store.conn.execute("SELECT thread_id FROM thread_tombstones")}
-    return sorted(str(i) for i in ids)
 
 
 def main(argv: list[str] | None = None) -> int:

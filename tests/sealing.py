@@ -14,6 +14,7 @@ def reseal(db: str, thread_id: str) -> None:
     """Sets the digest of `thread_id`'s latest checkpoint to match what is stored now."""
     from graph.digest import SqlDigests, checkpoint_digest
     from graph.serde import CheckpointIntegrityError, make_serde
+    from graph.sql import PostgresSql, SqliteSql
     from graph.storage import is_postgres
 
     serde = make_serde()
@@ -25,7 +26,7 @@ def reseal(db: str, thread_id: str) -> None:
         saver_conn = psycopg.connect(db, autocommit=True, row_factory=dict_row)
         conn: Any = psycopg.connect(db, autocommit=True)
         saver: Any = PostgresSaver(saver_conn, serde=serde)
-        digests, closing = SqlDigests(conn, placeholder="%s"), (saver_conn, conn)
+        digests, closing = SqlDigests(PostgresSql(conn)), (saver_conn, conn)
     else:
         import sqlite3
 
@@ -34,7 +35,7 @@ def reseal(db: str, thread_id: str) -> None:
         conn = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
         saver = SqliteSaver(conn, serde=serde)
         saver.is_setup = True
-        digests, closing = SqlDigests(conn), (conn,)
+        digests, closing = SqlDigests(SqliteSql(conn)), (conn,)
     try:
         try:
             saved = saver.get_tuple({"configurable": {"thread_id": thread_id}})

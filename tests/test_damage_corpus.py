@@ -490,15 +490,14 @@ class PostgresCase(_Damage, PostgresBackend):
 
     def restore(self) -> None:
         """Puts every row back as built, and our triggers."""
-        from graph.attempt_log import POSTGRES_LOG_DDL
-        from graph.ledger import POSTGRES_LEDGER_DDL
+        from graph.schema import ddl
 
         with self._read_conn() as conn, conn.transaction():
             tables = self._tables(conn)
             conn.execute("TRUNCATE " + ", ".join(f'public."{t}"' for t in tables))
             for table in tables:
                 conn.execute(f'INSERT INTO public."{table}" SELECT * FROM pristine."{table}"')
-            conn.execute(POSTGRES_LEDGER_DDL + POSTGRES_LOG_DDL)
+            conn.execute(ddl("postgres", marker="unused: the restored table has its marker"))
 
     def _read_conn(self) -> Any:
         return self._psycopg.connect(self.db, autocommit=True)

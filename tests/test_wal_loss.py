@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from graph.store import Store
+from graph.database import Store
 from tests.conftest import SqliteBackend, run_cli
 from tests.fakes import tool_call_reply
 from tests.wal_damage import DAMAGE, FRAME_HEADER, HEADER

@@ -1,0 +1,218 @@
+"""An open checkpoint database, whatever the backend: the `Store` every entry point uses.
+
+A `Store` holds LangGraph's checkpointer and our tables on their connections, the
+per-thread writer locks, and the graph compiled once with its checkpointer. It offers
+the per-thread operations retention, copy and verify need, so no module outside
+storage writes SQL for our tables (`graph.schema` lists them).
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Protocol
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
+from langgraph.graph.state import CompiledStateGraph
+
+from graph.approvals_table import SqlApprovals
+from graph.attempt_log import SqlAttemptLog
+from graph.factory import build_graph
+from graph.ledger import LedgerRow, SqlLedger
+from graph.schema import CHECKPOINTS, TOMBSTONES
+from graph.sql import Sql
+from graph.tombstones import SqlTombstones, Tombstone
+
+
+class WriterLocks(Protocol):
+    """One writer per thread (`graph.locks` on SQLite, `graph.pg_locks` on PostgreSQL)."""
+
+    def hold(self, thread_id: str) -> AbstractContextManager[None]:
+        """Holds the thread's lock for a block; raises `BusyError` when another has it."""
+
+    def close(self) -> None:
+        """Releases every lock (after the database connections are closed)."""
+
+
+class Closable(Protocol):
+    """A database connection, as far as closing it goes."""
+
+    def close(self) -> None:
+        """Closes the connection."""
+
+
+class ReadOnlyLocks:
+    """The locks of a store opened read-only: a reader never holds a writer lock."""
+
+    def hold(self, thread_id: str) -> AbstractContextManager[None]:
+        """Never returns.
+
+        Raises:
+            RuntimeError: Always (a bug: only writers lock threads).
+        """
+        raise RuntimeError(f"thread {thread_id!r}: a store opened read-only holds no locks")
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+@dataclass(frozen=True)
+class ThreadExport:
+    """One thread as `graph.copy` moves it: its rows in our tables and its checkpoints.
+
+    Attributes:
+        thread_id: The thread.
+        ledger: Its ledger row, or None (a pruned thread has none).
+        tombstone: Its tombstone, or None.
+        checkpoints: Every checkpoint with its pending writes, newest first.
+        log: Its attempt-log rows, oldest first (`SqlAttemptLog.rows`).
+        decisions: Its decisions on write calls, in decision order.
+    """
+
+    thread_id: str
+    ledger: LedgerRow | None
+    tombstone: Tombstone | None
+    checkpoints: list[CheckpointTuple]
+    log: list[dict[str, Any]]
+    decisions: list[dict[str, Any]]
+
+
+@dataclass
+class Store:
+    """An open checkpoint database (SQLite file or PostgreSQL).
+
+    Attributes:
+        location: The file path, or the URL with its password redacted, for messages.
+        checkpointer: LangGraph's saver, checked (`graph.checked_saver`), on its own
+            connection.
+        sql: The autocommit connection of the ledger, log, tombstones and approvals.
+        ledger: The attempt ledger and the request caps.
+        log: The append-only attempt log.
+        tombstones: Tombstones of pruned threads.
+        approvals: Decisions on write calls.
+        locks: Per-thread writer locks (`hold(thread_id)`).
+    """
+
+    location: str
+    checkpointer: BaseCheckpointSaver[str]
+    sql: Sql
+    ledger: SqlLedger
+    log: SqlAttemptLog
+    tombstones: SqlTombstones
+    approvals: SqlApprovals
+    locks: WriterLocks
+    _conns: tuple[Closable, ...] = field(repr=False)
+
+    @classmethod
+    def build(cls, location: str, checkpointer: BaseCheckpointSaver[str], sql: Sql, *,
+              locks: WriterLocks, conns: tuple[Closable, ...],
+              ledger_type: type[SqlLedger] = SqlLedger) -> Store:
+        """A store whose tables all run on `sql`.
+
+        `ledger_type` lets a backend add what its claims need (`graph.sqlite_ledger`);
+        `conns` are every connection the store closes, in order.
+        """
+        return cls(location, checkpointer, sql, ledger_type(sql), SqlAttemptLog(sql),
+                   SqlTombstones(sql), SqlApprovals(sql), locks, conns)
+
+    @cached_property
+    def graph(self) -> CompiledStateGraph[Any, Any, Any, Any]:
+        """The agent graph compiled with this store's checkpointer, once per open store."""
+        return build_graph(self.checkpointer)
+
+    def close(self) -> None:
+        """Closes the connections, then the lock handle.
+
+        In that order: closing a handle of the database file first would drop SQLite's
+        own locks (see `graph.locks`).
+        """
+        for conn in self._conns:
+            conn.close()
+        self.locks.close()
+
+    def thread_ids(self) -> list[str]:
+        """Every thread id with a checkpoint, a ledger row or a tombstone, sorted.
+
+        Read without decoding or checking any row, so one damaged row cannot hide the
+        other threads (`graph.verify` checks each one).
+        """
+        rows = self.sql.run(f"SELECT DISTINCT thread_id FROM {CHECKPOINTS}").fetchall()
+        ids = {str(row[0]) for row in rows}
+        return sorted(ids | self.ledger.thread_ids() | self.tombstones.thread_ids())
+
+    def bury(self, tombstone: Tombstone) -> None:
+        """Deletes a finished thread, leaving its tombstone (retention; INVARIANTS I10).
+
+        Two commits: first, in one transaction, the tombstone is written and the
+        thread's ledger row, attempt log and decisions are deleted; then LangGraph's
+        `delete_thread` removes its checkpoints (and their digests). From the first
+        commit on the thread is refused as `pruned`, so a crash in between leaves it
+        gone, never half-usable; `sweep_buried` removes the leftover checkpoints.
+        """
+        thread_id = tombstone.thread_id
+        with self.sql.transaction():
+            self.tombstones.add(tombstone)
+            self.ledger.delete(thread_id)
+            self.log.delete_thread(thread_id)
+            self.approvals.delete_thread(thread_id)
+        self.checkpointer.delete_thread(thread_id)
+
+    def sweep_buried(self) -> int:
+        """Deletes leftover checkpoints of tombstoned threads (an interrupted `bury`).
+
+        Returns:
+            How many threads had leftovers.
+        """
+        rows = self.sql.run(f"SELECT DISTINCT thread_id FROM {CHECKPOINTS} WHERE thread_id IN "
+                            f"(SELECT thread_id FROM {TOMBSTONES})").fetchall()
+        for (thread_id,) in rows:
+            self.checkpointer.delete_thread(thread_id)
+        return len(rows)
+
+    def export_thread(self, thread_id: str) -> ThreadExport:
+        """Reads a whole thread: our rows with exact types, and every checkpoint, checked.
+
+        Raises:
+            RefusedError: `damaged` for a row of ours that fails its checks.
+            CheckpointIntegrityError: A checkpoint fails its checks.
+        """
+        config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
+        return ThreadExport(thread_id, self.ledger.row(thread_id),
+                            self.tombstones.get(thread_id), list(self.checkpointer.list(config)),
+                            self.log.rows(thread_id),
+                            list(self.approvals.rows(thread_id).values()))
+
+    def import_thread(self, export: ThreadExport) -> None:
+        """Writes a thread exported from another store (`graph.copy`); it must be new here.
+
+        The ledger row goes first: a copy interrupted later leaves a thread whose
+        counted attempts have no checkpoint, which is refused, never restarted with a
+        new budget. Checkpoints go through LangGraph's `put` and `put_writes`, oldest
+        first (each parent before its child), so they are re-serialized with fresh
+        checksums and digests.
+        """
+        thread_id = export.thread_id
+        if export.ledger is not None:
+            self.ledger.insert_row(export.ledger)
+        if export.tombstone is not None:
+            self.tombstones.add(export.tombstone)
+        for item in reversed(export.checkpoints):
+            parent_conf = (item.parent_config or {}).get("configurable") or {"thread_id": thread_id}
+            parent: RunnableConfig = {"configurable": {"checkpoint_ns": "", **parent_conf}}
+            saved = self.checkpointer.put(parent, item.checkpoint, item.metadata,
+                                          item.checkpoint["channel_versions"])
+            for task_id, writes in _writes_by_task(item).items():
+                self.checkpointer.put_writes(saved, writes, task_id)
+        self.log.import_rows(thread_id, export.log)
+        for decision in export.decisions:
+            self.approvals.add(decision)
+
+
+def _writes_by_task(item: CheckpointTuple) -> dict[str, list[tuple[str, Any]]]:
+    by_task: dict[str, list[tuple[str, Any]]] = {}
+    for task_id, channel, value in item.pending_writes or []:
+        by_task.setdefault(task_id, []).append((channel, value))
+    return by_task
+

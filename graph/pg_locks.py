@@ -1,0 +1,98 @@
+"""PostgreSQL session-level advisory locks: keys, waiting for one, and per-thread writer locks.
+
+A session-level lock lives as long as its connection's session, so it dies with its
+process (and, with TCP keepalives on the connection, within about a minute with a
+machine that lost power or network). Importing this module needs no psycopg.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from graph.errors import BusyError
+
+if TYPE_CHECKING:
+    import psycopg
+
+POLL_S = 0.05
+"""Pause between two tries while waiting for a lock (seconds)."""
+
+
+def advisory_key(name: str) -> int:
+    """A signed 64-bit advisory-lock key for `name`."""
+    return int.from_bytes(hashlib.sha256(f"mandapi-resume:{name}".encode()).digest()[:8],
+                          "big", signed=True)
+
+
+def _try_lock(conn: psycopg.Connection[Any], key: int) -> bool:
+    row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+    return bool(row and row[0])
+
+
+def _unlock(conn: psycopg.Connection[Any], key: int) -> None:
+    if not conn.closed:  # a lost session released its locks already
+        conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+
+@contextmanager
+def advisory_lock(conn: psycopg.Connection[Any], key: int, *, what: str,
+                  timeout_s: float | None = None) -> Iterator[None]:
+    """Holds advisory lock `key` on `conn` for the block, waiting until it is free.
+
+    The lock is taken with `pg_try_advisory_lock` in a polling loop, not the blocking
+    `pg_advisory_lock`: a session blocked inside a statement keeps a snapshot open, and
+    `CREATE INDEX CONCURRENTLY` in the holder's work (LangGraph's migrations) waits for
+    every older snapshot to finish, so blocking waiters and the holder would wait on
+    each other.
+
+    Args:
+        conn: An autocommit connection; the lock belongs to its session.
+        key: The lock key (`advisory_key`, or a constant of the caller).
+        what: What the lock guards, for the timeout's message.
+        timeout_s: Give up after this many seconds; None waits as long as it takes.
+
+    Raises:
+        TimeoutError: Another session held the lock for `timeout_s` seconds.
+    """
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while not _try_lock(conn, key):
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError(f"PostgreSQL {what} lock held too long by another process")
+        time.sleep(POLL_S)
+    try:
+        yield
+    finally:
+        _unlock(conn, key)
+
+
+class AdvisoryThreadLocks:
+    """Per-thread writer locks (`pg_try_advisory_lock`), failing at once when taken.
+
+    Args:
+        conn: The control connection; a lock lives as long as this session.
+    """
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._conn = conn
+
+    @contextmanager
+    def hold(self, thread_id: str) -> Iterator[None]:
+        """Holds the thread's lock for the block; fails at once if another session has it.
+
+        Raises:
+            BusyError: Another session holds the lock (exit 5).
+        """
+        key = advisory_key(f"thread:{thread_id}")
+        if not _try_lock(self._conn, key):
+            raise BusyError.for_thread(thread_id)
+        try:
+            yield
+        finally:
+            _unlock(self._conn, key)
+
+    def close(self) -> None:
+        """Nothing to do: the locks end with the control connection's session."""
