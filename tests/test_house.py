@@ -17,8 +17,10 @@ MAX_MODULE_LINES = 300
 MAX_FUNCTION_LINES = 60
 
 STORAGE_MODULES = frozenset({
+    "graph/schema.py",
     "graph/sql.py",
-    "graph/store.py",
+    "graph/database.py",
+    "graph/sqlite_file.py",
     "graph/sqlite_store.py",
     "graph/postgres_store.py",
     "graph/ledger.py",

@@ -18,12 +18,15 @@ def ledger(request: pytest.FixtureRequest) -> Iterator[Any]:
     if request.param == "memory":
         yield MemoryLedger()
         return
-    from graph.ledger import SQLITE_LEDGER_DDL, SqlLedger
+    from graph.digest import new_marker
+    from graph.ledger import SqlLedger
+    from graph.schema import ddl
+    from graph.sql import SqliteSql
 
     conn = sqlite3.connect(":memory:", isolation_level=None)
-    conn.executescript(SQLITE_LEDGER_DDL)
+    conn.executescript(ddl("sqlite", new_marker()))
     try:
-        yield SqlLedger(conn)
+        yield SqlLedger(SqliteSql(conn))
     finally:
         conn.close()
 
