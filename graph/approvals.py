@@ -36,6 +36,7 @@ from typing import Any
 
 from graph.approvals_table import APPROVALS_DDL, SqlApprovals, now
 from graph.errors import RefusedError, UsageError
+from graph.exitcodes import ErrorCode
 from nodes.write_tools import (
     WriteError,
     atomic_write,
@@ -83,7 +84,7 @@ def _check_unchanged(pending: list[dict[str, Any]], values: dict[str, Any], wher
         if call is None or call_hash(call) != item["sha256"]:
             raise RefusedError(f"{where}: write call {item['tool_call_id']!r} no longer matches "
                                "what was paused for review; nothing is written",
-                               error_code="tampered")
+                               error_code=ErrorCode.TAMPERED)
 
 
 def _not_applied(exc: Exception | str) -> str:
@@ -159,7 +160,7 @@ def _apply_one(store: Any, thread_id: str, turn: int, cid: str, row: dict[str, A
         atomic_write(target, planned_content(target, name, text))
     elif current != row["after_sha256"]:
         raise RefusedError(f"{where}: {rel} changed since the write was approved; nothing "
-                           "is written", error_code="conflict")
+                           "is written", error_code=ErrorCode.CONFLICT)
     store.approvals.mark_applied(thread_id, turn, cid)
 
 
@@ -187,7 +188,7 @@ def apply_approved(store: Any, thread_id: str, values: dict[str, Any],
         call = calls.get(cid)
         if call is None or call_hash(call) != row["args_sha256"]:
             raise RefusedError(f"{where}: write call {cid!r} changed after it was approved; "
-                               "nothing is written", error_code="tampered")
+                               "nothing is written", error_code=ErrorCode.TAMPERED)
     order = list(calls)
     for cid, row in sorted(todo, key=lambda item: order.index(item[0])):  # call order
         try:

@@ -103,7 +103,7 @@ def _summary(args: Any, report: Any, progress: Any, cap_id: str, as_json: bool) 
     if as_json:
         emit(json.dumps({"threads": len(report.outcomes), "statuses": dict(progress.statuses),
                          "errors": dict(progress.errors), "cap_reached": report.cap_reached,
-                         "parent": parent, "exit_code": int(report.exit_code)}))
+                         "parent": parent, **report.error_fields()}))
         return
     emit(progress.summary())
     if report.cap_reached:

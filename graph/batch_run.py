@@ -62,11 +62,23 @@ class Progress:
 
 @dataclass
 class BatchReport:
-    """What a batch run did: the outcomes (input order), why it stopped, the exit code."""
+    """What a batch run did: the outcomes (input order), why it stopped, the exit code.
+
+    `failure` is the outcome that decided a non-zero exit code (the first thread that
+    failed, else the first one the cap held), or None.
+    """
 
     outcomes: list[Outcome] = field(default_factory=list)
     cap_reached: bool = False
     exit_code: ExitCode = ExitCode.OK
+    failure: Outcome | None = None
+
+    def error_fields(self) -> dict[str, Any]:
+        """The shared error fields (`graph.cli`) of the batch: null when it succeeded."""
+        failure = self.failure
+        return {"error": failure.error if failure else None,
+                "error_code": failure.error_code if failure else None,
+                "exit_code": int(self.exit_code)}
 
 
 def _held_by_cap(store: Any, item: BatchItem, cap_id: str | None) -> Outcome:
@@ -128,8 +140,10 @@ def run_batch(store: Any, items: list[BatchItem], settings: Any, *, once: bool,
             progress.update(outcome)
         if outcome.error_code == ErrorCode.BATCH_CAP:
             report.cap_reached = True
-    failed = [o.exit_code for o in report.outcomes if o.exit_code not in _ADVANCED]
-    report.exit_code = (failed[0] if failed else
+    failed = [o for o in report.outcomes if o.exit_code not in _ADVANCED]
+    held = [o for o in report.outcomes if o.error_code == ErrorCode.BATCH_CAP]
+    report.failure = next(iter(failed or held), None)
+    report.exit_code = (failed[0].exit_code if failed else
                         ExitCode.BATCH_CAP if report.cap_reached else ExitCode.OK)
     return report
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from graph.errors import RefusedError
+from graph.exitcodes import ErrorCode
 from graph.state import STATUSES, graph_signature
 from nodes.pairing import UnsafeHistoryError, open_calls
 
@@ -28,7 +29,7 @@ GRAPH_NODES = frozenset({"__start__", "budget", "reason", "tools"})
 
 
 def _bad(why: str) -> RefusedError:
-    return RefusedError(f"stored state is damaged: {why}", error_code="damaged")
+    return RefusedError(f"stored state is damaged: {why}", error_code=ErrorCode.DAMAGED)
 
 
 def _is_int(value: Any) -> bool:
@@ -59,7 +60,7 @@ def _check_thread(thread: Any) -> None:
     if thread["graph"] != expected:
         raise RefusedError(
             f"written by another graph ({thread['graph']}); this program runs "
-            f"{expected} and has no migration between them", error_code="incompatible")
+            f"{expected} and has no migration between them", error_code=ErrorCode.INCOMPATIBLE)
 
 
 def _check_progress(progress: Any, max_attempts: int) -> None:
@@ -161,4 +162,4 @@ def validate_state(values: Any, next_nodes: tuple[str, ...] = (), thread_id: str
     unknown = set(next_nodes) - GRAPH_NODES
     if unknown:
         raise RefusedError(f"the checkpoint continues at unknown node(s) {sorted(unknown)}",
-                           error_code="incompatible")
+                           error_code=ErrorCode.INCOMPATIBLE)

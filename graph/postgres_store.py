@@ -28,6 +28,7 @@ from graph.attempt_log import POSTGRES_LOG_DDL
 from graph.checked_saver import postgres_saver
 from graph.digest import digest_ddl, new_marker
 from graph.errors import BusyError, RefusedError, UsageError
+from graph.exitcodes import ErrorCode
 from graph.ledger import POSTGRES_LEDGER_DDL
 from graph.store import Store
 from graph.tombstones import TOMBSTONE_DDL
@@ -147,7 +148,7 @@ def _check_triggers(control: Any, location: str) -> None:
         if row[0] and not row[1]:
             raise RefusedError(f"{location}: trigger {trigger} of table {table} was dropped; "
                                "the database was changed outside this program",
-                               error_code="damaged")
+                               error_code=ErrorCode.DAMAGED)
 
 
 @contextmanager
@@ -188,7 +189,7 @@ def open_postgres(url: str, *, create: bool = True, read_only: bool = False
         if password:
             detail = detail.replace(password, "***")
         raise UsageError(f"cannot connect to PostgreSQL at {location}: {detail}",
-                         error_code="db_unreachable") from None
+                         error_code=ErrorCode.DB_UNREACHABLE) from None
     conns = (saver_conn, control)
     try:
         checkpointer = postgres_saver(saver_conn, make_serde())
@@ -196,7 +197,7 @@ def open_postgres(url: str, *, create: bool = True, read_only: bool = False
             ours = control.execute("SELECT to_regclass('attempt_ledger')").fetchone()[0]
             if ours is None and (read_only or not create):
                 raise RefusedError(f"{location} holds no mandapi-resume checkpoint database",
-                                   error_code="no_such_file")
+                                   error_code=ErrorCode.NO_SUCH_FILE)
             _check_triggers(control, location)
             if not read_only:  # a reader of an older schema reads what is there
                 _setup_serialized(control, checkpointer)

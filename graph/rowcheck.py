@@ -14,11 +14,12 @@ from contextlib import contextmanager
 from typing import Any
 
 from graph.errors import RefusedError
+from graph.exitcodes import ErrorCode
 
 
 def damaged(table: str, why: str) -> RefusedError:
     """The refusal for a damaged row of `table`."""
-    return RefusedError(f"table {table} is damaged: {why}", error_code="damaged")
+    return RefusedError(f"table {table} is damaged: {why}", error_code=ErrorCode.DAMAGED)
 
 
 def is_int(value: Any, minimum: int = 0) -> bool:

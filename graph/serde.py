@@ -39,6 +39,8 @@ from langgraph.checkpoint.serde.jsonplus import (
     _create_msgpack_ext_hook,
 )
 
+from graph.exitcodes import ErrorCode
+
 MAGIC = b"MRC1"
 """Marks a value written by this serializer (format 1: magic, 32-byte SHA-256, data)."""
 _DIGEST = 32
@@ -55,7 +57,7 @@ class CheckpointIntegrityError(Exception):
             without this program's checksum format).
     """
 
-    def __init__(self, message: str, error_code: str = "damaged") -> None:
+    def __init__(self, message: str, error_code: ErrorCode = ErrorCode.DAMAGED) -> None:
         super().__init__(message)
         self.error_code = error_code
 
@@ -141,7 +143,7 @@ class ChecksummedSerializer(JsonPlusSerializer):
         if not raw.startswith(MAGIC) or len(raw) < len(MAGIC) + _DIGEST:
             raise CheckpointIntegrityError(
                 f"a stored {type_!r} value has no checksum: written by another program "
-                "or a pre-release build", error_code="incompatible")
+                "or a pre-release build", error_code=ErrorCode.INCOMPATIBLE)
         digest, payload = raw[len(MAGIC):len(MAGIC) + _DIGEST], raw[len(MAGIC) + _DIGEST:]
         if _digest(type_, payload) != digest:
             raise CheckpointIntegrityError(f"a stored {type_!r} value fails its checksum")

@@ -21,6 +21,7 @@ from graph.attempt_log import SQLITE_LOG_DDL
 from graph.checked_saver import sqlite_saver
 from graph.digest import DIGEST_TABLE, digest_ddl, new_marker
 from graph.errors import RefusedError, UsageError
+from graph.exitcodes import ErrorCode
 from graph.ledger import SQLITE_LEDGER_DDL
 from graph.locks import ThreadLocks
 from graph.names import NameSlot, check_one_name
@@ -75,10 +76,10 @@ def check_database(path: Path) -> None:
     """
 
     def refuse(why: str) -> RefusedError:
-        return RefusedError(f"{path}: {why}", error_code="damaged")
+        return RefusedError(f"{path}: {why}", error_code=ErrorCode.DAMAGED)
 
     if not path.exists():
-        raise RefusedError(f"no such checkpoint file: {path}", error_code="no_such_file")
+        raise RefusedError(f"no such checkpoint file: {path}", error_code=ErrorCode.NO_SUCH_FILE)
     if not path.is_file():
         raise refuse("is not a regular file")
     with open(path, "rb") as fh:
@@ -134,13 +135,13 @@ def schema_needs_setup(path: Path) -> bool:
         columns = {row[1] for row in conn.execute("PRAGMA table_info(writes)")}
     except sqlite3.DatabaseError as exc:
         raise RefusedError(f"{path}: is not a readable SQLite database ({exc})",
-                           error_code="damaged") from None
+                           error_code=ErrorCode.DAMAGED) from None
     finally:
         conn.close()
     for trigger, table in _TRIGGERS.items():
         if ("table", table) in found and ("trigger", trigger) not in found:
             raise RefusedError(f"{path}: trigger {trigger} of table {table} was dropped; the "
-                               "database was changed outside this program", error_code="damaged")
+                               "database was changed outside this program", error_code=ErrorCode.DAMAGED)
     return not _SCHEMA <= found or "task_path" not in columns
 
 

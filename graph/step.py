@@ -124,22 +124,26 @@ def advance(
             if loaded is not None:  # flags given with --cancel must name this thread
                 request.spec.check_against(loaded.values["thread"], env_model=None)
             return cancel(graph, config, store, loaded, thread_id)
-        if loaded is None:
-            start: _Start | Outcome = _create(store, request, settings, entry, model_factory,
-                                              now)
-        else:
-            start = _resume(graph, config, store, loaded, entry, request, settings,
-                            model_factory)
+        start = (_create(store, request, settings, entry, model_factory, now) if loaded is None
+                 else _resume(graph, config, store, loaded, entry, request, settings,
+                              model_factory))
         if isinstance(start, Outcome):
             return start
-        try:
-            ctx = StepContext(thread_id, store.ledger, start.model, store.log, charge)
-            return invoke_steps(graph, config, store, ctx, start.graph_input, once=request.once,
-                                max_attempts=start.max_attempts)
-        finally:
-            close = getattr(start.model, "close", None)
-            if close is not None:
-                close()
+        return _invoke(graph, config, store, start, once=request.once, charge=charge)
+
+
+def _invoke(graph: Any, config: dict[str, Any], store: Any, start: _Start, *, once: bool,
+            charge: str | None) -> Outcome:
+    """Runs the invocations (`graph.invocation.invoke_steps`), then closes the model."""
+    try:
+        ctx = StepContext(config["configurable"]["thread_id"], store.ledger, start.model,
+                          store.log, charge)
+        return invoke_steps(graph, config, store, ctx, start.graph_input, once=once,
+                            max_attempts=start.max_attempts)
+    finally:
+        close = getattr(start.model, "close", None)
+        if close is not None:
+            close()
 
 
 def _create(store: Any, request: StepRequest, settings: Settings, entry: Any,

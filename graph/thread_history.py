@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from graph.errors import RefusedError
+from graph.exitcodes import ErrorCode
 from graph.factory import build_graph
 from graph.loading import (
     check_values,
@@ -132,7 +133,7 @@ def thread_history(store: Any, thread_id: str, checkpoint_limit: int = 50) -> di
     loaded = load_thread(graph, thread_id, store.location)
     if loaded is None:
         raise RefusedError(f"no such thread {thread_id!r} in {store.location}",
-                           error_code="no_such_thread")
+                           error_code=ErrorCode.NO_SUCH_THREAD)
     thread, progress = loaded.values["thread"], loaded.values["progress"]
     entry = store.ledger.read(thread_id)
     header = {
