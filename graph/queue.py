@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from procrastinate import App, PsycopgConnector
+
+if TYPE_CHECKING:
+    from graph.outcome import Outcome
 
 HEARTBEAT_S = float(os.environ.get("GRAPH_QUEUE_HEARTBEAT_S", "5"))
 """How often a worker reports it is alive (seconds)."""
@@ -83,7 +86,8 @@ def _advance_one(app: App, thread_id: str, fields: dict[str, Any], live: bool,
     return json.loads(outcome.to_json())
 
 
-def _step(thread_id: str, fields: Any, live: bool, cap_id: str | None) -> tuple[Any, Any]:
+def _step(thread_id: str, fields: Any, live: bool,
+          cap_id: str | None) -> tuple[Outcome, tuple[int, int] | None]:
     """Checks a queued job like a tasks line, then advances its thread by one step.
 
     Returns:

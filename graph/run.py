@@ -146,6 +146,7 @@ def _settings(args: argparse.Namespace) -> Settings:
             `--live` when the SQLite file does not exist (before it is created).
     """
     from graph.settings import resolve_settings
+    from graph.spec import check_paid
     from graph.storage import is_postgres
     from nodes.demo_model import DEMO_MODEL_ID
 
@@ -154,10 +155,9 @@ def _settings(args: argparse.Namespace) -> Settings:
               "put the URL in GRAPH_DB or the password in PGPASSWORD or ~/.pgpass",
               file=sys.stderr)
     settings = resolve_settings(db=args.db, live=args.live, timeout_s=args.timeout)
-    if (args.model not in (None, DEMO_MODEL_ID) and not args.live
-            and not is_postgres(settings.db) and not Path(settings.db).exists()):
-        # Certainly a new thread: refuse before the database file is created.
-        raise UsageError(f"model {args.model!r} makes paid requests: add --live to allow them")
+    if (args.model not in (None, DEMO_MODEL_ID) and not is_postgres(settings.db)
+            and not Path(settings.db).exists()):
+        check_paid(args.model, args.live)  # certainly a new thread: before the file exists
     return settings
 
 

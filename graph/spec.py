@@ -96,6 +96,16 @@ def _folded(name: str) -> str:
     return re.sub(r"[\W_]", "", name).lower()
 
 
+def check_paid(model: str | None, live: bool) -> None:
+    """Refuses a model that makes paid requests without `--live` (None passes).
+
+    Raises:
+        UsageError: A model other than `offline-demo` while `live` is false (exit 2).
+    """
+    if model not in (None, DEMO_MODEL_ID) and not live:
+        raise UsageError(f"model {model!r} makes paid requests: add --live to allow them")
+
+
 def check_limit(value: int | None, limit: int, name: str) -> None:
     """Checks an integer setting: from 1 to `limit` (None passes).
 
@@ -190,8 +200,7 @@ class ThreadSpec:
             if data.get(key) is None:
                 raise UsageError(f"{key} is missing")
         spec = cls(**data, source="line")
-        if spec.model not in (None, DEMO_MODEL_ID) and not live:
-            raise UsageError(f"model {spec.model!r} makes paid requests: add --live")
+        check_paid(spec.model, live)
         resolve_folder(spec.workspace, "workspace")
         resolve_folder(spec.allow_writes, "allow_writes")
         return spec
@@ -219,8 +228,7 @@ class ThreadSpec:
         if settings.live and not (self.model or settings.env_model):
             raise UsageError("--live needs a model for a new thread: --model or MANDAPI_MODEL_ID")
         model = self.model or settings.env_model or DEMO_MODEL_ID
-        if model != DEMO_MODEL_ID and not settings.live:
-            raise UsageError(f"model {model!r} makes paid requests: add --live to allow them")
+        check_paid(model, settings.live)
         return initial_state(
             thread_id=self.thread_id, task=self.task, model=model,
             max_attempts=self.max_attempts or DEFAULT_MAX_ATTEMPTS, created_at=created_at,
