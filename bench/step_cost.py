@@ -69,6 +69,7 @@ class _Commits:
 def ours(steps: int, work: Path) -> tuple[list[float], float]:
     """Per-step times of `graph.step.advance`, and SQLite commits per step."""
     from graph.settings import Settings
+    from graph.spec import LIMITS, ThreadSpec
     from graph.step import StepRequest, advance
     from graph.storage import open_store
 
@@ -79,8 +80,8 @@ def ours(steps: int, work: Path) -> tuple[list[float], float]:
         store.checkpointer.conn.set_trace_callback(commits.saver)
         store.sql.conn.set_trace_callback(commits.autocommit)
         for i in range(steps):
-            request = StepRequest("t", task="bench" if i == 0 else None, max_attempts=10**6,
-                                  context_tokens=10**9)
+            request = StepRequest(ThreadSpec("t", task="bench" if i == 0 else None,
+                                             max_attempts=10**6, context_tokens=LIMITS["context_tokens"]))
             start = time.perf_counter()
             advance(store, request, settings, model_factory=lambda m, s: model)
             times.append(time.perf_counter() - start)
@@ -94,6 +95,7 @@ def claim_checkpoint(steps: int, work: Path) -> tuple[list[float], list[float]]:
     import graph.sqlite_store
     from graph.ledger import SqlLedger
     from graph.settings import Settings
+    from graph.spec import LIMITS, ThreadSpec
     from graph.step import StepRequest, advance
     from graph.storage import open_store
 
@@ -105,8 +107,8 @@ def claim_checkpoint(steps: int, work: Path) -> tuple[list[float], list[float]]:
         with mock.patch.object(graph.sqlite_store, "SqliteLedger", SqlLedger):
             stores[without_db] = stack.enter_context(open_store(without_db, create=True))
         for i in range(steps):
-            request = StepRequest("t", task="bench" if i == 0 else None, max_attempts=10**6,
-                                  context_tokens=10**9)
+            request = StepRequest(ThreadSpec("t", task="bench" if i == 0 else None,
+                                             max_attempts=10**6, context_tokens=LIMITS["context_tokens"]))
             for db, store in stores.items():
                 start = time.perf_counter()
                 advance(store, request, Settings(db=db), model_factory=lambda m, s: model)

@@ -23,6 +23,7 @@ from bench.common import table
 
 def ours(threads: int, steps: int, work: Path) -> float:
     from graph.settings import Settings
+    from graph.spec import ThreadSpec
     from graph.step import StepRequest, advance
     from graph.storage import open_store
     from nodes.demo_model import OfflineDemoModel
@@ -32,7 +33,7 @@ def ours(threads: int, steps: int, work: Path) -> float:
     with open_store(settings.db, create=True) as store:
         for t in range(threads):
             for s in range(steps):
-                advance(store, StepRequest(f"t{t}", task="shipping?" if s == 0 else None),
+                advance(store, StepRequest(ThreadSpec(f"t{t}", task="shipping?" if s == 0 else None)),
                         settings, model_factory=lambda m, st: model)
     return time.perf_counter() - start
 

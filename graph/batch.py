@@ -49,15 +49,18 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(parser: Parser, argv: list[str], as_json: bool) -> int:
     args = parser.parse_args(argv)
-    from graph.batch_run import Progress, read_tasks, run_batch
+    from graph.batch_run import Progress, run_batch
     from graph.cli import resolve_db
-    from graph.settings import check_thread_id, resolve_settings
+    from graph.request_cap import MAX_REQUESTS_LIMIT
+    from graph.settings import resolve_settings
+    from graph.spec import check_thread_id
     from graph.storage import open_store
+    from graph.tasks_file import read_tasks
 
     if args.parent is not None:
         check_thread_id(args.parent)
-    if args.max_requests is not None and not 1 <= args.max_requests <= 10**9:
-        parser.error("--max-requests must be a positive integer up to 1000000000")
+    if args.max_requests is not None and not 1 <= args.max_requests <= MAX_REQUESTS_LIMIT:
+        parser.error(f"--max-requests must be a positive integer up to {MAX_REQUESTS_LIMIT}")
     items = read_tasks(args.tasks, args.parent, live=args.live)
     settings = resolve_settings(db=resolve_db(args.db), live=args.live, timeout_s=None)
     cap_id = args.batch_id if args.batch_id is not None else (
@@ -100,7 +103,7 @@ def _summary(args: Any, report: Any, progress: Any, cap_id: str, as_json: bool) 
     if as_json:
         emit(json.dumps({"threads": len(report.outcomes), "statuses": dict(progress.statuses),
                          "errors": dict(progress.errors), "cap_reached": report.cap_reached,
-                         "parent": parent, "exit_code": int(report.exit_code)}))
+                         "parent": parent, **report.error_fields()}))
         return
     emit(progress.summary())
     if report.cap_reached:

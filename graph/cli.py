@@ -18,8 +18,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, NoReturn, TextIO
 
-from graph.errors import DatabaseLostError, RunError, UsageError
-from graph.exitcodes import ErrorCode, ExitCode
+from graph.errors import DatabaseLostError, RunError, SignalledError, UsageError, error_line
+from graph.exitcodes import ErrorCode
 
 
 class Parser(argparse.ArgumentParser):
@@ -72,19 +72,26 @@ def silence(stream: TextIO) -> None:
     os.close(devnull)
 
 
-def error_fields(exc: RunError) -> dict[str, Any]:
-    """The shared JSON error fields: `error`, `error_code`, `exit_code`."""
-    return {"error": exc.message, "error_code": str(exc.error_code),
-            "exit_code": int(exc.exit_code)}
-
-
 def report_error(exc: RunError, as_json: bool, **fields: Any) -> int:
-    """Prints `exc` in the one error shape (see module doc); returns its exit code."""
+    """Prints `exc` in the one error shape (see module doc); returns its exit code.
+
+    Args:
+        exc: The failure.
+        as_json: One JSON object on stdout (the command's `fields` plus `exc.fields()`)
+            instead of one `error (CODE): MESSAGE` line on stderr.
+        **fields: The command's own JSON fields, reported with their empty values.
+    """
     if as_json:
-        emit(json.dumps({**fields, **error_fields(exc)}, ensure_ascii=False, sort_keys=True))
+        emit(json.dumps({**fields, **exc.fields()}, ensure_ascii=False, sort_keys=True))
     else:
-        emit(f"error ({exc.error_code}): {exc.message}", sys.stderr)
+        emit(error_line(exc.error_code, exc.message), sys.stderr)
     return int(exc.exit_code)
+
+
+def interrupted_error() -> SignalledError:
+    """The error every entry point reports after SIGINT or SIGTERM (exit 130)."""
+    return SignalledError("interrupted by SIGINT or SIGTERM; any attempt counted before "
+                          "stays counted")
 
 
 def known_error(exc: BaseException) -> RunError | None:
@@ -146,10 +153,7 @@ def guard(body: Callable[[], int], as_json: bool, **fields: Any) -> int:
     try:
         return body()
     except KeyboardInterrupt:
-        interrupted = RunError("interrupted by SIGINT or SIGTERM; any attempt counted before "
-                               "stays counted", error_code=ErrorCode.INTERRUPTED)
-        interrupted.exit_code = ExitCode.INTERRUPTED
-        return report_error(interrupted, as_json, **fields)
+        return report_error(interrupted_error(), as_json, **fields)
     except Exception as exc:  # noqa: BLE001 - every failure is reported in one shape
         error = known_error(exc) or RunError(
             " ".join(f"{type(exc).__name__}: {exc} (this is a bug)".split()))

@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         args = parser.parse_args(argv)
-        from graph.settings import check_thread_id
+        from graph.spec import check_thread_id
         from graph.storage import open_store
 
         for thread_id in args.thread:

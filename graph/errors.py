@@ -1,6 +1,14 @@
-"""Errors that end an invocation with a documented exit code and `error_code`."""
+"""Errors that end an invocation with a documented exit code and `error_code`.
+
+An error is data: its code (`graph.exitcodes.ErrorCode`), what went wrong (`detail`),
+and where (`location`: the database or file; `thread_id`; `checkpoint_id`). The one
+line people read is formatted once, by `RunError.message`; a layer that knows where
+an error happened fills that in with `RunError.at` instead of re-wrapping its text.
+"""
 
 from __future__ import annotations
+
+from typing import Any, Self
 
 from graph.exitcodes import ErrorCode, ExitCode
 
@@ -9,25 +17,66 @@ class RunError(Exception):
     """An invocation refused or failed in a known way.
 
     Attributes:
-        exit_code: The process exit code (`graph.exitcodes.ExitCode`).
-        error_code: A short stable name for `--json` output (`graph.exitcodes.ErrorCode`).
-        message: One line for people: names what was wrong (file, thread, field).
+        error_code: A short stable name for `--json` output (`graph.exitcodes.ErrorCode`);
+            it decides the exit code (`exit_code`).
+        detail: What was wrong, without where.
+        location: The database (path or redacted URL), tasks file or queue the error is
+            about, or None.
+        thread_id: The thread the error is about, or None.
+        checkpoint_id: The checkpoint the error is about, or None.
     """
 
-    exit_code: ExitCode = ExitCode.UNEXPECTED
-    error_code: str = ErrorCode.UNEXPECTED
+    error_code: ErrorCode = ErrorCode.UNEXPECTED
 
-    def __init__(self, message: str, *, error_code: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
+    def __init__(self, detail: str, *, error_code: ErrorCode | None = None,
+                 location: str | None = None, thread_id: str | None = None,
+                 checkpoint_id: str | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.location = location
+        self.thread_id = thread_id
+        self.checkpoint_id = checkpoint_id
         if error_code is not None:
             self.error_code = ErrorCode(error_code)
+
+    def at(self, *, location: str | None = None, thread_id: str | None = None,
+           checkpoint_id: str | None = None) -> Self:
+        """Records where the error happened, keeping what is already known; returns self."""
+        self.location = self.location or location
+        self.thread_id = self.thread_id or thread_id
+        self.checkpoint_id = self.checkpoint_id or checkpoint_id
+        return self
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """The process exit code, from the one table in `graph.exitcodes`."""
+        return self.error_code.exit_code
+
+    @property
+    def message(self) -> str:
+        """One line for people: `LOCATION: thread 'ID': checkpoint ID: DETAIL` (parts known)."""
+        parts = [self.location or "",
+                 f"thread {self.thread_id!r}" if self.thread_id is not None else "",
+                 f"checkpoint {self.checkpoint_id}" if self.checkpoint_id is not None else ""]
+        return ": ".join([*(p for p in parts if p), self.detail])
+
+    def __str__(self) -> str:
+        return self.message
+
+    def fields(self) -> dict[str, Any]:
+        """The shared JSON error fields of every entry point: `error`, `error_code`, `exit_code`."""
+        return {"error": self.message, "error_code": str(self.error_code),
+                "exit_code": int(self.exit_code)}
+
+
+def error_line(error_code: ErrorCode | str | None, message: str | None) -> str:
+    """The one stderr line of a failure: `error (CODE): MESSAGE`."""
+    return f"error ({error_code}): {message}"
 
 
 class UsageError(RunError):
     """Bad arguments or configuration; raised before anything is counted (exit 2)."""
 
-    exit_code = ExitCode.USAGE
     error_code = ErrorCode.USAGE
 
 
@@ -38,20 +87,18 @@ class RefusedError(RunError):
     `incompatible`, `pruned`, `cancelled`, `tampered`, `conflict`, `exists`.
     """
 
-    exit_code = ExitCode.REFUSED
     error_code = ErrorCode.DAMAGED
 
 
 class BusyError(RunError):
     """Another process holds the thread's writer lock (exit 5); nothing was counted."""
 
-    exit_code = ExitCode.BUSY
     error_code = ErrorCode.BUSY
 
     @classmethod
     def for_thread(cls, thread_id: str) -> BusyError:
         """The error for a thread whose writer lock another process holds."""
-        return cls(f"thread {thread_id!r} is busy: another process is working on it")
+        return cls("another process is working on it", thread_id=thread_id)
 
 
 class DatabaseLostError(RunError):
@@ -64,7 +111,6 @@ class DatabaseLostError(RunError):
     the claim before a request needs the connection.
     """
 
-    exit_code = ExitCode.REQUEST_FAILED
     error_code = ErrorCode.DB_LOST
 
 
@@ -80,5 +126,10 @@ class NotDurableError(RunError):
     The attempt stays counted and claimed (spent): the budget never gains from it.
     """
 
-    exit_code = ExitCode.REQUEST_FAILED
     error_code = ErrorCode.WAL_BUSY
+
+
+class SignalledError(RunError):
+    """Stopped by SIGINT or SIGTERM (exit 130); a counted attempt stays counted."""
+
+    error_code = ErrorCode.INTERRUPTED

@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         args = parser.parse_args(argv)
-        from graph.settings import check_thread_id
+        from graph.spec import check_thread_id
         from graph.storage import open_store
 
         if args.thread is not None:

@@ -12,7 +12,7 @@ import argparse
 import signal
 from typing import Any
 
-from graph.exitcodes import ExitCode
+from graph.exitcodes import ErrorCode, ExitCode
 from graph.outcome import Outcome
 
 INTERRUPTED = "interrupted; any counted attempt stays counted"
@@ -20,7 +20,7 @@ INTERRUPTED = "interrupted; any counted attempt stays counted"
 
 def _args(argv: list[str]) -> tuple[str | None, str | None]:
     """`--thread` (checked) and `--db` of `argv`; None for what is missing or invalid."""
-    from graph.settings import check_thread_id
+    from graph.spec import check_thread_id
 
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--thread")
@@ -66,7 +66,7 @@ def interrupted_outcome(argv: list[str], thread_id: str | None) -> Outcome:
         while reading), they stay null and `error` says why.
     """
     outcome = Outcome(thread_id, ExitCode.INTERRUPTED, error=INTERRUPTED,
-                      error_code="interrupted")
+                      error_code=ErrorCode.INTERRUPTED)
     previous = signal.signal(signal.SIGTERM, _stop_reading)
     try:
         checked, db_flag = _args(argv)

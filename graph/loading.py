@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from graph.errors import RefusedError
+from graph.exitcodes import ErrorCode
 from graph.integrity import validate_state
 from graph.migrations import migrate
 from graph.serde import CheckpointIntegrityError
+from graph.thread_checks import check_ledger
 
 
 @dataclass(frozen=True)
@@ -34,41 +36,47 @@ class LoadedThread:
 
 
 @contextmanager
-def refused_as(where: str) -> Iterator[None]:
+def refused_as(where: str, thread_id: str | None = None) -> Iterator[None]:
     """Turns checkpoint and storage failures of LangGraph reads into refusals (exit 4).
 
+    Args:
+        where: The location the refusal names (the database, or a caller's own text).
+        thread_id: The thread being read, when `where` does not name it already.
+
     Raises:
-        RefusedError: `damaged` or `incompatible`, prefixed with `where`.
+        RefusedError: `damaged` or `incompatible`, at `where` (and `thread_id`).
     """
     try:
         yield
     except CheckpointIntegrityError as exc:
-        raise RefusedError(f"{where}: {exc}", error_code=exc.error_code) from None
+        raise RefusedError(str(exc), error_code=ErrorCode(exc.error_code), location=where,
+                           thread_id=thread_id) from None
     except sqlite3.DatabaseError as exc:
         if isinstance(exc, sqlite3.OperationalError) and "decode" not in str(exc):
             raise
-        raise RefusedError(f"{where}: the database is damaged ({exc})",
-                           error_code="damaged") from None
+        raise RefusedError(f"the database is damaged ({exc})", error_code=ErrorCode.DAMAGED,
+                           location=where, thread_id=thread_id) from None
 
 
-def read_snapshot(graph: Any, config: dict[str, Any], where: str) -> Any:
+def read_snapshot(graph: Any, config: dict[str, Any], where: str,
+                  thread_id: str | None = None) -> Any:
     """`graph.get_state(config)`, with storage and checksum failures refused.
 
     Raises:
-        RefusedError: `damaged` or `incompatible`, prefixed with `where`.
+        RefusedError: `damaged` or `incompatible`, at `where` (and `thread_id`).
     """
-    with refused_as(where):
+    with refused_as(where, thread_id):
         return graph.get_state(config)
 
 
 def history_page(graph: Any, config: dict[str, Any], where: str,
-                 limit: int | None = None) -> list[Any]:
+                 limit: int | None = None, *, thread_id: str | None = None) -> list[Any]:
     """`graph.get_state_history(config, limit=limit)` as a list, newest first.
 
     Raises:
         RefusedError: Any checkpoint of the page fails its checks (as `read_snapshot`).
     """
-    with refused_as(where):
+    with refused_as(where, thread_id):
         return list(graph.get_state_history(config, limit=limit))
 
 
@@ -78,15 +86,18 @@ def check_history(graph: Any, thread_id: str, location: str) -> None:
     Raises:
         RefusedError: Naming the first checkpoint refused.
     """
-    where = f"{location}: thread {thread_id!r}"
     config = {"configurable": {"thread_id": thread_id}}
-    for snapshot in history_page(graph, config, where):
-        at = f"{where}: checkpoint {snapshot.config['configurable']['checkpoint_id']}"
+    for snapshot in history_page(graph, config, location, thread_id=thread_id):
+        checkpoint_id = snapshot.config["configurable"]["checkpoint_id"]
         values = snapshot.values
         if tuple(snapshot.next) == ("__start__",):
-            values = pending_input(graph, snapshot.config, at)
+            try:
+                values = pending_input(graph, snapshot.config, location, thread_id)
+            except RefusedError as exc:
+                raise exc.at(checkpoint_id=checkpoint_id) from None
         if values.get("thread"):  # the input checkpoint holds no state yet
-            check_values(values, tuple(snapshot.next), at, thread_id)
+            check_values(values, tuple(snapshot.next), location, thread_id,
+                         checkpoint_id=checkpoint_id)
 
 
 def check_stored_thread(store: Any, graph: Any, thread_id: str) -> LoadedThread | None:
@@ -101,39 +112,44 @@ def check_stored_thread(store: Any, graph: Any, thread_id: str) -> LoadedThread 
     Raises:
         RefusedError: The first problem found.
     """
-    from graph.step import check_ledger
-
-    where = f"{store.location}: thread {thread_id!r}"
     try:
         tombstone = store.tombstones.get(thread_id)
         entry = store.ledger.read(thread_id)
         log_rows = store.log.rows(thread_id)
         store.approvals.rows(thread_id)
     except RefusedError as exc:
-        raise RefusedError(f"{where}: {exc.message}", error_code=exc.error_code) from None
+        raise exc.at(location=store.location, thread_id=thread_id) from None
     loaded = load_thread(graph, thread_id, store.location)
     if loaded is None:
         if entry is not None and entry.attempts > 0 and tombstone is None:
-            raise RefusedError(f"{where} has {entry.attempts} counted attempt(s) in the ledger "
-                               "but no checkpoint", error_code="damaged")
+            raise RefusedError(f"{entry.attempts} counted attempt(s) in the ledger but no "
+                               "checkpoint", error_code=ErrorCode.DAMAGED,
+                               location=store.location, thread_id=thread_id)
         return None
     check_ledger(entry, loaded.values, thread_id, store.location, log_rows)
     check_history(graph, thread_id, store.location)
     return loaded
 
 
-def check_values(values: Any, next_nodes: tuple[str, ...], where: str,
-                 thread_id: str) -> tuple[dict, int]:
+def check_values(values: Any, next_nodes: tuple[str, ...], where: str, thread_id: str, *,
+                 checkpoint_id: str | None = None) -> tuple[dict, int]:
     """Migrates and validates the stored values of `thread_id`; returns them and their version.
 
+    Args:
+        values: The stored state values.
+        next_nodes: The checkpoint's next nodes.
+        where: The location a refusal names (the database, or a caller's own text).
+        thread_id: The thread the values must belong to.
+        checkpoint_id: The checkpoint a refusal names, if not the latest.
+
     Raises:
-        RefusedError: `damaged` or `incompatible`, prefixed with `where`.
+        RefusedError: `damaged` or `incompatible`, at `where`, the thread and checkpoint.
     """
     try:
         migrated, version = migrate(values, thread_id)
         validate_state(migrated, next_nodes, thread_id)
     except RefusedError as exc:
-        raise RefusedError(f"{where}: {exc.message}", error_code=exc.error_code) from None
+        raise exc.at(location=where, thread_id=thread_id, checkpoint_id=checkpoint_id) from None
     return migrated, version
 
 
@@ -148,30 +164,34 @@ def load_thread(graph: Any, thread_id: str, location: str) -> LoadedThread | Non
     Raises:
         RefusedError: The checkpoint cannot be read exactly as written (see module doc).
     """
-    where = f"{location}: thread {thread_id!r}"
     config = {"configurable": {"thread_id": thread_id}}
-    snapshot = read_snapshot(graph, config, where)
+    snapshot = read_snapshot(graph, config, location, thread_id)
     stored = snapshot.values
     if tuple(snapshot.next) == ("__start__",):
-        stored = pending_input(graph, config, where)
+        stored = pending_input(graph, config, location, thread_id)
         if not stored:
             return None  # killed before LangGraph saved the input: creation never happened
     if not stored:
         if snapshot.config and snapshot.config.get("configurable", {}).get("checkpoint_id"):
-            raise RefusedError(f"{where}: the checkpoint has no state", error_code="damaged")
+            raise RefusedError("the checkpoint has no state", error_code=ErrorCode.DAMAGED,
+                               location=location, thread_id=thread_id)
         return None
-    values, version = check_values(stored, tuple(snapshot.next), where, thread_id)
+    values, version = check_values(stored, tuple(snapshot.next), location, thread_id)
     return LoadedThread(snapshot, values, version)
 
 
-def pending_input(graph: Any, config: dict[str, Any], where: str) -> dict[str, Any]:
+def pending_input(graph: Any, config: dict[str, Any], where: str,
+                  thread_id: str | None = None) -> dict[str, Any]:
     """The input of a thread whose process died right after LangGraph saved it.
 
     LangGraph saves a thread's input as pending writes of its first (`__start__`)
     checkpoint; state values appear only in the next checkpoint. Resuming with `None`
     applies them, so such a thread is checked by its pending input.
+
+    Raises:
+        RefusedError: The pending writes cannot be read (as `read_snapshot`).
     """
-    with refused_as(where):
+    with refused_as(where, thread_id):
         saved = graph.checkpointer.get_tuple(config)
     return {channel: value for _, channel, value in (saved.pending_writes or [])
             if channel in ("thread", "messages", "progress")}

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from graph.errors import RefusedError
+from graph.exitcodes import ErrorCode
 from nodes.state import DEFAULT_CONTEXT_TOKENS, SCHEMA_VERSION
 
 V1_GRAPH = "nodes=budget,reason,tools;tools=get_reference,list_references,search_references"
@@ -58,20 +59,20 @@ def migrate(values: dict[str, Any], thread_id: str) -> tuple[dict[str, Any], int
     """
     thread = values.get("thread") if isinstance(values, dict) else None
     if not isinstance(thread, dict):
-        raise RefusedError("stored state has no thread identity", error_code="damaged")
+        raise RefusedError("stored state has no thread identity", error_code=ErrorCode.DAMAGED)
     version = thread.get("schema_version")
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise RefusedError(f"stored schema version {version!r} is not a known version",
-                           error_code="incompatible")
+                           error_code=ErrorCode.INCOMPATIBLE)
     if version > SCHEMA_VERSION:
         raise RefusedError(
             f"written by schema version {version}; this program knows versions up to "
-            f"{SCHEMA_VERSION}: upgrade mandapi-resume", error_code="incompatible")
+            f"{SCHEMA_VERSION}: upgrade mandapi-resume", error_code=ErrorCode.INCOMPATIBLE)
     stored, current = version, values
     while version < SCHEMA_VERSION:
         if version not in STEPS:
             raise RefusedError(f"no migration from schema version {version}",
-                               error_code="incompatible")
+                               error_code=ErrorCode.INCOMPATIBLE)
         step = STEPS[version]
         current = step(current, thread_id) if version in _NEEDS_THREAD_ID else step(current)
         version += 1

@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from graph.errors import RunError
+from graph.errors import RunError, error_line
 from graph.exitcodes import ErrorCode, ExitCode
 
 REVIEW_REMINDER = "Review required: a person must check this model-written answer before use."
@@ -33,7 +33,7 @@ class Outcome:
     answer: str | None = None
     stop_reason: str | None = None
     error: str | None = None
-    error_code: str | None = None
+    error_code: ErrorCode | None = None
     usage: dict[str, int] | None = None
     max_tokens: int | None = None
     pending_calls: list[dict[str, Any]] | None = None
@@ -76,9 +76,47 @@ class Outcome:
         return outcome
 
     @classmethod
+    def after_invocation(cls, thread_id: str, values: dict[str, Any], next_nodes: tuple,
+                         sent: bool) -> Outcome:
+        """A thread after one graph invocation that sent a request (`sent`) or not.
+
+        A request that failed (`progress.outcome` `error`) is reported with the stored
+        error and exit 6 (3 when it spent the last attempt); an attempt that could not
+        be claimed (a full request cap) is `held_back`.
+        """
+        outcome = cls.from_state(thread_id, values, next_nodes)
+        progress = values["progress"]
+        if not sent and progress.get("outcome") == "not_sent":
+            outcome.held_back = True
+        elif sent and progress.get("outcome") == "error":
+            error = progress["last_error"]
+            outcome.error, outcome.error_code = error["message"], ErrorCode(error["error_code"])
+            if outcome.status != "exhausted":
+                outcome.exit_code = ExitCode.REQUEST_FAILED
+        return outcome
+
+    @classmethod
+    def step_failed(cls, thread_id: str, values: dict[str, Any], next_nodes: tuple,
+                    exc: Exception) -> Outcome:
+        """A step that stored its output but failed before routing (exit 6, `step_failed`)."""
+        outcome = cls.from_state(thread_id, values, next_nodes)
+        outcome.error = (f"the step failed after its output was stored ({type(exc).__name__}: "
+                         f"{exc}); the output is kept and the next run continues from it")
+        outcome.error_code = ErrorCode.STEP_FAILED
+        if outcome.exit_code == ExitCode.OK:
+            outcome.exit_code = ExitCode.REQUEST_FAILED
+        return outcome
+
+    @classmethod
     def from_error(cls, thread_id: str | None, exc: RunError) -> Outcome:
         """An outcome for an invocation refused or failed before reaching the thread."""
-        return cls(thread_id, exc.exit_code, error=exc.message, error_code=exc.error_code)
+        return cls(thread_id if thread_id is not None else exc.thread_id, exc.exit_code,
+                   error=exc.message, error_code=exc.error_code)
+
+    def succeeded(self) -> Outcome:
+        """This outcome as a success (exit 0, no error): a cancellation that took effect."""
+        self.exit_code, self.error, self.error_code = ExitCode.OK, None, None
+        return self
 
     def to_json(self) -> str:
         """One JSON object, on one line."""
@@ -92,7 +130,7 @@ class Outcome:
     def to_text(self) -> str:
         """A short status for people: thread, status, attempts; answer when done."""
         if self.status is None:
-            return f"error ({self.error_code}): {self.error}"
+            return error_line(self.error_code, self.error)
         tokens = ""
         if self.max_tokens is not None and self.usage is not None:
             tokens = f", tokens {self.usage.get('total_tokens', 0)}/{self.max_tokens}"
@@ -103,7 +141,7 @@ class Outcome:
         if self.stop_reason:
             lines.append(f"stopped: {self.stop_reason}")
         if self.error:
-            lines.append(f"error ({self.error_code}): {self.error}")
+            lines.append(error_line(self.error_code, self.error))
         if self.answer is not None:
             lines += [f"answer: {self.answer}", REVIEW_REMINDER]
         elif self.status == "ready" and self.next_nodes:

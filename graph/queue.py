@@ -19,9 +19,12 @@ request, because the ledger decides. Importing this module connects to nothing.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from procrastinate import App, PsycopgConnector
+
+if TYPE_CHECKING:
+    from graph.outcome import Outcome
 
 HEARTBEAT_S = float(os.environ.get("GRAPH_QUEUE_HEARTBEAT_S", "5"))
 """How often a worker reports it is alive (seconds)."""
@@ -52,33 +55,21 @@ def make_app(db: str | None = None) -> App:
 
 def _advance_one(app: App, thread_id: str, fields: dict[str, Any], live: bool,
                  cap_id: str | None) -> dict[str, Any]:
-    """One step of one thread; defers the next step while the thread can continue."""
+    """One step of one thread; defers the next step while the thread can continue.
+
+    Returns:
+        The step's `graph.run --json` outcome. A known failure ends the thread's job
+        chain with its code; a thread busy outside the queue is tried again in a second.
+    """
     import json
 
-    from graph.batch_run import BatchItem, check_fields
     from graph.cli import known_error
-    from graph.errors import BusyError, UsageError
+    from graph.errors import BusyError
     from graph.outcome import Outcome
-    from graph.settings import resolve_settings
-    from graph.step import advance
-    from graph.storage import open_store
 
     again = 0.0
     try:
-        db = os.environ.get("GRAPH_DB") or ""
-        if not db:
-            raise UsageError("the queue worker needs GRAPH_DB (the PostgreSQL URL)")
-        settings = resolve_settings(db=db, live=live, timeout_s=None)
-        if not isinstance(fields, dict):
-            raise UsageError(f"queued job for thread {thread_id!r}: fields must be an object")
-        item = BatchItem(0, {**fields, "thread_id": thread_id})
-        try:
-            check_fields(item.fields, live)
-        except (ValueError, OSError) as exc:
-            raise UsageError(f"queued job for thread {thread_id!r}: {exc}") from None
-        with open_store(db, create=True) as store:
-            outcome = advance(store, item.request(once=True), settings, charge=cap_id)
-            cap = store.ledger.cap(cap_id) if cap_id else None
+        outcome, cap = _step(thread_id, fields, live, cap_id)
     except BusyError as exc:  # someone outside the queue is working on it: try later
         outcome, cap, again = Outcome.from_error(thread_id, exc), None, 1.0
     except Exception as exc:  # a known failure ends the chain with its code; a bug raises
@@ -92,6 +83,38 @@ def _advance_one(app: App, thread_id: str, fields: dict[str, Any], live: bool,
                            schedule_in={"seconds": again} if again else None).defer(
             thread_id=thread_id, fields=fields, live=live, cap_id=cap_id)
     return json.loads(outcome.to_json())
+
+
+def _step(thread_id: str, fields: Any, live: bool,
+          cap_id: str | None) -> tuple[Outcome, tuple[int, int] | None]:
+    """Checks a queued job like a tasks line, then advances its thread by one step.
+
+    Returns:
+        The outcome and the cap's `(requests, maximum)` afterwards (None without one).
+
+    Raises:
+        graph.errors.UsageError: No `GRAPH_DB`, or the job's fields are invalid.
+    """
+    from graph.errors import UsageError
+    from graph.settings import resolve_settings
+    from graph.spec import ThreadSpec
+    from graph.step import StepRequest, advance
+    from graph.storage import open_store
+
+    db = os.environ.get("GRAPH_DB") or ""
+    if not db:
+        raise UsageError("the queue worker needs GRAPH_DB (the PostgreSQL URL)")
+    settings = resolve_settings(db=db, live=live, timeout_s=None)
+    if not isinstance(fields, dict):
+        raise UsageError("fields must be an object", location="queued job",
+                         thread_id=thread_id)
+    try:
+        spec = ThreadSpec.from_line({**fields, "thread_id": thread_id}, live=live)
+    except UsageError as exc:
+        raise exc.at(location="queued job", thread_id=thread_id) from None
+    with open_store(db, create=True) as store:
+        outcome = advance(store, StepRequest(spec, once=True), settings, charge=cap_id)
+        return outcome, store.ledger.cap(cap_id) if cap_id else None
 
 
 def recover_stalled(db: str, seconds: float | None = None) -> int:
@@ -108,8 +131,8 @@ def recover_stalled(db: str, seconds: float | None = None) -> int:
     async def run() -> int:
         app = make_app(db)
         async with app.open_async():
-            jobs = await app.job_manager.get_stalled_jobs(
-                seconds_since_heartbeat=seconds if seconds is not None else STALLED_S)
+            jobs = list(await app.job_manager.get_stalled_jobs(
+                seconds_since_heartbeat=seconds if seconds is not None else STALLED_S))
             for job in jobs:
                 await app.job_manager.retry_job(job)
             return len(jobs)
@@ -138,22 +161,22 @@ def enqueue(db: str, items: list[Any], *, live: bool, cap_id: str | None,
 
     Raises:
         graph.errors.UsageError: `db` is not a PostgreSQL URL (the queue lives there).
+        graph.errors.RefusedError: `identity_mismatch` when the cap exists with another
+            maximum (`graph.request_cap.open_cap`).
     """
     from graph.errors import UsageError
+    from graph.request_cap import open_cap
     from graph.storage import is_postgres, open_store
 
     if not is_postgres(db):
         raise UsageError("--enqueue needs a PostgreSQL database (--db postgresql://...)")
     with open_store(db, create=True) as store:  # our tables, and the cap
-        if max_requests is not None and cap_id is not None:
-            store.ledger.ensure_cap(cap_id, max_requests)
-        elif cap_id is not None and store.ledger.cap(cap_id) is None:
-            cap_id = None
+        cap_id = open_cap(store, cap_id, max_requests)
     ensure_schema(db)
     app = make_app(db)
     with app.open():
         for item in items:
-            fields = {k: v for k, v in item.fields.items() if k != "thread_id"}
+            fields = {k: v for k, v in item.spec.to_fields().items() if k != "thread_id"}
             app.configure_task("graph.advance_thread", lock=item.thread_id).defer(
                 thread_id=item.thread_id, fields=fields, live=live, cap_id=cap_id)
     return len(items)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from graph.errors import RefusedError
+from graph.exitcodes import ErrorCode
 from nodes.state import FINAL_STATUSES
 
 
@@ -53,13 +54,13 @@ def _proven_next(values: dict[str, Any]) -> str | None:
     return "budget"
 
 
-def repair_routing(graph: Any, config: dict[str, Any], where: str) -> bool:
+def repair_routing(graph: Any, config: dict[str, Any], location: str) -> bool:
     """Gives a thread that is not finished, but has no next step, its next step.
 
     Args:
         graph: The compiled graph with the thread's checkpointer.
-        config: The thread's config.
-        where: The database location and thread, for the refusal message.
+        config: The thread's config (`configurable.thread_id`).
+        location: The database, for the refusal message.
 
     Returns:
         True when a checkpoint was written (the thread now has a next step); False
@@ -79,7 +80,8 @@ def repair_routing(graph: Any, config: dict[str, Any], where: str) -> bool:
         return False
     proven = _proven_next(snapshot.values)
     if proven is None:
-        raise RefusedError(f"{where} is not finished but has no next step", error_code="damaged")
+        raise RefusedError("not finished but has no next step", error_code=ErrorCode.DAMAGED,
+                           location=location, thread_id=config["configurable"]["thread_id"])
     if proven == "tools":
         graph.update_state(config, {"progress": {"outcome": "tool_calls"}}, as_node="reason")
     else:

@@ -21,10 +21,11 @@ exit codes:
 
 from __future__ import annotations
 
+import argparse
 import signal
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlsplit
 
 from graph.cli import Parser, emit, known_error
@@ -32,25 +33,9 @@ from graph.errors import RunError, UsageError
 from graph.exitcodes import ErrorCode, ExitCode
 from graph.outcome import Outcome
 
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if not 1 <= value <= 10**12:
-        raise ValueError(text)
-    return value
-
-
-_positive.__name__ = "positive integer (1 to 10^12)"
-
-
-def _attempts(text: str) -> int:
-    value = _positive(text)
-    if value > 1_000_000:
-        raise ValueError(text)
-    return value
-
-
-_attempts.__name__ = "number of attempts (1 to 1000000)"
+if TYPE_CHECKING:
+    from graph.settings import Settings
+    from graph.step import StepRequest
 
 
 def _parser() -> Parser:
@@ -66,11 +51,11 @@ def _parser() -> Parser:
     parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
     parser.add_argument("--workspace", metavar="DIR",
                         help="read-only folder the model may list, read and search (fixed at creation)")
-    parser.add_argument("--max-attempts", type=_attempts, metavar="N",
+    parser.add_argument("--max-attempts", type=int, metavar="N",
                         help="model requests allowed for a new thread (default 4; fixed at creation)")
-    parser.add_argument("--max-tokens", type=_positive, metavar="N",
+    parser.add_argument("--max-tokens", type=int, metavar="N",
                         help="stop before a request once the thread used N tokens (fixed at creation)")
-    parser.add_argument("--context-tokens", type=_positive, metavar="N",
+    parser.add_argument("--context-tokens", type=int, metavar="N",
                         help="context limit per request, estimated tokens (default 16000; fixed at "
                              "creation); older material is compacted")
     parser.add_argument("--allow-writes", metavar="DIR",
@@ -110,41 +95,14 @@ def run(argv: list[str] | None = None, **step_kwargs: Any) -> Outcome:
     thread_id = None
     try:
         args = _parser().parse_args(argv)
-        from graph.settings import (
-            DEMO_MODEL_ID,
-            check_model_id,
-            check_task,
-            check_thread_id,
-            resolve_settings,
-        )
-        from graph.storage import is_postgres
+        from graph.spec import check_thread_id
 
         thread_id = check_thread_id(args.thread)
-        check_task(args.task)
-        check_model_id(args.model, "--model")
-        if args.reason is not None and not args.reject:
-            raise UsageError("--reason explains a --reject: give the calls it rejects")
-        if args.cancel and (args.approve or args.reject or args.restart_pruned):
-            raise UsageError("--cancel stops the thread; it cannot be combined with --approve, "
-                             "--reject or --restart-pruned")
-        if args.db and "://" in args.db and _has_password(args.db):
-            print("warning: a password in --db is visible in the process list; "
-                  "put the URL in GRAPH_DB or the password in PGPASSWORD or ~/.pgpass",
-                  file=sys.stderr)
-        settings = resolve_settings(db=args.db, live=args.live, timeout_s=args.timeout)
-        if (args.model not in (None, DEMO_MODEL_ID) and not args.live
-                and not is_postgres(settings.db) and not Path(settings.db).exists()):
-            # Certainly a new thread: refuse before the database file is created.
-            raise UsageError(f"model {args.model!r} makes paid requests: add --live to allow them")
-        from graph.step import StepRequest, advance
+        request = _request(args)
+        settings = _settings(args)
+        from graph.step import advance
         from graph.storage import open_store
 
-        request = StepRequest(thread_id=thread_id, task=args.task, model=args.model, once=args.once,
-                              cancel=args.cancel, restart_pruned=args.restart_pruned,
-                              max_attempts=args.max_attempts, workspace=args.workspace,
-                              max_tokens=args.max_tokens, context_tokens=args.context_tokens,
-                              approve=tuple(args.approve), reject=tuple(args.reject),
-                              reason=args.reason, allow_writes=args.allow_writes)
         with open_store(settings.db, create=args.task is not None and not args.cancel) as store:
             return advance(store, request, settings, **step_kwargs)
     except RunError as exc:
@@ -154,6 +112,53 @@ def run(argv: list[str] | None = None, **step_kwargs: Any) -> Outcome:
         if known is None:
             raise
         return Outcome.from_error(thread_id, known)
+
+
+def _request(args: argparse.Namespace) -> StepRequest:
+    """The step request of the parsed flags: the thread's spec (checked) and the mode.
+
+    Raises:
+        UsageError: An invalid setting (`graph.spec.ThreadSpec`), or flags that do not
+            go together.
+    """
+    from graph.spec import ThreadSpec
+    from graph.step import StepRequest
+
+    spec = ThreadSpec(thread_id=args.thread, task=args.task, model=args.model,
+                      max_attempts=args.max_attempts, max_tokens=args.max_tokens,
+                      context_tokens=args.context_tokens, workspace=args.workspace,
+                      allow_writes=args.allow_writes, source="flags")
+    if args.reason is not None and not args.reject:
+        raise UsageError("--reason explains a --reject: give the calls it rejects")
+    if args.cancel and (args.approve or args.reject or args.restart_pruned):
+        raise UsageError("--cancel stops the thread; it cannot be combined with --approve, "
+                         "--reject or --restart-pruned")
+    return StepRequest(spec, once=args.once, cancel=args.cancel,
+                       restart_pruned=args.restart_pruned, approve=tuple(args.approve),
+                       reject=tuple(args.reject), reason=args.reason)
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    """The invocation's settings; a paid model for a certainly new database is refused.
+
+    Raises:
+        UsageError: See `graph.settings.resolve_settings`; a paid `--model` without
+            `--live` when the SQLite file does not exist (before it is created).
+    """
+    from graph.settings import resolve_settings
+    from graph.spec import check_paid
+    from graph.storage import is_postgres
+    from nodes.demo_model import DEMO_MODEL_ID
+
+    if args.db and "://" in args.db and _has_password(args.db):
+        print("warning: a password in --db is visible in the process list; "
+              "put the URL in GRAPH_DB or the password in PGPASSWORD or ~/.pgpass",
+              file=sys.stderr)
+    settings = resolve_settings(db=args.db, live=args.live, timeout_s=args.timeout)
+    if (args.model not in (None, DEMO_MODEL_ID) and not is_postgres(settings.db)
+            and not Path(settings.db).exists()):
+        check_paid(args.model, args.live)  # certainly a new thread: before the file exists
+    return settings
 
 
 def _has_password(url: str) -> bool:

@@ -1,7 +1,8 @@
 """Resolves run settings in one place: command-line flag, then environment, then default.
 
 Nodes never read the environment; they get what this module resolved through the
-runtime context.
+runtime context. A thread's own fixed settings (task, model, limits, folders) are
+`graph.spec.ThreadSpec`.
 """
 
 from __future__ import annotations
@@ -12,54 +13,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from graph.errors import UsageError
-from nodes.demo_model import DEMO_MODEL_ID
+from graph.spec import MODEL_ID_RE, check_model_id
 from nodes.mandapi_defaults import DEFAULT_BASE_URL
 
 DB_ENV = "GRAPH_DB"
 """Environment variable naming the checkpoint database when `--db` is not given."""
 DEFAULT_DB = "checkpoints.sqlite"
 DEFAULT_TIMEOUT_S = 60.0
-THREAD_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-_TOKEN_RE = re.compile(r"[\x21-\x7e]{1,200}")
-"""API keys and model ids: 1-200 printable ASCII characters, no spaces."""
 MAX_TIMEOUT_S = 3600.0
-
-
-def check_task(task: str | None) -> str | None:
-    """Returns `task` if it is non-blank, valid Unicode text.
-
-    Raises:
-        UsageError: Blank, or holding bytes that are not UTF-8 (exit 2).
-    """
-    if task is None:
-        return None
-    try:
-        task.encode("utf-8")
-    except UnicodeEncodeError:
-        raise UsageError("--task must be valid UTF-8 text") from None
-    if not task.strip():
-        raise UsageError("--task must not be blank")
-    return task
-
-
-def check_model_id(model: str | None, source: str) -> str | None:
-    """Returns `model` if it is 1-200 printable ASCII characters without spaces.
-
-    A near miss of the demo model (`offline_demo`, `Offline-Demo`) is a typo, not a
-    paid model: it is refused with the right spelling.
-
-    Raises:
-        UsageError: Otherwise (exit 2).
-    """
-    if model is not None and not _TOKEN_RE.fullmatch(model):
-        raise UsageError(f"{source} must be 1-200 printable ASCII characters without spaces")
-    if model is not None and model != DEMO_MODEL_ID and _folded(model) == _folded(DEMO_MODEL_ID):
-        raise UsageError(f"{source} {model!r} is not a model: did you mean {DEMO_MODEL_ID}?")
-    return model
-
-
-def _folded(name: str) -> str:
-    return re.sub(r"[\W_]", "", name).lower()
 
 
 def _check_base_url(url: str) -> str:
@@ -114,19 +75,6 @@ _HOST_RE = re.compile(r"(?=.{1,253}\Z)([A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-
 """A DNS name or dotted IPv4 address: labels of letters, digits and inner hyphens."""
 
 
-def check_thread_id(thread_id: str) -> str:
-    """Returns `thread_id` if it is 1-128 of letters, digits, `.`, `_`, `:`, `-`.
-
-    Raises:
-        UsageError: Otherwise (exit 2).
-    """
-    if not THREAD_ID_RE.fullmatch(thread_id):
-        raise UsageError(
-            f"invalid thread id {thread_id[:40]!r}: use 1-128 letters, digits, '.', '_', ':' or '-'"
-        )
-    return thread_id
-
-
 @dataclass(frozen=True)
 class Settings:
     """Resolved settings of one invocation.
@@ -167,7 +115,7 @@ def resolve_settings(
     api_key = env.get("MANDAPI_API_KEY") or None
     if live and not api_key:
         raise UsageError("--live needs MANDAPI_API_KEY in the environment")
-    if live and not _TOKEN_RE.fullmatch(api_key or ""):
+    if live and not MODEL_ID_RE.fullmatch(api_key or ""):
         raise UsageError("MANDAPI_API_KEY must be printable ASCII without spaces")
     if timeout_s is None:
         raw = env.get("MANDAPI_TIMEOUT")
@@ -191,19 +139,3 @@ def resolve_settings(
         base_url=base_url,
         timeout_s=timeout_s,
     )
-
-
-def model_for_new_thread(model_flag: str | None, settings: Settings) -> str:
-    """Picks a new thread's model.
-
-    Precedence: `--model`, else `MANDAPI_MODEL_ID` with `--live`, else `offline-demo`.
-
-    Raises:
-        UsageError: A model other than `offline-demo` without `--live`.
-    """
-    if settings.live and not (model_flag or settings.env_model):
-        raise UsageError("--live needs a model for a new thread: --model or MANDAPI_MODEL_ID")
-    model = model_flag or settings.env_model or DEMO_MODEL_ID
-    if model != DEMO_MODEL_ID and not settings.live:
-        raise UsageError(f"model {model!r} makes paid requests: add --live to allow them")
-    return model

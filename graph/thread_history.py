@@ -102,8 +102,8 @@ def checkpoints(store: Store, thread_id: str, limit: int = 50) -> list[dict[str,
             values = pending_input(graph, snapshot.config, where)
         attempts = None
         if values.get("thread"):
-            at = f"{where}: checkpoint {snapshot.config['configurable']['checkpoint_id']}"
-            checked, _ = check_values(values, tuple(snapshot.next), at, thread_id)
+            checked, _ = check_values(values, tuple(snapshot.next), store.location, thread_id,
+                                      checkpoint_id=snapshot.config["configurable"]["checkpoint_id"])
             attempts = checked["progress"]["attempts"]
         rows.append({"checkpoint_id": snapshot.config["configurable"]["checkpoint_id"],
                      "step": snapshot.metadata.get("step"), "written_by": _writer(snapshot, parent),

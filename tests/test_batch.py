@@ -75,9 +75,10 @@ def test_subtasks_get_derived_ids_and_the_parent_lists_answers_in_order(backend,
 
 
 def test_parent_wide_cap_is_charged_for_every_subtask_request(backend, tmp_path) -> None:
-    from graph.batch_run import read_tasks, run_batch
+    from graph.batch_run import run_batch
     from graph.settings import resolve_settings
     from graph.storage import open_store
+    from graph.tasks_file import read_tasks
 
     path = tasks_file(tmp_path, [{"task": TASK}] * 3, "sub.jsonl")
     model = NeverFinishes()

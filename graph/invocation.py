@@ -1,0 +1,131 @@
+"""Invoking the graph for one thread: each invocation makes at most one model request.
+
+`invoke_steps` runs budget → reason (stopping after reason, `interrupt_after`), with
+`durability="sync"` so each node's checkpoint is on disk before the next node starts.
+Before every resume the thread is routed so that it goes on at a node that cannot send
+an uncounted request; a step that stored its output but failed before choosing the
+next node is routed afterwards and reported as `step_failed` (exit 6).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from graph.approvals import pending_review
+from graph.errors import RefusedError
+from graph.exitcodes import ErrorCode
+from graph.outcome import Outcome
+from graph.repair import repair_routing, unrouted_output
+from nodes.context import StepContext
+from nodes.pairing import UnsafeHistoryError
+from nodes.review import needs_review
+from nodes.state import FINAL_STATUSES
+
+_WRITER_OF_NEXT = {("tools",): "reason", ("reason",): "budget", ("budget",): "tools"}
+"""For a checkpoint's next node, a node whose edges lead there (for `update_state`)."""
+
+
+def store_migrated(graph: Any, config: dict[str, Any], loaded: Any) -> None:
+    """Writes the migrated `thread` channel as the thread's next checkpoint.
+
+    At `__start__` nothing is written: the stored input is migrated again on next load.
+    """
+    writer = _WRITER_OF_NEXT.get(tuple(loaded.snapshot.next))
+    if writer is not None:
+        graph.update_state(config, {"thread": loaded.values["thread"]}, as_node=writer)
+
+
+def route_before_resume(graph: Any, config: dict[str, Any], store: Any, thread_id: str) -> None:
+    """Makes sure a resumed thread goes on at a node that cannot send uncounted requests."""
+    repair_routing(graph, config, store.location)
+    snapshot = graph.get_state(config)
+    if snapshot.next == ("reason",) and not store.ledger.read(thread_id).unclaimed:
+        # LangGraph would re-run reason (it raised or was killed) without passing
+        # through budget. Its attempt is already claimed, so route the thread
+        # back to budget to count a new one before anything is sent.
+        graph.update_state(config, {"progress": {"outcome": "not_sent"}}, as_node="reason")
+
+
+def step_failed(graph: Any, config: dict[str, Any], store: Any, thread_id: str,
+                exc: Exception) -> Outcome:
+    """Routes a step whose node stored its output but failed after it, and reports that.
+
+    The output (a paid reply included) is kept and routed as its node's router says,
+    so the next run continues from it.
+
+    Returns:
+        The thread's outcome with `error_code` `step_failed` (exit 6, or 3 if exhausted).
+    """
+    repair_routing(graph, config, store.location)
+    snapshot = graph.get_state(config)
+    return Outcome.step_failed(thread_id, snapshot.values, snapshot.next, exc)
+
+
+def _invoke_once(graph: Any, config: dict[str, Any], store: Any, ctx: StepContext,
+                 graph_input: Any) -> Outcome | None:
+    """One graph invocation; None when it ran, else the `step_failed` outcome.
+
+    Raises:
+        RefusedError: `damaged` when the conversation cannot be sent (its pairing).
+    """
+    try:
+        graph.invoke(graph_input, config, context=ctx, durability="sync")
+    except UnsafeHistoryError as exc:
+        raise RefusedError(f"the conversation cannot be sent: {exc}",
+                           error_code=ErrorCode.DAMAGED, location=store.location,
+                           thread_id=ctx.thread_id) from None
+    except Exception as exc:
+        if unrouted_output(graph.get_state(config)) is None:
+            raise
+        return step_failed(graph, config, store, ctx.thread_id, exc)
+    return None
+
+
+def _snapshot_after(graph: Any, config: dict[str, Any], ctx: StepContext) -> Any:
+    """The thread after an invocation; a write call waiting for review is paused now."""
+    snapshot = graph.get_state(config)
+    if tuple(snapshot.next) == ("tools",) and needs_review(snapshot.values):
+        # Say it now: run tools up to its review pause (no request; budget never runs).
+        graph.invoke(None, config, context=ctx, durability="sync", interrupt_before=["budget"])
+        snapshot = graph.get_state(config)
+    return snapshot
+
+
+def invoke_steps(graph: Any, config: dict[str, Any], store: Any, ctx: StepContext,
+                 graph_input: Any, *, once: bool, max_attempts: int) -> Outcome:
+    """Invokes the graph once (`once`) or until the thread stops; returns its outcome.
+
+    Args:
+        graph: The compiled graph with the thread's checkpointer.
+        config: The thread's config.
+        store: The open store (ledger, location).
+        ctx: The runtime context (thread, ledger, model, log, request cap).
+        graph_input: The new thread's initial state, or None to resume.
+        once: Stop after one invocation.
+        max_attempts: The thread's maximum, which bounds the invocations.
+
+    Returns:
+        The outcome: exit 0 (ran or done), 3 (exhausted), 6 (the request failed or
+        `step_failed`) or 7 (a write call waits for review); `held_back` when the
+        counted attempt could not be claimed (a full request cap).
+    """
+    thread_id = ctx.thread_id
+    for _ in range(2 * max_attempts + 2):
+        if graph_input is None:
+            route_before_resume(graph, config, store, thread_id)
+        claimed_before = store.ledger.read(thread_id).claimed if graph_input is None else 0
+        failed = _invoke_once(graph, config, store, ctx, graph_input)
+        if failed is not None:
+            return failed
+        graph_input = None
+        repair_routing(graph, config, store.location)
+        snapshot = _snapshot_after(graph, config, ctx)
+        pending = pending_review(snapshot)
+        if pending is not None:
+            return Outcome.waiting(thread_id, snapshot.values, pending, {})
+        sent = store.ledger.read(thread_id).claimed > claimed_before
+        outcome = Outcome.after_invocation(thread_id, snapshot.values, snapshot.next, sent)
+        if (outcome.held_back or outcome.error_code is not None or once
+                or outcome.status in FINAL_STATUSES):
+            return outcome
+    return outcome

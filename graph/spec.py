@@ -1,0 +1,268 @@
+"""A thread's fixed settings: built from flags or a tasks line, validated once, checked on resume.
+
+Task, model, attempt maximum, token cap, context limit, workspace and write folder are
+fixed when a thread is created (INVARIANTS I7). `ThreadSpec` holds what the caller
+gave for them, whether from `graph.run`'s flags, a `graph.batch` tasks line or a
+queued job, and every bound and message lives here, so every entry point accepts
+exactly the same values. `ThreadSpec.check_against` refuses a resume that names
+other values than the stored thread's.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import InitVar, dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from graph.errors import RefusedError, UsageError
+from graph.exitcodes import ErrorCode
+from graph.state import initial_state
+from nodes.demo_model import DEMO_MODEL_ID
+from nodes.state import DEFAULT_CONTEXT_TOKENS, DEFAULT_MAX_ATTEMPTS, ThreadState
+
+if TYPE_CHECKING:
+    from graph.settings import Settings
+
+THREAD_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+MODEL_ID_RE = re.compile(r"[\x21-\x7e]{1,200}")
+"""API keys and model ids: 1-200 printable ASCII characters, no spaces."""
+LIMITS: dict[str, int] = {"max_attempts": 1_000_000, "max_tokens": 10**12,
+                          "context_tokens": 10_000_000}
+"""Largest accepted value of each integer setting (the smallest is 1)."""
+FIELDS: dict[str, type] = {"thread_id": str, "task": str, "model": str, "max_attempts": int,
+                           "max_tokens": int, "context_tokens": int, "workspace": str,
+                           "allow_writes": str}
+"""The settings a tasks line may carry, named as `graph.run`'s flags (`max_attempts`:
+`--max-attempts`)."""
+
+Source = Literal["flags", "line"]
+"""Where a spec's values came from: it decides how messages name a setting."""
+
+
+def setting_name(key: str, source: Source) -> str:
+    """How a message names setting `key`: `--max-attempts` for flags, `max_attempts` in a line."""
+    return "--" + key.replace("_", "-") if source == "flags" else key
+
+
+def check_thread_id(thread_id: str) -> str:
+    """Returns `thread_id` if it is 1-128 of letters, digits, `.`, `_`, `:`, `-`.
+
+    Raises:
+        UsageError: Otherwise (exit 2).
+    """
+    if not THREAD_ID_RE.fullmatch(thread_id):
+        raise UsageError(
+            f"invalid thread id {thread_id[:40]!r}: use 1-128 letters, digits, '.', '_', ':' or '-'"
+        )
+    return thread_id
+
+
+def check_task(task: str | None, name: str = "--task") -> str | None:
+    """Returns `task` if it is non-blank, valid Unicode text (None passes).
+
+    Raises:
+        UsageError: Blank, or holding lone surrogates that are not UTF-8 (exit 2).
+    """
+    if task is None:
+        return None
+    try:
+        task.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError(f"{name} must be valid UTF-8 text") from None
+    if not task.strip():
+        raise UsageError(f"{name} must not be blank")
+    return task
+
+
+def check_model_id(model: str | None, source: str) -> str | None:
+    """Returns `model` if it is 1-200 printable ASCII characters without spaces (None passes).
+
+    A near miss of the demo model (`offline_demo`, `Offline-Demo`) is a typo, not a
+    paid model: it is refused with the right spelling.
+
+    Raises:
+        UsageError: Otherwise (exit 2), naming `source` (a flag, field or variable).
+    """
+    if model is not None and not MODEL_ID_RE.fullmatch(model):
+        raise UsageError(f"{source} must be 1-200 printable ASCII characters without spaces")
+    if model is not None and model != DEMO_MODEL_ID and _folded(model) == _folded(DEMO_MODEL_ID):
+        raise UsageError(f"{source} {model!r} is not a model: did you mean {DEMO_MODEL_ID}?")
+    return model
+
+
+def _folded(name: str) -> str:
+    return re.sub(r"[\W_]", "", name).lower()
+
+
+def check_paid(model: str | None, live: bool) -> None:
+    """Refuses a model that makes paid requests without `--live` (None passes).
+
+    Raises:
+        UsageError: A model other than `offline-demo` while `live` is false (exit 2).
+    """
+    if model not in (None, DEMO_MODEL_ID) and not live:
+        raise UsageError(f"model {model!r} makes paid requests: add --live to allow them")
+
+
+def check_limit(value: int | None, limit: int, name: str) -> None:
+    """Checks an integer setting: from 1 to `limit` (None passes).
+
+    Raises:
+        UsageError: Naming the setting `name` and the bound (exit 2).
+    """
+    if value is not None and value < 1:
+        raise UsageError(f"{name} must be a positive integer")
+    if value is not None and value > limit:
+        raise UsageError(f"{name} must be at most {limit}")
+
+
+def resolve_folder(folder: str | None, name: str = "workspace") -> str | None:
+    """The absolute path of an existing folder (`--workspace`, `--allow-writes`), or None.
+
+    Raises:
+        UsageError: `no_such_workspace` when the folder is missing here (exit 2,
+            nothing counted): a step reads the folder on the machine that runs it.
+    """
+    if folder is None:
+        return None
+    try:
+        path = Path(folder).expanduser().resolve()
+        found = path.is_dir()
+    except (OSError, ValueError, RuntimeError):  # too long, a NUL byte, a symlink loop
+        found = False
+    if not found:
+        raise UsageError(f"{name} folder {folder} does not exist on this machine",
+                         error_code=ErrorCode.NO_SUCH_WORKSPACE)
+    return str(path)
+
+
+@dataclass(frozen=True)
+class ThreadSpec:
+    """What a caller gives for a thread's fixed settings; valid once constructed.
+
+    Every setting but `thread_id` may be None (not given): a new thread takes the
+    default (`new_thread_state`), a resumed one keeps its stored value; given and different
+    from the stored value, it is refused (`check_against`).
+
+    Attributes:
+        thread_id: 1-128 of letters, digits, `.`, `_`, `:`, `-`.
+        task: Non-blank text; required to create a thread.
+        model: Model id, 1-200 printable ASCII characters.
+        max_attempts: Model requests allowed (attempts), 1 to `LIMITS["max_attempts"]`.
+        max_tokens: Cap on the tokens MandAPI reports for the thread, 1 to 10^12.
+        context_tokens: Estimated tokens per request before compaction, 1 to 10^7.
+        workspace: Folder of the read-only tools, as given (resolved when used).
+        allow_writes: Folder of the write tools, as given (resolved when used).
+        source: `flags` or `line`: how messages name a setting (`setting_name`).
+
+    Raises:
+        UsageError: On construction, naming the first invalid setting (exit 2).
+    """
+
+    thread_id: str
+    task: str | None = None
+    model: str | None = None
+    max_attempts: int | None = None
+    max_tokens: int | None = None
+    context_tokens: int | None = None
+    workspace: str | None = None
+    allow_writes: str | None = None
+    source: InitVar[Source] = "flags"
+
+    def __post_init__(self, source: Source) -> None:
+        for key, kind in FIELDS.items():
+            value, name = getattr(self, key), setting_name(key, source)
+            if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+                raise UsageError(f"{name} must be a "
+                                 f"{'positive integer' if kind is int else 'string'}")
+        for key, limit in LIMITS.items():
+            check_limit(getattr(self, key), limit, setting_name(key, source))
+        check_thread_id(self.thread_id)
+        check_task(self.task, setting_name("task", source))
+        check_model_id(self.model, setting_name("model", source))
+
+    @classmethod
+    def from_line(cls, data: Mapping[str, Any], *, live: bool) -> ThreadSpec:
+        """The spec of one tasks line or queued job, with everything checked up front.
+
+        Beyond construction: no unknown fields, `thread_id` and `task` present, a paid
+        model only with `live`, and both folders existing here.
+
+        Raises:
+            UsageError: Naming the field and what is wrong (exit 2).
+        """
+        unknown = set(data) - set(FIELDS)
+        if unknown:
+            raise UsageError(f"unknown field(s) {sorted(unknown)}")
+        for key in ("thread_id", "task"):  # required: null is as missing as absent
+            if data.get(key) is None:
+                raise UsageError(f"{key} is missing")
+        spec = cls(**data, source="line")
+        check_paid(spec.model, live)
+        resolve_folder(spec.workspace, "workspace")
+        resolve_folder(spec.allow_writes, "allow_writes")
+        return spec
+
+    def to_fields(self) -> dict[str, Any]:
+        """The given settings as tasks-line fields (what a queued job carries)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if getattr(self, f.name) is not None}
+
+    def new_thread_state(self, settings: Settings, created_at: str) -> ThreadState:
+        """The input that creates the thread: defaults filled in, folders made absolute.
+
+        The model is `model`, else `MANDAPI_MODEL_ID` with `--live`, else `offline-demo`.
+
+        Args:
+            settings: The invocation's settings (`live`, `env_model`).
+            created_at: The creation time, ISO 8601 text (UTC).
+
+        Raises:
+            UsageError: No task; `--live` without a model; a paid model without
+                `--live`; a missing folder (`no_such_workspace`).
+        """
+        if self.task is None:
+            raise UsageError("a new thread needs a task", thread_id=self.thread_id)
+        if settings.live and not (self.model or settings.env_model):
+            raise UsageError("--live needs a model for a new thread: --model or MANDAPI_MODEL_ID")
+        model = self.model or settings.env_model or DEMO_MODEL_ID
+        check_paid(model, settings.live)
+        return initial_state(
+            thread_id=self.thread_id, task=self.task, model=model,
+            max_attempts=self.max_attempts or DEFAULT_MAX_ATTEMPTS, created_at=created_at,
+            workspace=resolve_folder(self.workspace), max_tokens=self.max_tokens,
+            context_tokens=self.context_tokens or DEFAULT_CONTEXT_TOKENS,
+            allow_writes=resolve_folder(self.allow_writes, "allow-writes"))
+
+    def check_against(self, thread: Mapping[str, Any], env_model: str | None) -> None:
+        """Refuses settings that differ from the stored thread's (`thread` state channel).
+
+        A given folder is compared as an absolute path. `env_model` is
+        `MANDAPI_MODEL_ID` (with `--live`), compared when no model is given.
+
+        Raises:
+            RefusedError: `identity_mismatch`, naming the flag (exit 4).
+            UsageError: `no_such_workspace` when a given folder is missing.
+        """
+        fixed = (("--max-attempts", self.max_attempts, thread["max_attempts"]),
+                 ("--max-tokens", self.max_tokens, thread["max_tokens"]),
+                 ("--context-tokens", self.context_tokens, thread["context_tokens"]),
+                 ("--workspace", resolve_folder(self.workspace or None), thread["workspace"]),
+                 ("--allow-writes", resolve_folder(self.allow_writes or None, "allow-writes"),
+                  thread["allow_writes"]))
+        for flag, given, stored in fixed:
+            if given is not None and given != stored:
+                raise self._mismatch(f"created with {flag} {stored}; it is fixed at creation "
+                                     f"and cannot become {given}")
+        if self.task is not None and self.task != thread["task"]:
+            raise self._mismatch("created with a different task; omit --task to resume it")
+        source, model = ("--model", self.model) if self.model is not None else (
+            "MANDAPI_MODEL_ID", env_model)
+        if model is not None and model != thread["model"]:
+            raise self._mismatch(f"uses model {thread['model']!r}, but {source} is {model!r}")
+
+    def _mismatch(self, detail: str) -> RefusedError:
+        return RefusedError(detail, error_code=ErrorCode.IDENTITY_MISMATCH,
+                            thread_id=self.thread_id)
