@@ -3,7 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from enum import StrEnum
 from typing import Any
+
+
+class RequestErrorCode(StrEnum):
+    """Why a counted model request failed; each value is also a `graph.exitcodes.ErrorCode`.
+
+    Defined here because nodes never import `graph/`; `tests/test_error_contract.py`
+    checks that every value is in the project-wide enum with exit code 6.
+    """
+
+    TIMEOUT = "timeout"
+    CONNECTION = "connection"
+    HTTP_STATUS = "http_status"
+    BAD_RESPONSE = "bad_response"
 
 
 class ModelRequestError(Exception):
@@ -19,7 +33,7 @@ class ModelRequestError(Exception):
             None when no valid usage came back. They count toward the thread's cap.
     """
 
-    def __init__(self, error_code: str, message: str, *,
+    def __init__(self, error_code: RequestErrorCode, message: str, *,
                  usage: Mapping[str, Any] | None = None) -> None:
         super().__init__(message)
         self.error_code = error_code

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 
 from nodes.context import ModelReply
-from nodes.errors import ModelRequestError
+from nodes.errors import ModelRequestError, RequestErrorCode
 from nodes.mandapi_defaults import DEFAULT_BASE_URL
 from nodes.replies import MAX_REPLY_BYTES, parse_reply
 
@@ -58,22 +58,22 @@ class MandApiModel:
             ) as response:
                 if not response.is_success:
                     raise ModelRequestError(
-                        "http_status", f"{self.url} answered HTTP {response.status_code}"
+                        RequestErrorCode.HTTP_STATUS, f"{self.url} answered HTTP {response.status_code}"
                     )
                 data = self._read_capped(response)
         except httpx.TimeoutException as exc:
             raise ModelRequestError(
-                "timeout", f"request to {self.url} timed out ({type(exc).__name__})"
+                RequestErrorCode.TIMEOUT, f"request to {self.url} timed out ({type(exc).__name__})"
             ) from None
         except httpx.HTTPError as exc:
             raise ModelRequestError(
-                "connection", f"request to {self.url} failed ({type(exc).__name__})"
+                RequestErrorCode.CONNECTION, f"request to {self.url} failed ({type(exc).__name__})"
             ) from None
         try:
             payload = json.loads(data)
         except (ValueError, RecursionError):  # not JSON, not UTF-8, too deep, huge numbers
             raise ModelRequestError(
-                "bad_response", f"{self.url} answered with a body that is not JSON"
+                RequestErrorCode.BAD_RESPONSE, f"{self.url} answered with a body that is not JSON"
             ) from None
         return parse_reply(payload)
 
@@ -84,7 +84,7 @@ class MandApiModel:
             ModelRequestError: `bad_response` when the body is larger than the cap.
         """
         too_big = ModelRequestError(
-            "bad_response", f"{self.url} answered with more than {MAX_REPLY_BYTES} bytes")
+            RequestErrorCode.BAD_RESPONSE, f"{self.url} answered with more than {MAX_REPLY_BYTES} bytes")
         declared = response.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > MAX_REPLY_BYTES:
             raise too_big

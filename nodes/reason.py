@@ -15,7 +15,7 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 from nodes.context import StepContext
-from nodes.errors import ModelRequestError
+from nodes.errors import ModelRequestError, RequestErrorCode
 from nodes.replies import check_reply, read_usage
 from nodes.state import REPLACE, Progress, ThreadState, ThreadUpdate, Usage
 
@@ -35,7 +35,7 @@ def _check_new_call_ids(message: Mapping[str, Any], stored: Sequence[Mapping[str
     ids = [c["id"] for c in message.get("tool_calls") or []]
     twice = sorted({i for i in ids if ids.count(i) > 1})
     if twice:
-        raise ModelRequestError("bad_response", f"the reply uses tool call id(s) {twice} for "
+        raise ModelRequestError(RequestErrorCode.BAD_RESPONSE, f"the reply uses tool call id(s) {twice} for "
                                 "more than one call")
 
 
@@ -53,7 +53,7 @@ def _refused(ctx: StepContext, attempt: int, exc: ModelRequestError, usage: Mapp
     The reported usage of a paid but refused reply still counts toward the thread's
     token cap and shows in its step-log row (INVARIANTS I11).
     """
-    error = {"attempt": attempt, "error_code": exc.error_code, "message": exc.message}
+    error = {"attempt": attempt, "error_code": str(exc.error_code), "message": exc.message}
     row: dict[str, Any] = {"outcome": "error", **error}
     update = Progress(outcome="error", last_error=error, **spent)
     if usage is not None:
@@ -95,7 +95,8 @@ def reason_node(state: ThreadState, runtime: Runtime[StepContext]) -> ThreadUpda
         reply = check_reply(reply)
         message = reply.message
         if not message.get("tool_calls") and not (message.get("content") or "").strip():
-            raise ModelRequestError("bad_response", "the model returned neither text nor a tool call")
+            raise ModelRequestError(RequestErrorCode.BAD_RESPONSE,
+                                    "the model returned neither text nor a tool call")
         _check_new_call_ids(message, state["messages"])
     except ModelRequestError as exc:
         return _refused(ctx, attempt, exc, usage or exc.usage, progress, spent)

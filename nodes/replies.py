@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nodes.context import ModelReply
-from nodes.errors import ModelRequestError
+from nodes.errors import ModelRequestError, RequestErrorCode
 from nodes.state import Usage
 
 MAX_REPLY_BYTES = 2 * 1024 * 1024
@@ -35,7 +35,7 @@ _USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
 
 
 def _bad(why: str, usage: Usage | None = None) -> ModelRequestError:
-    return ModelRequestError("bad_response", f"unusable chat-completions answer: {why}",
+    return ModelRequestError(RequestErrorCode.BAD_RESPONSE, f"unusable chat-completions answer: {why}",
                              usage=usage)
 
 

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from nodes.context import ModelReply
-from nodes.errors import ModelRequestError
+from nodes.errors import ModelRequestError, RequestErrorCode
 
 
 def tool_call_reply(call_id: str, query: str = "shipping") -> ModelReply:
@@ -82,7 +82,7 @@ class RecordingLog:
 
 
 def timeout_error() -> ModelRequestError:
-    return ModelRequestError("timeout", "request to http://fake/chat/completions timed out")
+    return ModelRequestError(RequestErrorCode.TIMEOUT, "request to http://fake/chat/completions timed out")
 
 
 def chat_completion(message: dict[str, Any], usage: dict[str, int] | None = None) -> dict[str, Any]:

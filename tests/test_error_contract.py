@@ -64,6 +64,14 @@ def test_every_error_code_the_source_can_emit_is_in_the_enum() -> None:
     assert found <= {c.value for c in ErrorCode}, found - {c.value for c in ErrorCode}
 
 
+def test_every_request_error_code_of_the_nodes_is_a_request_failure_error_code() -> None:
+    from graph.exitcodes import ErrorCode, ExitCode
+    from nodes.errors import RequestErrorCode
+
+    for code in RequestErrorCode:
+        assert ErrorCode(code.value).exit_code == ExitCode.REQUEST_FAILED, code
+
+
 def _process(module: str, *args: str, **kwargs) -> subprocess.Popen:
     return subprocess.Popen([PYTHON, "-m", module, *args], env=subprocess_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
