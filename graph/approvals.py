@@ -1,5 +1,8 @@
 """Human review of write calls: decisions bound to the exact call, applied at most once.
 
+if TYPE_CHECKING:
+    from graph.database import Store
+
 A thread whose tools node paused for review (one LangGraph `interrupt()` per assistant
 message) is never invoked again until every paused write call is decided. Each
 decision is recorded in `write_approvals` with the call's argument hash; approved
@@ -31,7 +34,7 @@ before any resume, and a waiting thread is never invoked otherwise.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graph.approvals_table import SqlApprovals, now
 from graph.errors import RefusedError, UsageError
@@ -47,6 +50,9 @@ from nodes.write_tools import (
     planned_content,
     resolve_target,
 )
+
+if TYPE_CHECKING:
+    from graph.database import Store
 
 __all__ = ["SqlApprovals", "apply_approved", "decide", "pending_review"]
 
@@ -87,7 +93,7 @@ def _check_unchanged(pending: list[dict[str, Any]], values: dict[str, Any], wher
                                error_code=ErrorCode.TAMPERED)
 
 
-def decide(store: Any, thread_id: str, pending: list[dict[str, Any]], values: dict[str, Any],
+def decide(store: Store, thread_id: str, pending: list[dict[str, Any]], values: dict[str, Any],
            approve: list[str], reject: list[str], reason: str | None) -> dict[str, dict[str, Any]]:
     """Checks and records decisions; returns every decision of the paused turn, by call id.
 
@@ -130,7 +136,7 @@ def decide(store: Any, thread_id: str, pending: list[dict[str, Any]], values: di
     return store.approvals.turn(thread_id, turn)
 
 
-def _apply_one(store: Any, thread_id: str, turn: int, cid: str, row: dict[str, Any],
+def _apply_one(store: Store, thread_id: str, turn: int, cid: str, row: dict[str, Any],
                call: dict[str, Any], root: str, where: str) -> None:
     """Applies one approved write at most once in effect (see module doc).
 
@@ -155,7 +161,7 @@ def _apply_one(store: Any, thread_id: str, turn: int, cid: str, row: dict[str, A
     store.approvals.mark_applied(thread_id, turn, cid)
 
 
-def apply_approved(store: Any, thread_id: str, values: dict[str, Any],
+def apply_approved(store: Store, thread_id: str, values: dict[str, Any],
                    decisions: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Applies every approved, not yet applied write of the paused turn, at most once in effect.
 

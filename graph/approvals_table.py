@@ -126,7 +126,7 @@ class SqlApprovals(SqlTable):
         self._ensure_current()
         self._insert({c: row.get(c) for c in COLUMNS})
 
-    def plan(self, thread_id: str, attempt: int, tool_call_id: str, before: str,
+    def plan(self, thread_id: str, attempt: int, tool_call_id: str, before: str | None,
              after: str) -> None:
         """Records, before writing, the file's hash now and the hash it will have after."""
         self._ensure_current()

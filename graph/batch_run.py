@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from graph.errors import RunError
 from graph.exitcodes import ErrorCode, ExitCode
@@ -20,6 +20,9 @@ from graph.request_cap import cap_full, open_cap
 from graph.step import advance
 from graph.tasks_file import BatchItem
 from nodes.state import FINAL_STATUSES
+
+if TYPE_CHECKING:
+    from graph.database import Store
 
 
 class Progress:
@@ -81,7 +84,7 @@ class BatchReport:
                 "exit_code": int(self.exit_code)}
 
 
-def _held_by_cap(store: Any, item: BatchItem, cap_id: str | None) -> Outcome:
+def _held_by_cap(store: Store, item: BatchItem, cap_id: str | None) -> Outcome:
     """A thread's outcome when the cap is full: read only, never advanced."""
     from graph.loading import load_thread
 
@@ -96,7 +99,7 @@ def _held_by_cap(store: Any, item: BatchItem, cap_id: str | None) -> Outcome:
     return outcome
 
 
-def _advance_item(store: Any, item: BatchItem, settings: Any, once: bool, cap_id: str | None,
+def _advance_item(store: Store, item: BatchItem, settings: Any, once: bool, cap_id: str | None,
                   step_kwargs: dict[str, Any]) -> Outcome:
     """One thread's outcome: advanced, held by a full cap, or refused (never raises RunError)."""
     try:
@@ -111,7 +114,7 @@ def _advance_item(store: Any, item: BatchItem, settings: Any, once: bool, cap_id
         return Outcome.from_error(item.thread_id, exc)
 
 
-def run_batch(store: Any, items: list[BatchItem], settings: Any, *, once: bool,
+def run_batch(store: Store, items: list[BatchItem], settings: Any, *, once: bool,
               cap_id: str | None = None, max_requests: int | None = None,
               progress: Progress | None = None, **step_kwargs: Any) -> BatchReport:
     """Advances every thread of `items`, in order, under an optional shared request cap.

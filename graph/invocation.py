@@ -9,17 +9,20 @@ next node is routed afterwards and reported as `step_failed` (exit 6).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graph.approvals import pending_review
 from graph.errors import RefusedError
 from graph.exitcodes import ErrorCode
 from graph.outcome import Outcome
 from graph.repair import repair_routing, unrouted_output
-from nodes.context import StepContext
+from nodes.context import LedgerEntry, StepContext
 from nodes.pairing import UnsafeHistoryError
 from nodes.review import needs_review
 from nodes.state import FINAL_STATUSES
+
+if TYPE_CHECKING:
+    from graph.database import Store
 
 _WRITER_OF_NEXT = {("tools",): "reason", ("reason",): "budget", ("budget",): "tools"}
 """For a checkpoint's next node, a node whose edges lead there (for `update_state`)."""
@@ -35,18 +38,31 @@ def store_migrated(graph: Any, config: dict[str, Any], loaded: Any) -> None:
         graph.update_state(config, {"thread": loaded.values["thread"]}, as_node=writer)
 
 
-def route_before_resume(graph: Any, config: dict[str, Any], store: Any, thread_id: str) -> None:
+def _ledger_entry(store: Store, thread_id: str) -> LedgerEntry:
+    """The thread's ledger row, which the step checked before invoking.
+
+    Raises:
+        RefusedError: `damaged` when the row went missing since (deleted outside this program).
+    """
+    entry = store.ledger.read(thread_id)
+    if entry is None:
+        raise RefusedError("the attempt-ledger row went missing during the step",
+                           error_code=ErrorCode.DAMAGED, location=store.location, thread_id=thread_id)
+    return entry
+
+
+def route_before_resume(graph: Any, config: dict[str, Any], store: Store, thread_id: str) -> None:
     """Makes sure a resumed thread goes on at a node that cannot send uncounted requests."""
     repair_routing(graph, config, store.location)
     snapshot = graph.get_state(config)
-    if snapshot.next == ("reason",) and not store.ledger.read(thread_id).unclaimed:
+    if snapshot.next == ("reason",) and not _ledger_entry(store, thread_id).unclaimed:
         # LangGraph would re-run reason (it raised or was killed) without passing
         # through budget. Its attempt is already claimed, so route the thread
         # back to budget to count a new one before anything is sent.
         graph.update_state(config, {"progress": {"outcome": "not_sent"}}, as_node="reason")
 
 
-def step_failed(graph: Any, config: dict[str, Any], store: Any, thread_id: str,
+def step_failed(graph: Any, config: dict[str, Any], store: Store, thread_id: str,
                 exc: Exception) -> Outcome:
     """Routes a step whose node stored its output but failed after it, and reports that.
 
@@ -61,7 +77,7 @@ def step_failed(graph: Any, config: dict[str, Any], store: Any, thread_id: str,
     return Outcome.step_failed(thread_id, snapshot.values, snapshot.next, exc)
 
 
-def _invoke_once(graph: Any, config: dict[str, Any], store: Any, ctx: StepContext,
+def _invoke_once(graph: Any, config: dict[str, Any], store: Store, ctx: StepContext,
                  graph_input: Any) -> Outcome | None:
     """One graph invocation; None when it ran, else the `step_failed` outcome.
 
@@ -91,7 +107,7 @@ def _snapshot_after(graph: Any, config: dict[str, Any], ctx: StepContext) -> Any
     return snapshot
 
 
-def invoke_steps(graph: Any, config: dict[str, Any], store: Any, ctx: StepContext,
+def invoke_steps(graph: Any, config: dict[str, Any], store: Store, ctx: StepContext,
                  graph_input: Any, *, once: bool, max_attempts: int) -> Outcome:
     """Invokes the graph once (`once`) or until the thread stops; returns its outcome.
 
@@ -113,7 +129,7 @@ def invoke_steps(graph: Any, config: dict[str, Any], store: Any, ctx: StepContex
     for _ in range(2 * max_attempts + 2):
         if graph_input is None:
             route_before_resume(graph, config, store, thread_id)
-        claimed_before = store.ledger.read(thread_id).claimed if graph_input is None else 0
+        claimed_before = _ledger_entry(store, thread_id).claimed if graph_input is None else 0
         failed = _invoke_once(graph, config, store, ctx, graph_input)
         if failed is not None:
             return failed
@@ -123,7 +139,7 @@ def invoke_steps(graph: Any, config: dict[str, Any], store: Any, ctx: StepContex
         pending = pending_review(snapshot)
         if pending is not None:
             return Outcome.waiting(thread_id, snapshot.values, pending, {})
-        sent = store.ledger.read(thread_id).claimed > claimed_before
+        sent = _ledger_entry(store, thread_id).claimed > claimed_before
         outcome = Outcome.after_invocation(thread_id, snapshot.values, snapshot.next, sent)
         if (outcome.held_back or outcome.error_code is not None or once
                 or outcome.status in FINAL_STATUSES):

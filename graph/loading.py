@@ -10,7 +10,7 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graph.errors import RefusedError
 from graph.exitcodes import ErrorCode
@@ -18,6 +18,9 @@ from graph.integrity import validate_state
 from graph.migrations import migrate
 from graph.serde import CheckpointIntegrityError
 from graph.thread_checks import check_ledger
+
+if TYPE_CHECKING:
+    from graph.database import Store
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,7 @@ def check_history(graph: Any, thread_id: str, location: str) -> None:
                          checkpoint_id=checkpoint_id)
 
 
-def check_stored_thread(store: Any, graph: Any, thread_id: str) -> LoadedThread | None:
+def check_stored_thread(store: Store, graph: Any, thread_id: str) -> LoadedThread | None:
     """Everything `graph.run` checks before advancing a thread, plus its older checkpoints.
 
     The latest checkpoint, its ledger row, attempt log, approvals and tombstone, and

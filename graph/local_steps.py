@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langgraph.types import Command
 
@@ -13,8 +13,11 @@ from graph.outcome import Outcome
 from nodes.context import NoModel, StepContext
 from nodes.state import FINAL_STATUSES
 
+if TYPE_CHECKING:
+    from graph.database import Store
 
-def cancel(graph: Any, config: dict[str, Any], store: Any, loaded: Any,
+
+def cancel(graph: Any, config: dict[str, Any], store: Store, loaded: Any,
            thread_id: str) -> Outcome:
     """Marks a thread `cancelled`: no request is ever made for it again.
 
@@ -39,7 +42,7 @@ def cancel(graph: Any, config: dict[str, Any], store: Any, loaded: Any,
     return Outcome.from_state(thread_id, snapshot.values, snapshot.next).succeeded()
 
 
-def review(graph: Any, config: dict[str, Any], store: Any, loaded: Any, thread_id: str,
+def review(graph: Any, config: dict[str, Any], store: Store, loaded: Any, thread_id: str,
            pending: list[dict[str, Any]], *, approve: list[str], reject: list[str],
            reason: str | None) -> Outcome:
     """Records decisions; once every paused write is decided, applies and resumes.

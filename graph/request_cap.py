@@ -7,16 +7,19 @@ workers set it up with the same function, `open_cap`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from graph.errors import RefusedError
 from graph.exitcodes import ErrorCode
+
+if TYPE_CHECKING:
+    from graph.database import Store
 
 MAX_REQUESTS_LIMIT = 10**9
 """Largest accepted `--max-requests` (the smallest is 1)."""
 
 
-def open_cap(store: Any, cap_id: str | None, max_requests: int | None) -> str | None:
+def open_cap(store: Store, cap_id: str | None, max_requests: int | None) -> str | None:
     """Creates the cap `cap_id` if new; returns the cap to charge, or None for no cap.
 
     Args:
@@ -43,7 +46,7 @@ def open_cap(store: Any, cap_id: str | None, max_requests: int | None) -> str | 
     return cap_id
 
 
-def cap_full(store: Any, cap_id: str | None) -> bool:
+def cap_full(store: Store, cap_id: str | None) -> bool:
     """Whether the cap `cap_id` has no request left (False without a cap)."""
     if cap_id is None:
         return False

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graph.approvals import pending_review
 from graph.errors import RefusedError, UsageError
@@ -33,6 +33,9 @@ from graph.thread_checks import (
 )
 from nodes.context import ChatModel, StepContext
 from nodes.state import FINAL_STATUSES, SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    from graph.database import Store
 
 
 @dataclass(frozen=True)
@@ -77,7 +80,7 @@ def _utc_now() -> str:
 
 
 def advance(
-    store: Any,
+    store: Store,
     request: StepRequest,
     settings: Settings,
     *,
@@ -131,7 +134,7 @@ def advance(
         return _invoke(graph, config, store, start, once=request.once, charge=charge)
 
 
-def _invoke(graph: Any, config: dict[str, Any], store: Any, start: _Start, *, once: bool,
+def _invoke(graph: Any, config: dict[str, Any], store: Store, start: _Start, *, once: bool,
             charge: str | None) -> Outcome:
     """Runs the invocations (`graph.invocation.invoke_steps`), then closes the model."""
     try:
@@ -145,7 +148,7 @@ def _invoke(graph: Any, config: dict[str, Any], store: Any, start: _Start, *, on
             close()
 
 
-def _create(store: Any, request: StepRequest, settings: Settings, entry: Any,
+def _create(store: Store, request: StepRequest, settings: Settings, entry: Any,
             model_factory: Callable[[str, Settings], ChatModel],
             now: Callable[[], str]) -> _Start:
     """Creates the thread's ledger row and initial state (the graph is not invoked yet).
@@ -171,7 +174,7 @@ def _create(store: Any, request: StepRequest, settings: Settings, entry: Any,
     return _Start(model, graph_input, max_attempts)
 
 
-def _resume(graph: Any, config: dict[str, Any], store: Any, loaded: LoadedThread, entry: Any,
+def _resume(graph: Any, config: dict[str, Any], store: Store, loaded: LoadedThread, entry: Any,
             request: StepRequest, settings: Settings,
             model_factory: Callable[[str, Settings], ChatModel]) -> _Start | Outcome:
     """Checks a stored thread before it is resumed; decides paused writes; reports finished.
