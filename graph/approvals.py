@@ -83,14 +83,15 @@ def _current_calls(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["id"]: c for c in last.get("tool_calls") or []} if last["role"] == "assistant" else {}
 
 
-def _check_unchanged(pending: list[dict[str, Any]], values: dict[str, Any], where: str) -> None:
+def _check_unchanged(pending: list[dict[str, Any]], values: dict[str, Any], location: str,
+                     thread_id: str) -> None:
     calls = _current_calls(values)
     for item in pending:
         call = calls.get(item["tool_call_id"])
         if call is None or call_hash(call) != item["sha256"]:
-            raise RefusedError(f"{where}: write call {item['tool_call_id']!r} no longer matches "
+            raise RefusedError(f"write call {item['tool_call_id']!r} no longer matches "
                                "what was paused for review; nothing is written",
-                               error_code=ErrorCode.TAMPERED)
+                               error_code=ErrorCode.TAMPERED, location=location, thread_id=thread_id)
 
 
 def decide(store: Store, thread_id: str, pending: list[dict[str, Any]], values: dict[str, Any],
@@ -101,8 +102,7 @@ def decide(store: Store, thread_id: str, pending: list[dict[str, Any]], values: 
         UsageError: An unknown or already decided call id (exit 2).
         RefusedError: `tampered` when a stored call no longer matches its hash (exit 4).
     """
-    where = f"{store.location}: thread {thread_id!r}"
-    _check_unchanged(pending, values, where)
+    _check_unchanged(pending, values, store.location, thread_id)
     by_id = {p["tool_call_id"]: p for p in pending}
     turn = _turn(values)
     decided = store.approvals.turn(thread_id, turn)
@@ -110,10 +110,12 @@ def decide(store: Store, thread_id: str, pending: list[dict[str, Any]], values: 
     seen: set[str] = set()
     for cid, _ in asked:
         if cid not in by_id:
-            raise UsageError(f"{where} is not waiting for a call {cid!r}; pending: "
-                             f"{', '.join(by_id) or 'none'}")
+            raise UsageError(f"the thread is not waiting for a call {cid!r}; pending: "
+                             f"{', '.join(by_id) or 'none'}", location=store.location,
+                             thread_id=thread_id)
         if cid in decided or cid in seen:
-            raise UsageError(f"{where}: call {cid!r} is already decided")
+            raise UsageError(f"call {cid!r} is already decided", location=store.location,
+                             thread_id=thread_id)
         seen.add(cid)
     calls = _current_calls(values)
     root = values["thread"]["allow_writes"]
@@ -156,8 +158,8 @@ def _apply_one(store: Store, thread_id: str, turn: int, cid: str, row: dict[str,
     if current == row["before_sha256"]:
         atomic_write(target, planned_content(target, name, text))
     elif current != row["after_sha256"]:
-        raise RefusedError(f"{where}: {rel} changed since the write was approved; nothing "
-                           "is written", error_code=ErrorCode.CONFLICT)
+        raise RefusedError(f"{rel} changed since the write was approved; nothing is written",
+                           error_code=ErrorCode.CONFLICT, location=store.location, thread_id=thread_id)
     store.approvals.mark_applied(thread_id, turn, cid)
 
 
@@ -184,8 +186,9 @@ def apply_approved(store: Store, thread_id: str, values: dict[str, Any],
     for cid, row in todo:  # every call checked before anything is written
         call = calls.get(cid)
         if call is None or call_hash(call) != row["args_sha256"]:
-            raise RefusedError(f"{where}: write call {cid!r} changed after it was approved; "
-                               "nothing is written", error_code=ErrorCode.TAMPERED)
+            raise RefusedError(f"write call {cid!r} changed after it was approved; nothing is "
+                               "written", error_code=ErrorCode.TAMPERED, location=store.location,
+                               thread_id=thread_id)
     order = list(calls)
     for cid, row in sorted(todo, key=lambda item: order.index(item[0])):  # call order
         try:
