@@ -26,6 +26,7 @@ from graph.schema import ddl
 from graph.sql import SqliteSql
 from graph.sqlite_file import check_database, schema_needs_setup
 from graph.sqlite_ledger import SqliteLedger
+from nodes.files import sweep_stale
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.sqlite import SqliteSaver
@@ -73,25 +74,6 @@ def _saver(saver_conn: sqlite3.Connection, digest_conn: sqlite3.Connection, *,
     return checkpointer
 
 
-def _pid_alive(pid: int) -> bool:
-    """True when a process with this id exists (or exists but is not ours to signal)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _sweep_stale_creations(path: Path) -> None:
-    """Deletes `.NAME.PID.creating` files (and their `-wal`, `-shm`) of dead creators."""
-    for stale in path.parent.glob(f".{path.name}.*.creating*"):
-        pid = stale.name[len(path.name) + 2:].split(".", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
-            stale.unlink(missing_ok=True)
-
-
 def _create_atomically(path: Path) -> None:
     """Creates a complete, empty checkpoint database at `path`, or leaves an existing one.
 
@@ -99,7 +81,7 @@ def _create_atomically(path: Path) -> None:
     process killed during creation never leaves a half-made file that later runs
     would have to refuse.
     """
-    _sweep_stale_creations(path)  # left by killed creators
+    sweep_stale(path.parent, path.name, ".creating*")  # left by killed creators (and -wal, -shm)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.creating")
     with _private_files():
         conn = _connect(tmp, autocommit=True)
