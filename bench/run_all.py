@@ -1,27 +1,122 @@
-"""Runs every benchmark and prints their tables: `python -m bench.run_all [--quick] [--postgres URL]`."""
+"""Runs every benchmark, each in its own process, and prints their tables and the README's.
+
+  python -m bench.run_all [--quick] [--postgres URL] [--skip-400]
+
+Each script (`bench.startup`, `bench.step_cost`, `bench.storage`, `bench.threads`, and
+`bench.workers` with `--postgres`) runs as its own process, so its peak memory (the
+`ru_maxrss` of its largest process, from `wait4`) is its own, not the suite's. Every
+comparison inside a script alternates its variants in one loop and runs twice (two
+passes). `--quick` uses tiny sizes (a smoke run, as the tests do); the full run takes
+storage to 400 steps unless `--skip-400`. At the end the README's Performance table is
+printed in its Markdown format, ready to paste. Every temporary folder and every
+`bench_*` database is removed; `bench_*` databases left by a killed run are dropped
+first. This module imports nothing of the project, so its own memory stays small.
+"""
 
 from __future__ import annotations
 
-import argparse
+import json
 import os
 import platform
+import subprocess
+import sys
+from typing import Any
 
-from bench import startup, step_cost, storage, threads, workers
+from bench.common import cli_parser
+from bench.readme_table import render
+from bench.scratch import bench_databases, drop_leftover_databases, workdir
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+"""The folder holding `bench/` (and `tests/`, whose fakes the scripts use): on the
+scripts' `PYTHONPATH`, whatever the working directory."""
+
+
+def plan(quick: bool, postgres: str | None, skip_400: bool) -> dict[str, list[str]]:
+    """Script name -> its arguments (before `--json`), in running order."""
+    steps = "5,10" if quick else "50,100,200" if skip_400 else "50,100,200,400"
+    scripts = {
+        "startup": ["--repeat", "2" if quick else "7"],
+        "step_cost": ["--steps", "5" if quick else "100"],
+        "storage": ["--steps", steps, "--repeat", "2" if quick else "5"]
+                   + (["--postgres", postgres] if postgres else []),
+        "threads": ["--threads", "5" if quick else "1000", "--steps", "2"],
+    }
+    if postgres:
+        scripts["workers"] = (["--postgres", postgres, "--threads", "4" if quick else "40",
+                               "--delay", "0.05" if quick else "0.2"]
+                              + (["--workers", "1,2"] if quick else []))
+    return scripts
+
+
+def run_script(name: str, args: list[str], json_path: str, log_dir: str) -> tuple[str, float]:
+    """Runs `python -m bench.<name>` to the end; returns its stdout and peak RSS in MB.
+
+    Raises:
+        RuntimeError: The script failed (its stderr in the message).
+    """
+    out_path, err_path = os.path.join(log_dir, f"{name}.out"), os.path.join(log_dir, f"{name}.err")
+    path = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
+    with open(out_path, "w") as out, open(err_path, "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", f"bench.{name}", *args, "--json", json_path],
+                                stdout=out, stderr=err, env={**os.environ, "PYTHONPATH": path})
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        except BaseException:  # Ctrl-C: stop the script (its own `finally` cleans up)
+            proc.terminate()
+            proc.wait()
+            raise
+        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+    with open(out_path) as out, open(err_path) as err:
+        stdout, stderr = out.read(), err.read()
+    if proc.returncode != 0:
+        raise RuntimeError(f"bench.{name} exited {proc.returncode}:\n{stderr[-4000:]}")
+    return stdout, usage.ru_maxrss / 1024  # kilobytes on Linux
+
+
+def configuration(quick: bool, postgres: str | None, skip_400: bool) -> str:
+    """The sentence before the README table: the command, the machine and the settings."""
+    flags = (" --quick" if quick else "") + (" --postgres URL" if postgres else "") \
+        + (" --skip-400" if skip_400 else "")
+    return (f"Measured with `python -m bench.run_all{flags}` on {platform.machine()}, "
+            f"{os.cpu_count()} cores, Python {platform.python_version()}, in the default "
+            "configuration (`--context-tokens` 16000, `durability=\"sync\"`, the claim checkpoint "
+            "on). Each comparison alternates its variants in one loop and runs twice; a cell with "
+            "two values gives pass 1 / pass 2. Medians; spreads are printed by the scripts.")
+
+
+def run(quick: bool, postgres: str | None, skip_400: bool) -> dict[str, Any]:
+    """Runs the scripts, printing each one's tables; returns their results and peak RSS."""
+    results: dict[str, Any] = {}
+    rss: dict[str, float | None] = {}
+    with workdir("run-all") as work:
+        for name, args in plan(quick, postgres, skip_400).items():
+            json_path = str(work / f"{name}.json")
+            stdout, rss[name] = run_script(name, args, json_path, str(work))
+            with open(json_path) as fh:
+                results[name] = json.load(fh)
+            print(stdout.rstrip())
+            print(f"\npeak RSS of bench.{name} (its largest process): {rss[name]:.0f} MB\n", flush=True)
+    return {"results": results, "rss": rss}
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    """Runs everything and prints the tables, then the README table."""
+    parser = cli_parser(__doc__)
     parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke run)")
-    parser.add_argument("--postgres", help="also measure PostgreSQL and queue workers")
+    parser.add_argument("--postgres", help="also measure PostgreSQL and queue workers (an admin URL)")
+    parser.add_argument("--skip-400", action="store_true", help="storage up to 200 steps only "
+                        "(bare LangGraph at 400 steps takes minutes)")
     args = parser.parse_args(argv)
-    q = args.quick
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}\n")
-    print(startup.run(repeat=2 if q else 7), end="\n\n")
-    print(step_cost.run(steps=5 if q else 100), end="\n\n")
-    print(storage.run([5, 10] if q else [50, 100, 200], args.postgres), end="\n\n")
-    print(threads.run(threads=5 if q else 1000, steps=4), end="\n\n")
-    if args.postgres:
-        print(workers.run(args.postgres, threads=4 if q else 40, delay=0.05 if q else 0.2))
+    if args.postgres and (dropped := drop_leftover_databases(args.postgres)):
+        print(f"dropped databases left by an earlier run: {', '.join(dropped)}\n")
+    try:
+        done = run(args.quick, args.postgres, args.skip_400)
+    finally:
+        if args.postgres and (left := bench_databases(args.postgres)):
+            print(f"warning: bench databases left behind: {', '.join(left)}", file=sys.stderr)
+    print("README Performance table (paste as it is):\n")
+    print(render(done["results"], done["rss"], configuration(args.quick, args.postgres, args.skip_400)))
 
 
 if __name__ == "__main__":

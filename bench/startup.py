@@ -1,22 +1,24 @@
-"""Cold start of one `--once` step, as a scheduler runs it, beside its anchors.
+"""Cold start of one `graph.run` invocation, as a scheduler runs it, beside its anchors.
 
-  python -m bench.startup [--repeat N]
+  python -m bench.startup [--repeat N] [--json PATH]
 
-Anchors: `python -c pass`, `python -c "import langgraph.graph"` (the import floor), and a
-plain JSON-file step (load, count, write a temporary file, fsync, rename). Also lists
-what this project's own modules add to start-up (`python -X importtime`).
+Whole processes, one of each per round (the order rotating), in two passes:
+`python -c pass`, `python -c "import langgraph.graph"` (the import floor), a plain
+JSON-file step (load, count, write a temporary file, fsync, rename), ours with
+`--once` on a new thread (the offline demo model), and ours on a thread that is done
+(nothing to do: the answer only). Also lists what this project's own modules add to
+start-up (`python -X importtime`).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
-import tempfile
-from pathlib import Path
+from typing import Any
 
-from bench.common import measure, ms, table
+from bench.common import PASSES, alternate, cli_parser, pass_summaries, ratios, table, timing_row, write_json
+from bench.scratch import workdir
 
 JSON_STEP = r"""
 import json, os, sys
@@ -29,51 +31,84 @@ with open(tmp, "w") as fh:
     json.dump(state, fh); fh.flush(); os.fsync(fh.fileno())
 os.replace(tmp, p)
 """
+LABELS = {
+    "pass": "python -c pass",
+    "floor": "import langgraph.graph (floor)",
+    "json": "JSON-file step",
+    "once": "graph.run --once, new thread (ours)",
+    "done": "graph.run, thread already done (ours)",
+}
+TASK = "How long does shipping take?"
 
 
-def run(repeat: int) -> str:
-    """Measures and returns the report."""
-    py = sys.executable
-    work = Path(tempfile.mkdtemp())
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MANDAPI_", "GRAPH_DB"))}
-    counter = iter(range(10**6))
+def _env() -> dict[str, str]:
+    """This environment without MandAPI settings or a default database."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("MANDAPI_", "GRAPH_DB"))}
 
-    def ours() -> None:
-        subprocess.run([py, "-m", "graph.run", "--thread", f"t{next(counter)}", "--task",
-                        "How long does shipping take?", "--once", "--db",
-                        str(work / "c.sqlite")], check=True, capture_output=True, env=env)
 
-    def cmd(*args: str):
-        return lambda: subprocess.run([py, *args], check=True, capture_output=True, env=env)
+def one_pass(repeat: int) -> dict[str, list[float]]:
+    """Seconds per process of each variant, `repeat` rounds alternated."""
+    py, env = sys.executable, _env()
 
-    results = {
-        "python -c pass": measure(cmd("-c", "pass"), repeat),
-        "import langgraph.graph (floor)": measure(cmd("-c", "import langgraph.graph"), repeat),
-        "JSON-file step": measure(cmd("-c", JSON_STEP, str(work / "s.json")), repeat),
-        "graph.run --once (ours)": measure(ours, repeat),
-    }
-    floor = results["import langgraph.graph (floor)"][0]
-    rows = [[name, ms(med), ms(spread), f"{med / floor:.2f}"] for name, (med, spread) in results.items()]
-    report = table(f"Cold start of one step (median of {repeat}, whole process)",
-                   ["what", "median", "spread", "÷ import floor"], rows)
-    trace = subprocess.run([py, "-X", "importtime", "-m", "graph.run", "--help"],
-                           capture_output=True, text=True, env=env).stderr.splitlines()
+    def run(*args: str) -> None:
+        subprocess.run([py, *args], check=True, capture_output=True, env=env)
+
+    with workdir("startup") as work:
+        db = str(work / "c.sqlite")
+        run("-m", "graph.run", "--thread", "done", "--task", TASK, "--db", db)  # to the answer
+        variants = {
+            "pass": lambda i: run("-c", "pass"),
+            "floor": lambda i: run("-c", "import langgraph.graph"),
+            "json": lambda i: run("-c", JSON_STEP, str(work / "s.json")),
+            "once": lambda i: run("-m", "graph.run", "--thread", f"t{i}", "--task", TASK, "--once",
+                                  "--db", db),
+            "done": lambda i: run("-m", "graph.run", "--thread", "done", "--db", db),
+        }
+        return alternate(variants, repeat)
+
+
+def own_import_time() -> tuple[float, list[tuple[str, float]]]:
+    """Self import time (ms) of our own modules in `graph.run --help`, total and the top 4."""
+    trace = subprocess.run([sys.executable, "-X", "importtime", "-m", "graph.run", "--help"],
+                           capture_output=True, text=True, env=_env()).stderr.splitlines()
     own = []
     for line in trace:
         parts = [p.strip() for p in line.split("|")]
-        ours_module = parts[2].split(".")[0] in ("graph", "nodes") if len(parts) == 3 else False
-        if ours_module and parts[0].split()[-1].isdigit():
-            own.append((int(parts[0].split()[-1]), parts[2]))
-    own_total = sum(us for us, _ in own)
-    report += f"\n\nour own modules' self import time: {own_total / 1000:.1f} ms " \
-              f"({', '.join(f'{n} {us / 1000:.1f}' for us, n in sorted(own, reverse=True)[:4])})"
-    return report
+        if len(parts) == 3 and parts[2].split(".")[0] in ("graph", "nodes") \
+                and parts[0].split()[-1].isdigit():
+            own.append((parts[2], int(parts[0].split()[-1]) / 1000))
+    return sum(t for _, t in own), sorted(own, key=lambda x: -x[1])[:4]
+
+
+def measure(repeat: int) -> dict[str, Any]:
+    """Both passes and our import time, as the JSON `bench.run_all` reads."""
+    summaries = pass_summaries([one_pass(repeat) for _ in range(PASSES)])
+    total, top = own_import_time()
+    return {"repeat": repeat, "summaries": summaries,
+            "ratios": {name: ratios(summaries, name, "floor") for name in LABELS},
+            "own_import_ms": total, "own_import_top": top}
+
+
+def report(results: dict[str, Any]) -> str:
+    """The table of `results` (from `measure`)."""
+    summaries = results["summaries"]
+    rows = [timing_row(label, summaries[name], results["ratios"][name]) for name, label in LABELS.items()]
+    top = ", ".join(f"{name} {t:.1f}" for name, t in results["own_import_top"])
+    return (table(f"Cold start, whole process, {results['repeat']} rounds × {PASSES} passes, "
+                  "variants alternated (cells: pass 1 / pass 2)",
+                  ["what", "median", "p25–p75 ms", "÷ import floor"], rows)
+            + f"\n\nour own modules' self import time: {results['own_import_ms']:.1f} ms ({top})")
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    """Measures and prints the report (and writes the results as JSON with `--json`)."""
+    parser = cli_parser(__doc__)
     parser.add_argument("--repeat", type=int, default=7)
-    print(run(parser.parse_args(argv).repeat))
+    parser.add_argument("--json", help="also write the results to this file")
+    args = parser.parse_args(argv)
+    results = measure(args.repeat)
+    write_json(args.json, results)
+    print(report(results))
 
 
 if __name__ == "__main__":

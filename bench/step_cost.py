@@ -1,186 +1,141 @@
-"""In-process cost of one step (one graph invocation), beside LangGraph with lighter settings.
+"""In-process cost of one step (one graph invocation) in the default configuration.
 
-  python -m bench.step_cost [--steps N]
+  python -m bench.step_cost [--steps N] [--json PATH]
 
-Same three-node graph and offline scripted model (state growing ~2 KB per step):
-ours (`graph.step.advance`: SQLite with sync durability, ledger, attempt log, lock,
-load-time checks) vs the same compiled graph on `InMemorySaver` vs LangGraph's
-`SqliteSaver` with its default `"async"` durability and no ledger, and a JSON-file
-step. Also counts SQLite commits per step (trace callback) for ours and bare LangGraph,
-and measures the claim checkpoint (`graph.sqlite_ledger`) by alternating steps with and
-without it on two databases in one run.
+One thread per variant, stepped with the offline scripted tool-loop model (the
+conversation grows ~2 KB per step until compaction bounds it at the default
+`--context-tokens`). Variants, one step of each per round, order rotating:
+
+- ours: `graph.step.advance` on SQLite (`durability="sync"`, lock, load-time checks,
+  ledger, attempt log, the claim checkpoint);
+- ours without the claim checkpoint (the claim left in the `-wal`, before issue 12);
+- InMemorySaver: the same compiled graph, same compaction, `durability="sync"`, an
+  in-memory ledger (the anchor);
+- SqliteSaver: the same graph on LangGraph's own saver, its default `"async"`
+  durability, no ledger;
+- a JSON-file step (load, append, write a temporary file, fsync, rename).
+
+Two passes from scratch; medians, interquartile ranges and ratios per pass. Commits
+per step are counted under strace by `bench.syncs` (a separate, untimed run).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sqlite3
-import statistics
-import tempfile
-import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from bench.common import ToolLoopModel, ms, table
-from tests.memory_ledger import MemoryLedger
+from bench import syncs
+from bench.common import PASSES, alternate, cli_parser, pass_summaries, ratios, table, timing_row, write_json
+from bench.scratch import workdir
 
-MAX_ATTEMPTS = 10**6
-"""The maximum of a benchmark thread: never reached."""
-
-
-def _initial() -> Any:
-    from graph.state import initial_state
-
-    return initial_state(thread_id="t", task="bench", model="offline-demo", max_attempts=MAX_ATTEMPTS,
-                         created_at="2026-01-01T00:00:00+00:00", context_tokens=10**9)
-
-
-def _bare(checkpointer: Any, steps: int, durability: str) -> list[float]:
-    from graph.factory import build_graph
-    from nodes.context import StepContext
-
-    graph, ledger = build_graph(checkpointer), MemoryLedger()
-    ledger.create("t", MAX_ATTEMPTS)
-    ctx = StepContext("t", ledger, ToolLoopModel())
-    config = {"configurable": {"thread_id": "t"}}
-    times, graph_input = [], _initial()
-    for _ in range(steps):
-        start = time.perf_counter()
-        graph.invoke(graph_input, config, context=ctx, durability=durability)
-        times.append(time.perf_counter() - start)
-        graph_input = None
-    return times
+LABELS = {
+    "memory": "InMemorySaver, same graph and compaction (anchor)",
+    "bare": "SqliteSaver, async durability, no ledger",
+    "ours": "ours: durable SQLite + ledger + checks",
+    "ours_no_claim": "ours without the claim checkpoint",
+    "json": "JSON-file step",
+}
+SYNC_STEPS = 20
+"""Steps counted under strace (fewer when the run has fewer)."""
 
 
-class _Commits:
-    def __init__(self) -> None:
-        self.n = 0
+class JsonFileThread:
+    """A thread kept as one JSON file, rewritten atomically and fsync'd each step."""
 
-    def saver(self, statement: str) -> None:
-        self.n += statement.strip().upper().startswith("COMMIT")
+    def __init__(self, path: Path) -> None:
+        self.path = path
 
-    def autocommit(self, statement: str) -> None:
-        self.n += statement.strip().upper().startswith(("INSERT", "UPDATE", "DELETE"))
-
-
-def ours(steps: int, work: Path) -> tuple[list[float], float]:
-    """Per-step times of `graph.step.advance`, and SQLite commits per step."""
-    from graph.settings import Settings
-    from graph.spec import LIMITS, ThreadSpec
-    from graph.step import StepRequest, advance
-    from graph.storage import open_store
-
-    model = ToolLoopModel()
-    settings = Settings(db=str(work / "ours.sqlite"))
-    times, commits = [], _Commits()
-    with open_store(settings.db, create=True) as store:
-        store.checkpointer.conn.set_trace_callback(commits.saver)
-        store.sql.conn.set_trace_callback(commits.autocommit)
-        for i in range(steps):
-            request = StepRequest(ThreadSpec("t", task="bench" if i == 0 else None,
-                                             max_attempts=10**6, context_tokens=LIMITS["context_tokens"]))
-            start = time.perf_counter()
-            advance(store, request, settings, model_factory=lambda m, s: model)
-            times.append(time.perf_counter() - start)
-    return times, commits.n / steps
-
-
-def claim_checkpoint(steps: int, work: Path) -> tuple[list[float], list[float]]:
-    """Per-step times of `advance` with and without the claim checkpoint, alternated."""
-    from unittest import mock
-
-    import graph.sqlite_store
-    from graph.ledger import SqlLedger
-    from graph.settings import Settings
-    from graph.spec import LIMITS, ThreadSpec
-    from graph.step import StepRequest, advance
-    from graph.storage import open_store
-
-    model = ToolLoopModel()
-    with_db, without_db = str(work / "with.sqlite"), str(work / "without.sqlite")
-    timed: dict[str, list[float]] = {with_db: [], without_db: []}
-    with ExitStack() as stack:
-        stores = {with_db: stack.enter_context(open_store(with_db, create=True))}
-        with mock.patch.object(graph.sqlite_store, "SqliteLedger", SqlLedger):
-            stores[without_db] = stack.enter_context(open_store(without_db, create=True))
-        for i in range(steps):
-            request = StepRequest(ThreadSpec("t", task="bench" if i == 0 else None,
-                                             max_attempts=10**6, context_tokens=LIMITS["context_tokens"]))
-            for db, store in stores.items():
-                start = time.perf_counter()
-                advance(store, request, Settings(db=db), model_factory=lambda m, s: model)
-                timed[db].append(time.perf_counter() - start)
-    return timed[with_db], timed[without_db]
-
-
-def bare_sqlite(steps: int, work: Path) -> tuple[list[float], float]:
-    from langgraph.checkpoint.sqlite import SqliteSaver
-
-    conn = sqlite3.connect(work / "bare.sqlite", check_same_thread=False)
-    commits = _Commits()
-    conn.set_trace_callback(commits.saver)
-    times = _bare(SqliteSaver(conn), steps, "async")
-    conn.close()
-    return times, commits.n / steps
-
-
-def json_steps(steps: int, work: Path) -> list[float]:
-    path, times, state = work / "s.json", [], {"attempts": 0, "messages": []}
-    for _ in range(steps):
-        start = time.perf_counter()
-        if path.exists():
-            state = json.loads(path.read_text())
+    def step(self) -> None:
+        """Loads the file, appends ~2 KB, writes a temporary file, fsyncs, renames."""
+        state: dict[str, Any] = {"attempts": 0, "messages": []}
+        if self.path.exists():
+            state = json.loads(self.path.read_text())
         state["attempts"] += 1
         state["messages"].append({"role": "assistant", "content": "x" * 2000})
-        tmp = path.with_suffix(".tmp")
+        tmp = self.path.with_suffix(".tmp")
         with open(tmp, "w") as fh:
             json.dump(state, fh)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        times.append(time.perf_counter() - start)
-    return times
+        os.replace(tmp, self.path)
 
 
-def run(steps: int) -> str:
-    """Measures and returns the report."""
-    from langgraph.checkpoint.memory import InMemorySaver
+def _stepper(thread: Any) -> Callable[[int], None]:
+    return lambda i: thread.step()
 
-    work = Path(tempfile.mkdtemp())
-    our_times, our_commits = ours(steps, work)
-    memory = _bare(InMemorySaver(), steps, "sync")
-    bare, bare_commits = bare_sqlite(steps, work)
-    jsonf = json_steps(steps, work)
-    base = statistics.median(memory)
-    rows = []
-    for name, times, commits in (("InMemorySaver (anchor)", memory, "-"),
-                                 ("SqliteSaver, async durability, no ledger", bare,
-                                  f"{bare_commits:.1f}"),
-                                 ("ours: durable SQLite + ledger + checks", our_times,
-                                  f"{our_commits:.1f}"),
-                                 ("JSON-file step", jsonf, "-")):
-        med = statistics.median(times)
-        rows.append([name, ms(med), ms(max(times) - min(times)), f"{med / base:.2f}", commits])
-    report = table(f"One step in process ({steps} steps, state +~2 KB per step)",
-                   ["what", "median", "spread", "÷ InMemorySaver", "commits/step"], rows)
-    with_ckpt, without_ckpt = claim_checkpoint(steps, work)
-    ratio = statistics.median(with_ckpt) / statistics.median(without_ckpt)
-    rows = [["ours, claim checkpointed into the database file", ms(statistics.median(with_ckpt)),
-             ms(max(with_ckpt) - min(with_ckpt)), f"{ratio:.2f}"],
-            ["ours, claim left in the -wal (before issue 12)",
-             ms(statistics.median(without_ckpt)), ms(max(without_ckpt) - min(without_ckpt)),
-             "1.00"]]
-    return report + "\n" + table("Claim checkpoint (steps alternated in one run)",
-                                  ["what", "median", "spread", "ratio"], rows)
+
+def one_pass(steps: int) -> dict[str, list[float]]:
+    """Runs every variant `steps` times, alternated; returns name -> seconds per step."""
+    from bench.project import BareThreads, OurStore, ToolLoopModel, memory_saver, sqlite_saver
+
+    with workdir("step") as work, ExitStack() as stack:
+        ours = OurStore(str(work / "ours.sqlite"), ToolLoopModel())
+        stack.callback(ours.close)
+        ours_no_claim = OurStore(str(work / "no-claim.sqlite"), ToolLoopModel(), claim_checkpoint=False)
+        stack.callback(ours_no_claim.close)
+        bare_saver = stack.enter_context(sqlite_saver(str(work / "bare.sqlite")))
+        threads: dict[str, Any] = {
+            "memory": BareThreads(memory_saver(), ToolLoopModel(), durability="sync"),
+            "bare": BareThreads(bare_saver, ToolLoopModel(), durability="async"),
+            "ours": ours, "ours_no_claim": ours_no_claim,
+            "json": JsonFileThread(work / "thread.json"),
+        }
+        return alternate({name: _stepper(t) for name, t in threads.items()}, steps)
+
+
+def measure(steps: int) -> dict[str, Any]:
+    """Both passes and the commit counts, as the JSON `bench.run_all` reads."""
+    from bench.project import default_context_tokens
+
+    summaries = pass_summaries([one_pass(steps) for _ in range(PASSES)])
+    sync_steps = min(steps, SYNC_STEPS)
+    return {
+        "steps": steps, "context_tokens": default_context_tokens(), "summaries": summaries,
+        "ratios": {"ours/memory": ratios(summaries, "ours", "memory"),
+                   "ours/bare": ratios(summaries, "ours", "bare"),
+                   "bare/memory": ratios(summaries, "bare", "memory"),
+                   "claim": ratios(summaries, "ours", "ours_no_claim")},
+        "sync_steps": sync_steps,
+        "syncs": {variant: syncs.count(variant, sync_steps) for variant in ("ours", "bare")},
+    }
+
+
+def report(results: dict[str, Any]) -> str:
+    """The two tables of `results` (from `measure`)."""
+    summaries, counted = results["summaries"], results["syncs"]
+
+    def per_step(variant: str, key: str) -> str:
+        counts = counted.get(variant)
+        return "-" if variant not in counted else f"{counts[key]:.1f}" if counts else "n/a"
+
+    rows = [timing_row(LABELS[name], summaries[name], ratios(summaries, name, "memory"))
+            + [per_step(name, "commits"), per_step(name, "syncs")] for name in LABELS]
+    main = table(f"One step in process, default configuration (--context-tokens "
+                 f"{results['context_tokens']}), {results['steps']} steps × {PASSES} passes, "
+                 "variants alternated (cells: pass 1 / pass 2)",
+                 ["what", "median", "p25–p75 ms", "÷ InMemorySaver", "commits/step",
+                  "fsync+fdatasync/step"], rows)
+    claim = table("Claim checkpoint (same loop)", ["what", "median", "p25–p75 ms", "ratio"],
+                  [timing_row(LABELS[name], summaries[name], ratios(summaries, name, "ours_no_claim"))
+                   for name in ("ours", "ours_no_claim")])
+    note = (f"commits/step: SQLite commits counted under strace over {results['sync_steps']} "
+            "steps (python -m bench.syncs splits the sync calls by file)")
+    return "\n\n".join([main, claim, note])
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    """Measures and prints the report (and writes the results as JSON with `--json`)."""
+    parser = cli_parser(__doc__)
     parser.add_argument("--steps", type=int, default=100)
-    print(run(parser.parse_args(argv).steps))
+    parser.add_argument("--json", help="also write the results to this file")
+    args = parser.parse_args(argv)
+    results = measure(args.steps)
+    write_json(args.json, results)
+    print(report(results))
 
 
 if __name__ == "__main__":

@@ -1,121 +1,195 @@
-"""Storage growth of one long thread, and resume latency against history length.
+"""Storage of one long thread, split by table, and resume latency against its length.
 
-  python -m bench.storage [--steps 50,100,200,400] [--postgres URL]
+  python -m bench.storage [--steps 50,100,200,400] [--postgres URL] [--json PATH]
 
-Database bytes after N steps (~2 KB of new conversation per step) for ours (the stored
-conversation is compacted to the context limit, so each checkpoint is bounded) and for
-bare LangGraph (the whole message list in every checkpoint), with the fitted exponent k
-in size ∝ N^k; then `get_state` and a full `get_state_history` listing at each length.
+Two threads grow in the same loop, one step of each per round, with the offline
+scripted tool-loop model (~2 KB of new conversation per step): ours through
+`graph.step.advance` in the default configuration (the stored conversation compacted to
+`--context-tokens`, the attempt log keeping every step's text), and bare LangGraph (its
+own saver, the whole conversation in every checkpoint, no ledger, no log). At each
+length: the bytes of LangGraph's tables, of the attempt log and of our other tables,
+the file (SQLite, after a WAL checkpoint) or the tables' total (PostgreSQL), the fitted
+exponent k in size ∝ steps^k, and `get_state` and a full `get_state_history` listing,
+alternated between the two, in two passes.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 import sqlite3
-import tempfile
-import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench.common import ToolLoopModel, ms, table
-from bench.step_cost import MAX_ATTEMPTS, _initial
-from tests.memory_ledger import MemoryLedger
+from bench.common import PASSES, alternate, cli_parser, ms, pass_summaries, per_pass, table, write_json
+from bench.scratch import fresh_database, workdir
+
+LANGGRAPH_TABLES = frozenset({"checkpoints", "writes", "checkpoint_blobs", "checkpoint_writes",
+                              "checkpoint_migrations"})
+"""LangGraph's own tables (SQLite and PostgreSQL savers)."""
+ATTEMPT_LOG = "attempt_log"
+KINDS = ("ours", "bare")
 
 
-def _fit(points: list[tuple[int, int]]) -> float:
-    xs = [math.log(n) for n, _ in points]
-    ys = [math.log(size) for _, size in points]
+def _group(sizes: dict[str, int], total: int) -> dict[str, int]:
+    """Bytes by table group: `langgraph`, `log`, `ours` (our other tables), `total`."""
+    grouped = {"langgraph": 0, "log": 0, "ours": 0, "total": total}
+    for table_name, size in sizes.items():
+        kind = ("langgraph" if table_name in LANGGRAPH_TABLES else "log" if table_name == ATTEMPT_LOG
+                else "ours")
+        grouped[kind] += size
+    return grouped
+
+
+def sqlite_sizes(path: str) -> dict[str, int]:
+    """Bytes per table group of a SQLite file (indexes with their table; `total`: file + `-wal`)."""
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        owner = dict(conn.execute("SELECT name, tbl_name FROM sqlite_schema"))
+        sizes: dict[str, int] = {}
+        for name, size in conn.execute("SELECT name, sum(pgsize) FROM dbstat GROUP BY name"):
+            table_name = owner.get(name, name)
+            if not table_name.startswith("sqlite_"):
+                sizes[table_name] = sizes.get(table_name, 0) + int(size)
+    finally:
+        conn.close()
+    wal = Path(path + "-wal")
+    total = Path(path).stat().st_size + (wal.stat().st_size if wal.exists() else 0)
+    return _group(sizes, total)
+
+
+def postgres_sizes(url: str) -> dict[str, int]:
+    """Bytes per table group of a PostgreSQL database (indexes and TOAST with their table)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute("SELECT c.relname, pg_total_relation_size(c.oid) FROM pg_class c "
+                            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                            "WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p')").fetchall()
+    sizes = {name: int(size) for name, size in rows}
+    return _group(sizes, sum(sizes.values()))
+
+
+@contextmanager
+def _threads(backend: str, admin_url: str | None) -> Iterator[dict[str, tuple[Any, Any]]]:
+    """Kind -> (thread, sizes function) on fresh databases, closed and removed on exit."""
+    from bench.project import BareThreads, OurStore, ToolLoopModel, postgres_saver, sqlite_saver
+
+    sizes: Callable[[str], dict[str, int]]
+    with ExitStack() as stack:
+        if backend == "SQLite":
+            work = stack.enter_context(workdir("storage"))
+            ours_db, bare_db = str(work / "ours.sqlite"), str(work / "bare.sqlite")
+            saver, sizes = stack.enter_context(sqlite_saver(bare_db)), sqlite_sizes
+        else:
+            assert admin_url is not None
+            ours_db = stack.enter_context(fresh_database(admin_url, "storage_ours"))
+            bare_db = stack.enter_context(fresh_database(admin_url, "storage_bare"))
+            saver, sizes = stack.enter_context(postgres_saver(bare_db)), postgres_sizes
+        ours = OurStore(ours_db, ToolLoopModel())
+        stack.callback(ours.close)
+        bare = BareThreads(saver, ToolLoopModel(), durability="async", context_tokens=10**9)
+        yield {"ours": (ours, lambda: sizes(ours_db)), "bare": (bare, lambda: sizes(bare_db))}
+
+
+HISTORY_REPEAT = 3
+"""At most this many full history listings per pass (bare LangGraph's take seconds at 400 steps)."""
+
+
+def _latency(threads: dict[str, tuple[Any, Any]], repeat: int) -> dict[str, Any]:
+    """`get_state` and a full history listing per kind, alternated, in two passes."""
+    config = {"configurable": {"thread_id": "t"}}
+    graphs = {kind: thread.graph() for kind, (thread, _) in threads.items()}
+    states: dict[str, Callable[[int], object]] = {}
+    histories: dict[str, Callable[[int], object]] = {}
+
+    def state(graph: Any) -> Callable[[int], object]:
+        return lambda i: graph.get_state(config)
+
+    def history(graph: Any) -> Callable[[int], object]:
+        return lambda i: sum(1 for _ in graph.get_state_history(config))
+
+    for kind, graph in graphs.items():
+        states[f"{kind} get_state"], histories[f"{kind} history"] = state(graph), history(graph)
+    return pass_summaries([alternate(states, repeat) | alternate(histories, min(repeat, HISTORY_REPEAT))
+                           for _ in range(PASSES)])
+
+
+def grow(backend: str, admin_url: str | None, steps: list[int], repeat: int) -> list[dict[str, Any]]:
+    """Grows both threads to each length in `steps`; one result per length."""
+    points, done = [], 0
+    with _threads(backend, admin_url) as threads:
+        for target in steps:
+            while done < target:
+                for thread, _ in threads.values():
+                    thread.step()
+                done += 1
+            points.append({"steps": target, "sizes": {k: threads[k][1]() for k in KINDS},
+                           "latency": _latency(threads, repeat)})
+    return points
+
+
+def fit(points: list[tuple[int, int]]) -> float:
+    """Least-squares exponent k of size ∝ steps^k (nan with fewer than two lengths)."""
+    if len({n for n, _ in points}) < 2:
+        return math.nan
+    xs, ys = [math.log(n) for n, _ in points], [math.log(max(size, 1)) for _, size in points]
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
 
 
-def _size(db: str) -> int:
-    if db.startswith("postgresql://"):
-        import psycopg
+def exponents(points: list[dict[str, Any]]) -> dict[str, float]:
+    """k for bare's total, ours' total and ours without the attempt log."""
+    def k(kind: str, without_log: bool = False) -> float:
+        return fit([(p["steps"], p["sizes"][kind]["total"] - (p["sizes"][kind]["log"] if without_log else 0))
+                    for p in points])
 
-        with psycopg.connect(db, autocommit=True) as conn:
-            return int(conn.execute("SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c "
-                                    "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE "
-                                    "n.nspname = 'public' AND c.relkind = 'r'").fetchone()[0])
-    conn = sqlite3.connect(db)
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    conn.close()
-    return Path(db).stat().st_size
+    return {"bare": k("bare"), "ours": k("ours"), "ours_without_log": k("ours", True)}
 
 
-def _latency(graph: Any, config: dict[str, Any]) -> tuple[float, float]:
-    start = time.perf_counter()
-    graph.get_state(config)
-    state_s = time.perf_counter() - start
-    start = time.perf_counter()
-    sum(1 for _ in graph.get_state_history(config))
-    return state_s, time.perf_counter() - start
+def _mb(size: int) -> str:
+    return f"{size / 1e6:.2f}"
 
 
-def grow(kind: str, db: str, checkpoints: list[int]) -> list[tuple[int, int, float, float]]:
-    """Steps one thread to each length; returns (steps, bytes, get_state s, history s)."""
-    from graph.factory import build_graph
-    from graph.storage import open_store
-    from nodes.context import StepContext
-
-    rows, done, model = [], 0, ToolLoopModel()
-    with open_store(db, create=True) as store:
-        saver = store.checkpointer
-        if kind == "bare":  # LangGraph's own saver, no checksum, whole history kept
-            saver = type(saver)(saver.conn)
-        graph = build_graph(saver)
-        config = {"configurable": {"thread_id": "t"}}
-        ledger = MemoryLedger()
-        ledger.create("t", MAX_ATTEMPTS)
-        state = _initial()
-        state["thread"]["context_tokens"] = 16_000 if kind == "ours" else 10**9
-        graph_input: Any = state
-        for target in checkpoints:
-            while done < target:
-                graph.invoke(graph_input, config, context=StepContext("t", ledger, model),
-                             durability="sync")
-                graph_input, done = None, done + 1
-            rows.append((target, _size(db), *_latency(graph, config)))
-    return rows
+def report(backend: str, points: list[dict[str, Any]]) -> str:
+    """The table of one backend's points."""
+    rows = []
+    for p in points:
+        for kind in KINDS:
+            s, lat = p["sizes"][kind], p["latency"]
+            rows.append([kind, p["steps"], _mb(s["langgraph"]), _mb(s["log"]), _mb(s["ours"]),
+                         _mb(s["total"]),
+                         f"{s['total'] / p['sizes']['bare']['total']:.3g}" if kind == "ours" else "1",
+                         per_pass([x["median"] for x in lat[f"{kind} get_state"]], ms),
+                         per_pass([x["median"] for x in lat[f"{kind} history"]], ms)])
+    k = exponents(points)
+    return table(f"Storage and resume on {backend} (one thread, ~2 KB per step; MB; latency "
+                 f"medians pass 1 / pass 2)\nk (size ∝ steps^k): bare {k['bare']:.2f}, ours "
+                 f"{k['ours']:.2f}, ours without the attempt log {k['ours_without_log']:.2f}",
+                 ["thread", "steps", "LangGraph tables", "attempt log", "our other tables", "total",
+                  "÷ bare", "get_state", "full history"], rows)
 
 
-def run(steps: list[int], postgres: str | None) -> str:
-    """Measures and returns the report."""
-    work = Path(tempfile.mkdtemp())
-    report = []
-    targets = [("SQLite", lambda kind: str(work / f"{kind}.sqlite"))]
-    if postgres:
-        targets.append(("PostgreSQL", lambda kind: _fresh_pg(postgres, kind)))
-    for backend, make_db in targets:
-        results = {kind: grow(kind, make_db(kind), steps) for kind in ("bare", "ours")}
-        rows = []
-        for kind, label in (("bare", "bare LangGraph"), ("ours", "ours (compacted)")):
-            for n, size, state_s, history_s in results[kind]:
-                rows.append([label, n, f"{size / 1e6:.2f} MB", ms(state_s), ms(history_s)])
-            rows.append([label, "k", f"{_fit([(n, s) for n, s, *_ in results[kind]]):.2f}", "", ""])
-        report.append(table(f"Storage and resume on {backend} (one thread, ~2 KB per step)",
-                            ["what", "steps", "database", "get_state", "full history"], rows))
-    return "\n\n".join(report)
-
-
-def _fresh_pg(url: str, kind: str) -> str:
-    import uuid
-
-    import psycopg
-
-    name = f"bench_{kind}_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return url.rsplit("/", 1)[0] + "/" + name
+def measure(steps: list[int], admin_url: str | None, repeat: int) -> dict[str, Any]:
+    """Every backend's points, as the JSON `bench.run_all` reads."""
+    backends = ["SQLite"] + (["PostgreSQL"] if admin_url else [])
+    points = {backend: grow(backend, admin_url, steps, repeat) for backend in backends}
+    return {"points": points, "k": {b: exponents(p) for b, p in points.items()}}
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--steps", default="50,100,200,400")
-    parser.add_argument("--postgres", help="also measure on this PostgreSQL server")
+    """Measures and prints the report (and writes the results as JSON with `--json`)."""
+    parser = cli_parser(__doc__)
+    parser.add_argument("--steps", default="50,100,200,400", help="lengths, comma-separated")
+    parser.add_argument("--postgres", help="also measure on this PostgreSQL server (an admin URL)")
+    parser.add_argument("--repeat", type=int, default=5, help="latency samples per pass")
+    parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
-    print(run([int(n) for n in args.steps.split(",")], args.postgres))
+    results = measure(sorted(int(n) for n in args.steps.split(",")), args.postgres, args.repeat)
+    write_json(args.json, results)
+    print("\n\n".join(report(b, p) for b, p in results["points"].items()))
 
 
 if __name__ == "__main__":

@@ -1,66 +1,43 @@
-"""Many threads in one process, and peak memory.
+"""Many threads in one process, beside the same graph on InMemorySaver.
 
-  python -m bench.threads [--threads 1000] [--steps 4]
+  python -m bench.threads [--threads 1000] [--steps 2] [--json PATH]
 
-N threads × S steps with `graph.step.advance` on one SQLite file (ours) beside the same
-graph on `InMemorySaver`; threads per second and the ratio. Peak RSS of the whole run
-and of one `--once` step as its own process. (Worker scaling on PostgreSQL needs the
-queue: `python -m bench.workers`.)
+N threads × S steps (the offline demo model answers after one tool round, so a thread
+is done in 2 steps), in the default configuration. Ours: `graph.step.advance` on one
+SQLite store kept open for the whole run. Anchor: the same compiled graph on
+`InMemorySaver` with an in-memory ledger, compiled once. Thread by thread alternated
+(thread i of ours, then thread i of the anchor, the order rotating), in two passes.
+Also the peak resident set of one `--once` step run as its own process (`graph.run`).
+(Worker scaling on PostgreSQL needs the queue: `python -m bench.workers`.)
 """
 
 from __future__ import annotations
 
-import argparse
-import resource
 import subprocess
 import sys
-import tempfile
-import time
-from pathlib import Path
+from contextlib import ExitStack
+from typing import Any
 
-from bench.common import table
-
-
-def ours(threads: int, steps: int, work: Path) -> float:
-    from graph.settings import Settings
-    from graph.spec import ThreadSpec
-    from graph.step import StepRequest, advance
-    from graph.storage import open_store
-    from nodes.demo_model import OfflineDemoModel
-
-    settings, model = Settings(db=str(work / "many.sqlite")), OfflineDemoModel()
-    start = time.perf_counter()
-    with open_store(settings.db, create=True) as store:
-        for t in range(threads):
-            for s in range(steps):
-                advance(store, StepRequest(ThreadSpec(f"t{t}", task="shipping?" if s == 0 else None)),
-                        settings, model_factory=lambda m, st: model)
-    return time.perf_counter() - start
+from bench.common import PASSES, alternate, cli_parser, ms, pass_summaries, per_pass, table, write_json
+from bench.scratch import workdir
 
 
-def memory_anchor(threads: int, steps: int) -> float:
-    from langgraph.checkpoint.memory import InMemorySaver
+def one_pass(threads: int, steps: int) -> dict[str, list[float]]:
+    """Seconds per thread (all its steps) of ours and of the anchor, alternated."""
+    from bench.project import BareThreads, OurStore, demo_model, memory_saver
 
-    from graph.factory import build_graph
-    from graph.state import initial_state
-    from nodes.context import StepContext
-    from nodes.demo_model import OfflineDemoModel
-    from tests.memory_ledger import MemoryLedger
+    with workdir("threads") as work, ExitStack() as stack:
+        ours = OurStore(str(work / "many.sqlite"), demo_model(), max_attempts=None)
+        stack.callback(ours.close)
+        anchor = BareThreads(memory_saver(), demo_model(), durability="sync", max_attempts=4)
 
-    graph, model, ledger = build_graph(InMemorySaver()), OfflineDemoModel(), MemoryLedger()
-    start = time.perf_counter()
-    for t in range(threads):
-        ledger.create(f"t{t}", 4)
-        ctx = StepContext(f"t{t}", ledger, model)
-        config = {"configurable": {"thread_id": f"t{t}"}}
-        graph_input = initial_state(thread_id=f"t{t}", task="shipping?", model="offline-demo", max_attempts=4,
-                                    created_at="2026-01-01T00:00:00+00:00")
-        for _ in range(steps):
-            if graph_input is None and not graph.get_state(config).next:
-                break
-            graph.invoke(graph_input, config, context=ctx, durability="sync")
-            graph_input = None
-    return time.perf_counter() - start
+        def run(thread: Any) -> Any:
+            def steps_of(i: int) -> None:
+                for _ in range(steps):
+                    thread.step(f"t{i}", task="How long does shipping take?")
+            return steps_of
+
+        return alternate({"memory": run(anchor), "ours": run(ours)}, threads)
 
 
 ONE_STEP = """
@@ -72,43 +49,55 @@ print(hwm, file=sys.stderr)
 """
 
 
-def one_step_rss(work: Path) -> float:
-    """Peak RSS (MB) of one `--once` step as its own process (its VmHWM: Linux carries
-    `ru_maxrss` across fork and exec, so the parent's figure would leak into it)."""
-    done = subprocess.run([sys.executable, "-c", ONE_STEP, str(work / "rss.sqlite")], check=True,
-                          capture_output=True, text=True)
-    return int(done.stderr.strip().splitlines()[-1]) / 1024
+def one_step_rss() -> float | None:
+    """Peak RSS (MB) of one `--once` step as its own process, from its own VmHWM.
+
+    Linux sets a child's `ru_maxrss` from its parent's at fork and exec, so the parent's
+    figure would leak into it; the child's VmHWM does not. None without /proc.
+    """
+    with workdir("rss") as work:
+        done = subprocess.run([sys.executable, "-c", ONE_STEP, str(work / "rss.sqlite")],
+                              capture_output=True, text=True)
+    lines = done.stderr.strip().splitlines()
+    return int(lines[-1]) / 1024 if done.returncode == 0 and lines and lines[-1].isdigit() else None
 
 
-def _hwm_mb() -> float:
-    """This process's peak resident set (VmHWM), in MB; `ru_maxrss` where there is no /proc."""
-    try:
-        with open("/proc/self/status") as fh:
-            return int(next(line for line in fh if line.startswith("VmHWM")).split()[1]) / 1024
-    except (OSError, StopIteration):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def measure(threads: int, steps: int) -> dict[str, Any]:
+    """Both passes and the one-step RSS, as the JSON `bench.run_all` reads."""
+    passes = [one_pass(threads, steps) for _ in range(PASSES)]
+    totals = {name: [sum(p[name]) for p in passes] for name in passes[0]}
+    return {"threads": threads, "steps": steps, "summaries": pass_summaries(passes),
+            "threads_per_s": {name: [threads / t for t in ts] for name, ts in totals.items()},
+            "ratio": [m / o for m, o in zip(totals["memory"], totals["ours"], strict=True)],
+            "one_step_rss_mb": one_step_rss()}
 
 
-def run(threads: int, steps: int) -> str:
-    """Measures and returns the report."""
-    work = Path(tempfile.mkdtemp())
-    mine = ours(threads, steps, work)
-    peak = _hwm_mb()  # before the anchor
-    anchor = memory_anchor(threads, steps)
-    rows = [["InMemorySaver (anchor)", f"{threads / anchor:.1f}", "1.00"],
-            ["ours: SQLite, one process", f"{threads / mine:.1f}", f"{anchor / mine:.2f}"]]
-    report = table(f"{threads} threads × up to {steps} steps (offline demo finishes in 2)",
-                   ["what", "threads/s", "÷ anchor speed"], rows)
-    return report + (f"\n\npeak RSS of our {threads}-thread run: {peak:.0f} MB; of one --once "
-                     f"step as a process: {one_step_rss(work):.0f} MB")
+def report(results: dict[str, Any]) -> str:
+    """The table of `results` (from `measure`)."""
+    speed, summaries = results["threads_per_s"], results["summaries"]
+    rows = [[label, per_pass(speed[name], lambda v: f"{v:.1f}"),
+             per_pass([s["median"] for s in summaries[name]], ms),
+             per_pass([1.0, 1.0] if name == "memory" else results["ratio"], lambda r: f"{r:.2f}")]
+            for name, label in (("memory", "InMemorySaver, graph compiled once (anchor)"),
+                                ("ours", "ours: advance on one SQLite store"))]
+    rss = results["one_step_rss_mb"]
+    return (table(f"{results['threads']} threads × {results['steps']} steps, one process, threads "
+                  f"alternated, {PASSES} passes (cells: pass 1 / pass 2)",
+                  ["what", "threads/s", "median per thread", "× anchor speed"], rows)
+            + "\n\npeak RSS of one --once step as a process: "
+            + (f"{rss:.0f} MB" if rss is not None else "n/a"))
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    """Measures and prints the report (and writes the results as JSON with `--json`)."""
+    parser = cli_parser(__doc__)
     parser.add_argument("--threads", type=int, default=1000)
-    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
-    print(run(args.threads, args.steps))
+    results = measure(args.threads, args.steps)
+    write_json(args.json, results)
+    print(report(results))
 
 
 if __name__ == "__main__":

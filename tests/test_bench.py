@@ -1,19 +1,43 @@
-"""The benchmark scripts keep working (tiny sizes; no timing is asserted)."""
+"""The benchmark scripts keep working and clean up after themselves (tiny sizes; no timing
+is asserted)."""
 
 from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]  # bench.run_all also measures PostgreSQL
 
 
-def test_every_benchmark_runs_and_prints_its_tables(capsys) -> None:
+def test_every_benchmark_runs_prints_its_ratios_and_leaves_nothing_behind(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from bench import scratch
     from bench.run_all import main
     from tests.conftest import postgres_admin_url
 
-    main(["--quick", "--postgres", postgres_admin_url()])
+    url = postgres_admin_url()
+    scratch_dir = tmp_path / "scratch"
+    scratch_dir.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch_dir))  # the scripts' temporary folders go here
+    monkeypatch.setattr(tempfile, "tempdir", None)  # so this process reads TMPDIR again
+    before = sorted(Path.cwd().iterdir())
+
+    main(["--quick", "--postgres", url])
+
     out = capsys.readouterr().out
-    for title in ("Cold start", "One step in process", "Storage and resume on SQLite",
-                  "Storage and resume on PostgreSQL", "threads ×", "queue worker"):
+    for title in ("Cold start", "One step in process, default configuration", "Claim checkpoint",
+                  "Storage and resume on SQLite", "Storage and resume on PostgreSQL", "threads ×",
+                  "queue worker", "README Performance table"):
         assert title in out, title
-    assert "÷ import floor" in out and "commits/step" in out
+    for ratio in ("÷ import floor", "÷ InMemorySaver", "÷ bare", "× anchor speed", "× one worker"):
+        assert ratio in out, ratio
+    assert "commits/step" in out and "peak RSS of bench.storage" in out
+    assert "| what | ours | anchor | ratio | what it means for you |" in out
+    if shutil.which("strace"):
+        assert "commits n/a" not in out
+    assert list(scratch_dir.iterdir()) == [], "temporary files left behind"
+    assert sorted(Path.cwd().iterdir()) == before, "files left in the working directory"
+    assert scratch.bench_databases(url) == [], "bench_* databases left on the server"

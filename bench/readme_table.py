@@ -1,0 +1,141 @@
+"""The README's Performance table, in its Markdown format, from one `bench.run_all` run.
+
+Each cell with two values gives pass 1 / pass 2. `bench.run_all` prints the table at
+the end of a run so it can be pasted into the README as it is; the last column, what a
+figure means for a user, states only what the figures show, for the writer to refine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+def _ms(passes: Sequence[dict[str, float]]) -> str:
+    return " / ".join(f"{p['median'] * 1000:.{0 if p['median'] >= 0.1 else 1}f}" for p in passes) + " ms"
+
+
+def _x(values: Sequence[float]) -> str:
+    return " / ".join(f"{v:.2f}" for v in values) + " ×"
+
+
+def _mb(size: int) -> str:
+    return f"{size / 1e6:.1f}" if size >= 1e6 else f"{size / 1e6:.2f}"
+
+
+def _row(*cells: str) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def startup_rows(r: dict[str, Any]) -> list[str]:
+    """Cold start of a step, and of an invocation with nothing to do."""
+    s, x = r["summaries"], r["ratios"]
+    anchor = (f"`import langgraph.graph`: {_ms(s['floor'])} (`python -c pass` {_ms(s['pass'])}, "
+              f"JSON-file step {_ms(s['json'])})")
+    return [
+        _row("cold start of one `--once` step (whole process)", _ms(s["once"]), anchor,
+             f"{_x(x['once'])} the import floor",
+             f"start-up is mostly importing LangGraph; our own modules add {r['own_import_ms']:.0f} ms"),
+        _row("an invocation with nothing to do (thread done)", _ms(s["done"]), "the import floor",
+             f"{_x(x['done'])} the import floor", "what a scheduler polling a finished thread pays"),
+    ]
+
+
+def step_rows(r: dict[str, Any]) -> list[str]:
+    """One step in process, with commits per step."""
+    s, x, counted = r["summaries"], r["ratios"], r["syncs"]
+
+    def commits(variant: str) -> str:
+        c = counted.get(variant)
+        return f"{c['commits']:.0f} commits ({c['syncs']:.0f} fsync/fdatasync)" if c else "commits n/a"
+
+    return [_row(
+        f"one step in process, default `--context-tokens` ({r['context_tokens']}), state growing "
+        "~2 KB per step",
+        f"{_ms(s['ours'])}, {commits('ours')}",
+        f"InMemorySaver, same graph and compaction, {_ms(s['memory'])}; SqliteSaver with LangGraph's "
+        f"default async durability and no ledger {_ms(s['bare'])}, {commits('bare')}",
+        f"{_x(x['ours/memory'])} InMemorySaver, {_x(x['ours/bare'])} bare SQLite",
+        "durable bookkeeping per step beside a model call of seconds")]
+
+
+def storage_rows(backend: str, points: list[dict[str, Any]], k: dict[str, float]) -> list[str]:
+    """Database size at each length, with the attempt log; get_state and history."""
+    lengths = " / ".join(str(p["steps"]) for p in points)
+    ours = " / ".join(_mb(p["sizes"]["ours"]["total"]) for p in points)
+    logs = " / ".join(_mb(p["sizes"]["ours"]["log"]) for p in points)
+    bare = " / ".join(_mb(p["sizes"]["bare"]["total"]) for p in points)
+    last, lat = points[-1], points[-1]["latency"]
+    ratio = last["sizes"]["ours"]["total"] / last["sizes"]["bare"]["total"]
+    k_text = f"k ≈ {k['ours']:.1f} ({k['ours_without_log']:.1f} without the log)"
+    return [
+        _row(f"database after {lengths} steps, {backend}",
+             f"{ours} MB, of which attempt log {logs} MB; {k_text}",
+             f"bare LangGraph: {bare} MB, k ≈ {k['bare']:.1f}", f"{ratio:.3g} × at {last['steps']} steps",
+             "each checkpoint holds the compacted, bounded conversation; the log keeps every step"),
+        _row(f"`get_state` / full history after {last['steps']} steps, {backend}",
+             f"{_ms(lat['ours get_state'])}; history {_ms(lat['ours history'])}",
+             f"bare: {_ms(lat['bare get_state'])}; history {_ms(lat['bare history'])}",
+             _x([o["median"] / b["median"] for o, b in zip(lat["ours get_state"], lat["bare get_state"],
+                                                           strict=True)]) + " (get_state)",
+             "resuming reads the latest checkpoint; `graph.history` pages the full listing"),
+    ]
+
+
+def threads_rows(r: dict[str, Any]) -> list[str]:
+    """Many threads in one process, and one step's peak memory."""
+    speed = r["threads_per_s"]
+    per = " / ".join(f"{v:.0f}" for v in speed["ours"])
+    anchor = " / ".join(f"{v:.0f}" for v in speed["memory"])
+    rss = r["one_step_rss_mb"]
+    return [
+        _row(f"{r['threads']:,} threads × {r['steps']} steps, one process, SQLite", f"{per} threads/s",
+             f"InMemorySaver, graph compiled once: {anchor} threads/s", _x(r["ratio"]),
+             "durable work per thread-step on one store"),
+        _row("one `--once` step, peak RSS", f"{rss:.0f} MB" if rss is not None else "n/a", "", "", ""),
+    ]
+
+
+def workers_rows(r: dict[str, Any]) -> list[str]:
+    """Queue workers on PostgreSQL beside one SQLite process."""
+    def speed(key: str) -> str:
+        return " / ".join(f"{v:.1f}" for v in r["threads_per_s"][key])
+
+    queues = [(c, f"queue{c}") for c in r["counts"]]
+    ours = "; ".join(f"{c} worker(s) {speed(key)}" for c, key in queues)
+    ratio = "; ".join(f"{c}: {_x(r['x_one_worker'][key])}" for c, key in queues if c != 1)
+    return [_row(f"{r['threads']} threads, fake model answering in {r['delay']} s",
+                 f"threads/s on PostgreSQL queue workers: {ours}; one SQLite process {speed('sqlite')}",
+                 "1 worker", ratio, "workers scale with the model's latency, up to the cores they share")]
+
+
+def render(results: dict[str, Any], rss: dict[str, float | None], config: str) -> str:
+    """The whole table, its configuration line before it and the per-script memory after it.
+
+    Args:
+        results: Script name -> that script's JSON results (missing scripts are left out).
+        rss: Script name -> peak RSS in MB of its largest process (None: unknown).
+        config: The sentence stating how and where the figures were measured.
+    """
+    lines = [config, "", _row("what", "ours", "anchor", "ratio", "what it means for you"),
+             "|---|---|---|---|---|"]
+    if "startup" in results:
+        lines += startup_rows(results["startup"])
+    if "step_cost" in results:
+        lines += step_rows(results["step_cost"])
+    if "storage" in results:
+        for backend, points in results["storage"]["points"].items():
+            lines += storage_rows(backend, points, results["storage"]["k"][backend])
+    if "threads" in results:
+        lines += threads_rows(results["threads"])
+    if "workers" in results:
+        lines += workers_rows(results["workers"])
+    if "step_cost" in results:
+        claim = results["step_cost"]["ratios"]["claim"]
+        lines += ["", f"The claim checkpoint costs **{_x(claim)}** a step without it (same loop, "
+                  f"median of {results['step_cost']['steps']} steps each, pass 1 / pass 2)."]
+    known = {name: mb for name, mb in rss.items() if mb is not None}
+    if known:
+        lines += ["", "Peak RSS of each script's largest process: "
+                  + ", ".join(f"`bench.{name}` {mb:.0f} MB" for name, mb in known.items()) + "."]
+    return "\n".join(lines)
