@@ -73,14 +73,14 @@ def run_script(name: str, args: list[str], json_path: str, log_dir: str) -> tupl
     return stdout, usage.ru_maxrss / 1024  # kilobytes on Linux
 
 
-def configuration(quick: bool, postgres: str | None, skip_400: bool) -> str:
+def configuration(quick: bool, postgres: str | None, skip_400: bool, context_tokens: Any) -> str:
     """The sentence before the README table: the command, the machine and the settings."""
     flags = (" --quick" if quick else "") + (" --postgres URL" if postgres else "") \
         + (" --skip-400" if skip_400 else "")
     return (f"Measured with `python -m bench.run_all{flags}` on {platform.machine()}, "
             f"{os.cpu_count()} cores, Python {platform.python_version()}, in the default "
-            "configuration (`--context-tokens` 16000, `durability=\"sync\"`, the claim checkpoint "
-            "on). Each comparison alternates its variants in one loop and runs twice; a cell with "
+            f"configuration (`--context-tokens` {context_tokens}, `durability=\"sync\"`, the claim "
+            "checkpoint on). Each comparison alternates its variants in one loop and runs twice; a cell with "
             "two values gives pass 1 / pass 2. Medians; spreads are printed by the scripts.")
 
 
@@ -116,7 +116,9 @@ def main(argv: list[str] | None = None) -> None:
         if args.postgres and (left := bench_databases(args.postgres)):
             print(f"warning: bench databases left behind: {', '.join(left)}", file=sys.stderr)
     print("README Performance table (paste as it is):\n")
-    print(render(done["results"], done["rss"], configuration(args.quick, args.postgres, args.skip_400)))
+    context_tokens = done["results"].get("step_cost", {}).get("context_tokens", "default")
+    config = configuration(args.quick, args.postgres, args.skip_400, context_tokens)
+    print(render(done["results"], done["rss"], config))
 
 
 if __name__ == "__main__":

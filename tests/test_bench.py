@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres]  # bench.run_all also measures PostgreSQL
 
-
+@pytest.mark.slow
+@pytest.mark.postgres  # bench.run_all also measures PostgreSQL
 def test_every_benchmark_runs_prints_its_ratios_and_leaves_nothing_behind(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from bench import scratch
@@ -41,3 +41,25 @@ def test_every_benchmark_runs_prints_its_ratios_and_leaves_nothing_behind(
     assert list(scratch_dir.iterdir()) == [], "temporary files left behind"
     assert sorted(Path.cwd().iterdir()) == before, "files left in the working directory"
     assert scratch.bench_databases(url) == [], "bench_* databases left on the server"
+
+
+def test_commits_are_wal_syncs_after_frames_between_the_markers() -> None:
+    from bench.syncs import parse
+
+    log = """
+1 fdatasync(3</w/ours.sqlite-wal>) = 0
+1 fsync(9</w/sync-marker>) = 0
+1 pwrite64(3</w/ours.sqlite-wal>, ""..., 24, 4152) = 24
+1 pwrite64(3</w/ours.sqlite-wal>, ""..., 4096, 4176) = 4096
+2 fdatasync(3</w/ours.sqlite-wal>) = 0
+2 fdatasync(3</w/ours.sqlite-wal>) = 0
+2 fdatasync(4</w/ours.sqlite>) = 0
+2 pwrite64(3</w/ours.sqlite-wal>, ""..., 32, 0) = 32
+2 fdatasync(3</w/ours.sqlite-wal>) = 0
+2 pwrite64(3</w/ours.sqlite-wal>, ""..., 24, 32) = 24
+2 fdatasync(3</w/ours.sqlite-wal>) = 0
+1 fsync(9</w/sync-marker>) = 0
+1 fdatasync(3</w/ours.sqlite-wal>) = 0
+"""
+    assert parse(log) == {"commits": 2, "wal_header": 1, "wal_checkpoint": 1, "db": 1, "other": 0,
+                          "syncs": 5}
