@@ -27,7 +27,7 @@ CREATED_AT = "2026-01-01T00:00:00+00:00"
 
 def default_context_tokens() -> int:
     """The `--context-tokens` a new thread gets when none is given (estimated tokens)."""
-    from graph.state import DEFAULT_CONTEXT_TOKENS
+    from nodes.state import DEFAULT_CONTEXT_TOKENS
 
     return int(DEFAULT_CONTEXT_TOKENS)
 
@@ -96,19 +96,18 @@ class OurStore:
 
     def step(self, thread_id: str = "t", task: str = "bench") -> None:
         """Advances `thread_id` by one graph invocation (creating it on first use)."""
+        from graph.spec import ThreadSpec
         from graph.step import StepRequest, advance
 
         new = thread_id not in self._started
         self._started.add(thread_id)
-        request = StepRequest(thread_id, task=task if new else None, max_attempts=self.max_attempts,
-                              context_tokens=self.context_tokens)
+        request = StepRequest(ThreadSpec(thread_id, task=task if new else None,
+                                         max_attempts=self.max_attempts, context_tokens=self.context_tokens))
         advance(self.store, request, self.settings, model_factory=lambda m, s: self.model)
 
     def graph(self) -> Any:
-        """A compiled graph on this store's checkpointer (for `get_state`, history)."""
-        from graph.factory import build_graph
-
-        return build_graph(self.store.checkpointer)
+        """The store's compiled graph (for `get_state`, history)."""
+        return self.store.graph
 
     def close(self) -> None:
         """Closes the store."""

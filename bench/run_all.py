@@ -20,11 +20,12 @@ import os
 import platform
 import subprocess
 import sys
+import uuid
 from typing import Any
 
 from bench.common import cli_parser
 from bench.readme_table import render
-from bench.scratch import bench_databases, drop_leftover_databases, workdir
+from bench.scratch import RUN_ENV, bench_databases, drop_leftover_databases, run_prefix, workdir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 """The folder holding `bench/` (and `tests/`, whose fakes the scripts use): on the
@@ -107,13 +108,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--skip-400", action="store_true", help="storage up to 200 steps only "
                         "(bare LangGraph at 400 steps takes minutes)")
     args = parser.parse_args(argv)
+    os.environ.setdefault(RUN_ENV, uuid.uuid4().hex[:8])  # names this run's databases
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}\n")
     if args.postgres and (dropped := drop_leftover_databases(args.postgres)):
         print(f"dropped databases left by an earlier run: {', '.join(dropped)}\n")
     try:
         done = run(args.quick, args.postgres, args.skip_400)
     finally:
-        if args.postgres and (left := bench_databases(args.postgres)):
+        if args.postgres and (left := bench_databases(args.postgres, run_prefix())):
             print(f"warning: bench databases left behind: {', '.join(left)}", file=sys.stderr)
     print("README Performance table (paste as it is):\n")
     context_tokens = done["results"].get("step_cost", {}).get("context_tokens", "default")

@@ -1,13 +1,15 @@
 """Scratch space the benchmarks create, and its removal: temporary folders and databases.
 
 Every folder is a `tempfile` folder named `bench-*` and every PostgreSQL database is
-named `bench_*`; both are removed when the measurement ends, in `finally`, whether it
-succeeded or not. `bench.run_all` also drops `bench_*` databases left by an earlier run
-that was killed.
+named `bench_<run>_*` (`<run>` from `$BENCH_RUN`, which `bench.run_all` sets once per
+run, so a run can tell its own databases from another run's); both are removed when the
+measurement ends, in `finally`, whether it succeeded or not. `bench.run_all` also drops
+the `bench_*` databases an earlier, killed run left behind (those no session is using).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import uuid
@@ -19,6 +21,16 @@ FOLDER_PREFIX = "bench-"
 """Prefix of every temporary folder the benchmarks create (under `tempfile.gettempdir()`)."""
 DATABASE_PREFIX = "bench_"
 """Prefix of every PostgreSQL database the benchmarks create."""
+RUN_ENV = "BENCH_RUN"
+"""Environment variable naming the current run (letters and digits), part of its databases' names."""
+
+
+def run_prefix() -> str:
+    """`bench_<run>_` for the run named by `$BENCH_RUN`, or `bench_` when none is named."""
+    run = os.environ.get(RUN_ENV, "")
+    if not run.isalnum():
+        return DATABASE_PREFIX
+    return f"{DATABASE_PREFIX}{run.lower()}_"
 
 
 @contextmanager
@@ -37,7 +49,7 @@ def _server_url(admin_url: str, name: str) -> str:
 
 @contextmanager
 def fresh_database(admin_url: str, tag: str) -> Iterator[str]:
-    """A new empty PostgreSQL database `bench_<tag>_<hex>`, dropped on exit.
+    """A new empty PostgreSQL database `bench_<run>_<tag>_<hex>`, dropped on exit.
 
     Args:
         admin_url: A URL on the server whose user may create databases.
@@ -48,7 +60,7 @@ def fresh_database(admin_url: str, tag: str) -> Iterator[str]:
     """
     import psycopg
 
-    name = f"{DATABASE_PREFIX}{tag}_{uuid.uuid4().hex[:8]}"
+    name = f"{run_prefix()}{tag}_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     try:
@@ -58,25 +70,32 @@ def fresh_database(admin_url: str, tag: str) -> Iterator[str]:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def bench_databases(admin_url: str) -> list[str]:
-    """Names of the `bench_*` databases on the server, sorted."""
+def bench_databases(admin_url: str, prefix: str = DATABASE_PREFIX) -> list[str]:
+    """Names of the databases on the server whose names start with `prefix`, sorted."""
     import psycopg
 
     with psycopg.connect(admin_url, autocommit=True) as conn:
         rows = conn.execute("SELECT datname FROM pg_database WHERE starts_with(datname, %s)",
-                            (DATABASE_PREFIX,)).fetchall()
+                            (prefix,)).fetchall()
     return sorted(name for (name,) in rows)
 
 
 def drop_leftover_databases(admin_url: str) -> list[str]:
-    """Drops every `bench_*` database (left by a killed run); returns their names."""
+    """Drops the `bench_*` databases no session is using (left by killed runs); returns their names.
+
+    A database in use belongs to a run still going (another worktree's, say) and is kept.
+    """
     import psycopg
 
-    names = bench_databases(admin_url)
+    dropped = []
     with psycopg.connect(admin_url, autocommit=True) as conn:
-        for name in names:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    return names
+        for name in bench_databases(admin_url):
+            try:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}"')  # no FORCE: refused when in use
+            except psycopg.errors.ObjectInUse:
+                continue
+            dropped.append(name)
+    return dropped
 
 
 def leftover_folders() -> list[Path]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import uuid
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ def test_every_benchmark_runs_prints_its_ratios_and_leaves_nothing_behind(
     scratch_dir.mkdir()
     monkeypatch.setenv("TMPDIR", str(scratch_dir))  # the scripts' temporary folders go here
     monkeypatch.setattr(tempfile, "tempdir", None)  # so this process reads TMPDIR again
+    monkeypatch.setenv(scratch.RUN_ENV, "test" + uuid.uuid4().hex[:8])  # this run's databases
     before = sorted(Path.cwd().iterdir())
 
     main(["--quick", "--postgres", url])
@@ -40,7 +42,8 @@ def test_every_benchmark_runs_prints_its_ratios_and_leaves_nothing_behind(
         assert "commits n/a" not in out
     assert list(scratch_dir.iterdir()) == [], "temporary files left behind"
     assert sorted(Path.cwd().iterdir()) == before, "files left in the working directory"
-    assert scratch.bench_databases(url) == [], "bench_* databases left on the server"
+    assert scratch.run_prefix().startswith("bench_test")
+    assert scratch.bench_databases(url, scratch.run_prefix()) == [], "databases left on the server"
 
 
 def test_commits_are_wal_syncs_after_frames_between_the_markers() -> None:
