@@ -18,7 +18,7 @@ from graph.exitcodes import ErrorCode
 
 
 def check_ledger(entry: Any, values: dict[str, Any], thread_id: str, location: str,
-                 log_rows: list[dict[str, Any]]) -> None:
+                 logged: int) -> None:
     """Cross-checks a thread's ledger row against its checkpoint and attempt log.
 
     Args:
@@ -26,7 +26,7 @@ def check_ledger(entry: Any, values: dict[str, Any], thread_id: str, location: s
         values: The thread's checked state values.
         thread_id: The thread.
         location: The database, for the message.
-        log_rows: The thread's attempt-log rows (`kind`, `attempt`).
+        logged: The highest attempt of the thread's attempt log (`SqlAttemptLog.last_attempt`).
 
     Raises:
         RefusedError: `damaged` when the row is missing, has another maximum, or counts
@@ -47,7 +47,6 @@ def check_ledger(entry: Any, values: dict[str, Any], thread_id: str, location: s
     # Requests already made that the ledger must have claimed: the mirrored count (less
     # one counted-but-unsent attempt), every assistant message, every logged attempt.
     replies = sum(1 for m in values["messages"] if m["role"] == "assistant")
-    logged = max((r["attempt"] for r in log_rows if r["kind"] == "reason"), default=0)
     needed = max(values["progress"]["attempts"] - 1, replies, logged)
     if entry.claimed < needed:
         raise damaged(f"the ledger has {entry.claimed} sent attempt(s), but the thread already "
