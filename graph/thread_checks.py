@@ -11,10 +11,13 @@ import sqlite3
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graph.errors import RefusedError, UsageError
 from graph.exitcodes import ErrorCode
+
+if TYPE_CHECKING:
+    from graph.tombstones import Tombstone
 
 
 def check_ledger(entry: Any, values: dict[str, Any], thread_id: str, location: str,
@@ -81,6 +84,13 @@ def storage_damage_refused(location: str) -> Iterator[None]:
                            location=location) from None
 
 
+def pruned_refusal(tombstone: Tombstone) -> RefusedError:
+    """The refusal of a pruned thread (exit 4, `pruned`), naming the date."""
+    return RefusedError(f"pruned on {tombstone.pruned_at} (status {tombstone.final_status}); "
+                        "--restart-pruned starts it anew with a fresh budget",
+                        error_code=ErrorCode.PRUNED, thread_id=tombstone.thread_id)
+
+
 def check_tombstone(store: Any, thread_id: str, *, task: str | None, restart: bool) -> None:
     """Refuses a pruned thread (exit 4, `pruned`) unless it is restarted on purpose.
 
@@ -95,10 +105,7 @@ def check_tombstone(store: Any, thread_id: str, *, task: str | None, restart: bo
     if tombstone is None:
         return
     if not restart:
-        raise RefusedError(
-            f"pruned on {tombstone.pruned_at} (status {tombstone.final_status}); "
-            "--restart-pruned starts it anew with a fresh budget",
-            error_code=ErrorCode.PRUNED, thread_id=thread_id)
+        raise pruned_refusal(tombstone)
     if task is None:
         raise UsageError("--restart-pruned needs --task: the pruned thread's task is gone")
     store.checkpointer.delete_thread(thread_id)  # leftovers of an interrupted prune
