@@ -21,6 +21,22 @@ def measure(fn: Callable[[], Any], repeat: int) -> tuple[float, float]:
     return statistics.median(samples), max(samples) - min(samples)
 
 
+def measure_alternating(fns: dict[str, Callable[[], Any]], repeat: int
+                        ) -> dict[str, tuple[float, float]]:
+    """Runs every variant once per round, `repeat` rounds, so the host's noise hits all alike.
+
+    Returns:
+        `{name: (median, spread = max - min)}` in seconds.
+    """
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            samples[name].append(time.perf_counter() - start)
+    return {name: (statistics.median(s), max(s) - min(s)) for name, s in samples.items()}
+
+
 def table(title: str, header: list[str], rows: list[list[Any]]) -> str:
     """A plain-text table."""
     widths = [max(len(str(x)) for x in column) for column in zip(header, *rows, strict=True)]

@@ -1,10 +1,13 @@
-"""Cold start of one `--once` step, as a scheduler runs it, beside its anchors.
+"""Cold start of one `--once` step and of a poll, as a scheduler runs them, beside anchors.
 
   python -m bench.startup [--repeat N]
 
 Anchors: `python -c pass`, `python -c "import langgraph.graph"` (the import floor), and a
-plain JSON-file step (load, count, write a temporary file, fsync, rename). Also lists
-what this project's own modules add to start-up (`python -X importtime`).
+plain JSON-file step (load, count, write a temporary file, fsync, rename). Ours: one
+`--once` step of a new thread, and a poll of a finished thread (the quick answer of
+`graph.poll`, and the full path it replaces, forced by passing `--task`). The variants
+alternate in every round. Also lists what this project's own modules add to start-up
+(`python -X importtime`).
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.common import measure, ms, table
+from bench.common import measure_alternating, ms, table
 
+TASK = "How long does shipping take?"
 JSON_STEP = r"""
 import json, os, sys
 p = sys.argv[1]
@@ -32,29 +36,43 @@ os.replace(tmp, p)
 
 
 def run(repeat: int) -> str:
-    """Measures and returns the report."""
+    """Measures and returns the report; the temporary folder is removed."""
+    with tempfile.TemporaryDirectory(prefix="bench_startup_") as tmp:
+        return _measure(Path(tmp), repeat)
+
+
+def _measure(work: Path, repeat: int) -> str:
     py = sys.executable
-    work = Path(tempfile.mkdtemp())
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MANDAPI_", "GRAPH_DB"))}
     counter = iter(range(10**6))
+    db = str(work / "c.sqlite")
 
     def ours() -> None:
-        subprocess.run([py, "-m", "graph.run", "--thread", f"t{next(counter)}", "--task",
-                        "How long does shipping take?", "--once", "--db",
-                        str(work / "c.sqlite")], check=True, capture_output=True, env=env)
+        subprocess.run([py, "-m", "graph.run", "--thread", f"t{next(counter)}", "--task", TASK,
+                        "--once", "--db", db], check=True, capture_output=True, env=env)
+
+    def poll(*extra: str):
+        return lambda: subprocess.run([py, "-m", "graph.run", "--thread", "finished", "--once",
+                                       "--json", "--db", db, *extra], check=True,
+                                      capture_output=True, env=env)
 
     def cmd(*args: str):
         return lambda: subprocess.run([py, *args], check=True, capture_output=True, env=env)
 
-    results = {
-        "python -c pass": measure(cmd("-c", "pass"), repeat),
-        "import langgraph.graph (floor)": measure(cmd("-c", "import langgraph.graph"), repeat),
-        "JSON-file step": measure(cmd("-c", JSON_STEP, str(work / "s.json")), repeat),
-        "graph.run --once (ours)": measure(ours, repeat),
-    }
+    subprocess.run([py, "-m", "graph.run", "--thread", "finished", "--task", TASK, "--db", db],
+                   check=True, capture_output=True, env=env)  # done: nothing left to do
+    results = measure_alternating({
+        "python -c pass": cmd("-c", "pass"),
+        "import langgraph.graph (floor)": cmd("-c", "import langgraph.graph"),
+        "JSON-file step": cmd("-c", JSON_STEP, str(work / "s.json")),
+        "graph.run --once (ours)": ours,
+        "poll a finished thread (ours, quick answer)": poll(),
+        "poll a finished thread (ours, full path: --task)": poll("--task", TASK),
+    }, repeat)
     floor = results["import langgraph.graph (floor)"][0]
     rows = [[name, ms(med), ms(spread), f"{med / floor:.2f}"] for name, (med, spread) in results.items()]
-    report = table(f"Cold start of one step (median of {repeat}, whole process)",
+    report = table(f"Cold start of one step and of a poll (median of {repeat}, whole process, "
+                   "variants alternated)",
                    ["what", "median", "spread", "÷ import floor"], rows)
     trace = subprocess.run([py, "-X", "importtime", "-m", "graph.run", "--help"],
                            capture_output=True, text=True, env=env).stderr.splitlines()
