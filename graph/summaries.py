@@ -5,13 +5,13 @@ ask about it every minute. Its answer's state fields (status, attempts, model, a
 usage, ...) are stored here once the full path has read and checked them, with a
 fingerprint: a SHA-256 over the summary itself and the raw rows the full path reads to
 give that answer (the thread's ledger row, its latest checkpoint with its pending
-writes and digests, the digest marker, its decisions on write calls, and the count and
-highest id of its attempt log). `graph.poll` answers from a summary only while that
+writes and digests, the digest marker, its decisions on write calls, and the highest
+attempt in its attempt log). `graph.poll` answers from a summary only while that
 fingerprint still matches what is stored, so any change to those rows since (a damaged
 or edited checkpoint, ledger row or summary, a newer checkpoint, a thread started anew)
 sends the invocation the full way, which checks everything. Damage that the full path
-does not read for a finished thread either (an older checkpoint, an attempt-log row's
-payload) is answered alike by both; `graph.verify` lists it.
+does not read for a finished thread either (an older checkpoint, the rows of the
+attempt log) is answered alike by both; `graph.verify` lists it.
 
 SQLite only: the fingerprint reads LangGraph's SQLite tables as stored. Imports stay
 light (no LangGraph): `graph.poll` uses this module before deciding.
@@ -43,7 +43,7 @@ _FINGERPRINTED = (
      f"AND checkpoint_ns = '' AND checkpoint_id = {_LATEST}) "
      "ORDER BY thread_id, checkpoint_ns, checkpoint_id, task_id, idx, digest", 2),
     ("SELECT * FROM write_approvals WHERE thread_id = ? ORDER BY attempt, tool_call_id", 1),
-    ("SELECT count(*), max(id) FROM attempt_log WHERE thread_id = ?", 1),
+    ("SELECT max(attempt) FROM attempt_log WHERE thread_id = ? AND kind = 'reason'", 1),
 )
 """The rows a summary stands for: each query with how many times it takes the thread id."""
 

@@ -119,8 +119,9 @@ def _sql(db: Path, statement: str) -> None:
     "UPDATE thread_summaries SET fingerprint = CAST(fingerprint AS BLOB)",
     "UPDATE thread_summaries SET outcome = '{}'",
     "UPDATE attempt_ledger SET updated_at = '2030-01-01T00:00:00+00:00' WHERE thread_id = 'd'",
-    "INSERT INTO attempt_log (thread_id, attempt, kind, payload, created_at) VALUES "
-    "('d', 1, 'tool', '{\"tool_call_id\": \"c\", \"observation\": \"x\"}', 'x')",
+    "INSERT INTO write_approvals (thread_id, attempt, tool_call_id, tool, args_sha256, "
+    "decision, decided_at, result) VALUES ('d', 1, 'w1', 'write_file', 'x', 'reject', "
+    "'2030-01-01T00:00:00+00:00', 'rejected')",
 ])
 def test_a_changed_summary_or_row_takes_the_full_path_which_renews_the_summary(
         db: Path, change: str) -> None:
