@@ -6,7 +6,8 @@ Whole processes, one of each per round (the order rotating), in two passes:
 `python -c pass`, `python -c "import langgraph.graph"` (the import floor), a plain
 JSON-file step (load, count, write a temporary file, fsync, rename), ours with
 `--once` on a new thread (the offline demo model), and ours on a thread that is done
-(nothing to do: the answer only). Also lists what this project's own modules add to
+(nothing to do: the quick answer of `graph.poll`, and the full path forced by
+`--task`). Also lists what this project's own modules add to
 start-up (`python -X importtime`).
 """
 
@@ -36,7 +37,8 @@ LABELS = {
     "floor": "import langgraph.graph (floor)",
     "json": "JSON-file step",
     "once": "graph.run --once, new thread (ours)",
-    "done": "graph.run, thread already done (ours)",
+    "done": "graph.run, thread already done (ours: the quick answer)",
+    "done_full": "graph.run, thread already done, full path (--task given)",
 }
 TASK = "How long does shipping take?"
 
@@ -63,6 +65,8 @@ def one_pass(repeat: int) -> dict[str, list[float]]:
             "once": lambda i: run("-m", "graph.run", "--thread", f"t{i}", "--task", TASK, "--once",
                                   "--db", db),
             "done": lambda i: run("-m", "graph.run", "--thread", "done", "--db", db),
+            "done_full": lambda i: run("-m", "graph.run", "--thread", "done", "--task", TASK,
+                                       "--db", db),
         }
         return alternate(variants, repeat)
 

@@ -60,6 +60,28 @@ class SqlAttemptLog(SqlTable):
         """Deletes the thread's rows (retention)."""
         self._run("DELETE FROM attempt_log WHERE thread_id = ?", (thread_id,))
 
+    def last_attempt(self, thread_id: str) -> int:
+        """The highest attempt number among the thread's `reason` rows; 0 when there are none.
+
+        One aggregate instead of the whole log: this is all a step needs
+        (`graph.thread_checks.check_ledger`). Only the value returned is type-checked;
+        `rows` checks every row (history, verify and copy read them all). Returns 0 for
+        a database written before the log existed.
+
+        Raises:
+            RefusedError: `damaged` when the highest stored value is not an integer of at
+                least 1.
+        """
+        with text_refused("attempt_log"):
+            found = self._rows_if_table(
+                LOG, "SELECT max(attempt) FROM attempt_log WHERE thread_id = ? AND kind = 'reason'",
+                (thread_id,))
+        value = found[0][0] if found else None
+        if value is None:
+            return 0
+        check_row("attempt_log", (value,), {"attempt": lambda v: is_int(v, 1)})
+        return int(value)
+
     def rows(self, thread_id: str) -> list[dict[str, Any]]:
         """The thread's rows, oldest first: `attempt`, `kind`, `payload` (dict), `created_at`.
 

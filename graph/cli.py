@@ -65,6 +65,27 @@ def emit(text: str, stream: TextIO | None = None) -> None:
         silence(stream)
 
 
+def exit_now(code: int) -> NoReturn:
+    """Flushes stdout and stderr, then ends the process with `code`, skipping teardown.
+
+    For the `__main__` block of an entry point, after `main` returned (its stores are
+    closed by then: SQLite's connections closed, the `-wal` checkpointed, every lock
+    released). Interpreter teardown would only free what the process holds, which
+    with LangGraph loaded costs more than a step; `os._exit` runs no `atexit`
+    handlers and flushes no Python buffers, so both streams are flushed here. A
+    closed pipe (`| head -1`) is silenced as in `emit`; the exit code stays `code`.
+    Never call it from `main`: tests call `main` in their own process.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BrokenPipeError:
+            silence(stream)
+        except (OSError, ValueError):
+            pass  # a stream already closed or failing: nothing more can reach it
+    os._exit(code)
+
+
 def silence(stream: TextIO) -> None:
     """Points `stream`'s descriptor at /dev/null, after its reader went away."""
     devnull = os.open(os.devnull, os.O_WRONLY)

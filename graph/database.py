@@ -23,6 +23,7 @@ from graph.factory import build_graph
 from graph.ledger import LedgerRow, SqlLedger
 from graph.schema import CHECKPOINTS, TOMBSTONES
 from graph.sql import Sql
+from graph.summaries import SqliteSummaries
 from graph.tombstones import SqlTombstones, Tombstone
 
 
@@ -93,6 +94,8 @@ class Store:
         tombstones: Tombstones of pruned threads.
         approvals: Decisions on write calls.
         locks: Per-thread writer locks (`hold(thread_id)`).
+        summaries: Summaries of finished threads (`graph.summaries`); None on PostgreSQL,
+            which has no quick answer.
     """
 
     location: str
@@ -104,18 +107,21 @@ class Store:
     approvals: SqlApprovals
     locks: WriterLocks
     _conns: tuple[Closable, ...] = field(repr=False)
+    summaries: SqliteSummaries | None = None
 
     @classmethod
     def build(cls, location: str, checkpointer: BaseCheckpointSaver[str], sql: Sql, *,
               locks: WriterLocks, conns: tuple[Closable, ...],
-              ledger_type: type[SqlLedger] = SqlLedger) -> Store:
+              ledger_type: type[SqlLedger] = SqlLedger, summaries: bool = False) -> Store:
         """A store whose tables all run on `sql`.
 
         `ledger_type` lets a backend add what its claims need (`graph.sqlite_ledger`);
-        `conns` are every connection the store closes, in order.
+        `conns` are every connection the store closes, in order; `summaries` keeps
+        summaries of finished threads (SQLite).
         """
         return cls(location, checkpointer, sql, ledger_type(sql), SqlAttemptLog(sql),
-                   SqlTombstones(sql), SqlApprovals(sql), locks, conns)
+                   SqlTombstones(sql), SqlApprovals(sql), locks, conns,
+                   SqliteSummaries(sql) if summaries else None)
 
     @cached_property
     def graph(self) -> CompiledStateGraph[Any, Any, Any, Any]:
@@ -146,7 +152,7 @@ class Store:
         """Deletes a finished thread, leaving its tombstone (retention; INVARIANTS I10).
 
         Two commits: first, in one transaction, the tombstone is written and the
-        thread's ledger row, attempt log and decisions are deleted; then LangGraph's
+        thread's ledger row, attempt log, decisions and summary are deleted; then LangGraph's
         `delete_thread` removes its checkpoints (and their digests). From the first
         commit on the thread is refused as `pruned`, so a crash in between leaves it
         gone, never half-usable; `sweep_buried` removes the leftover checkpoints.
@@ -157,6 +163,8 @@ class Store:
             self.ledger.delete(thread_id)
             self.log.delete_thread(thread_id)
             self.approvals.delete_thread(thread_id)
+            if self.summaries is not None:
+                self.summaries.delete_thread(thread_id)
         self.checkpointer.delete_thread(thread_id)
 
     def sweep_buried(self) -> int:

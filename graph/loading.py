@@ -129,7 +129,8 @@ def check_stored_thread(store: Store, graph: Any, thread_id: str) -> LoadedThrea
                                "checkpoint", error_code=ErrorCode.DAMAGED,
                                location=store.location, thread_id=thread_id)
         return None
-    check_ledger(entry, loaded.values, thread_id, store.location, log_rows)
+    logged = max((r["attempt"] for r in log_rows if r["kind"] == "reason"), default=0)
+    check_ledger(entry, loaded.values, thread_id, store.location, logged)
     check_history(graph, thread_id, store.location)
     return loaded
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from graph.errors import BusyError
 
 _OFD_SETLK = getattr(fcntl, "F_OFD_SETLK", None)
+_OFD_GETLK = getattr(fcntl, "F_OFD_GETLK", None)
 
 
 _BASE = 1 << 40
@@ -75,6 +76,21 @@ class ThreadLocks:
             yield
         finally:
             self._set(fcntl.F_UNLCK, thread_id)
+
+    def held_elsewhere(self, thread_id: str) -> bool:
+        """True when another process (or handle) holds the thread's lock; nothing is taken.
+
+        For readers that must report "busy" as a writer would (`graph.poll`) without
+        ever making a writer busy themselves.
+        """
+        if _OFD_GETLK is None:  # pragma: no cover - non-Linux fallback
+            try:
+                with self.hold(thread_id):
+                    return False
+            except BusyError:
+                return True
+        probe = struct.pack("hhqqi", fcntl.F_WRLCK, 0, _offset(thread_id), 1, 0)
+        return struct.unpack("hhqqi", fcntl.fcntl(self._fd, _OFD_GETLK, probe))[0] != fcntl.F_UNLCK
 
     def close(self) -> None:
         """Closes the lock file, releasing every lock held through it."""

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlsplit
 
-from graph.cli import Parser, emit, known_error
+from graph.cli import Parser, emit, exit_now, known_error
 from graph.errors import RunError, UsageError
 from graph.exitcodes import ErrorCode, ExitCode
 from graph.outcome import Outcome
@@ -94,10 +94,14 @@ def run(argv: list[str] | None = None, **step_kwargs: Any) -> Outcome:
     """
     thread_id = None
     try:
-        args = _parser().parse_args(argv)
+        parser = _parser()
+        args = parser.parse_args(argv)
         from graph.spec import check_thread_id
 
         thread_id = check_thread_id(args.thread)
+        quick = _quick_answer(parser, args, thread_id)
+        if quick is not None:
+            return quick
         request = _request(args)
         settings = _settings(args)
         from graph.step import advance
@@ -112,6 +116,29 @@ def run(argv: list[str] | None = None, **step_kwargs: Any) -> Outcome:
         if known is None:
             raise
         return Outcome.from_error(thread_id, known)
+
+
+_QUICK_FLAGS = frozenset({"thread", "once", "json", "db", "timeout"})
+"""The flags a finished, pruned or busy thread's answer does not depend on."""
+
+
+def _quick_answer(parser: Parser, args: argparse.Namespace, thread_id: str) -> Outcome | None:
+    """The answer of `graph.poll` (no LangGraph import), or None for the full path.
+
+    Only when every other flag is at its default: a task, model, limit, folder,
+    `--live`, `--cancel` or a decision must be checked against the thread.
+    """
+    if any(value != parser.get_default(name) for name, value in vars(args).items()
+           if name not in _QUICK_FLAGS):
+        return None
+    from graph.poll import quick_answer
+    from graph.settings import resolve_settings
+
+    try:
+        settings = resolve_settings(db=args.db, live=False, timeout_s=args.timeout)
+    except UsageError:
+        return None  # the full path reports it
+    return quick_answer(settings.db, thread_id)
 
 
 def _request(args: argparse.Namespace) -> StepRequest:
@@ -206,4 +233,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())  # after main closed the store: flush, then exit without teardown

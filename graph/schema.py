@@ -31,9 +31,13 @@ APPROVALS = "write_approvals"
 """Decisions on write calls, one row per call of one turn."""
 DIGESTS = "checkpoint_digests"
 """Per-checkpoint and per-write digests (`graph.digest`)."""
+SUMMARIES = "thread_summaries"
+"""SQLite only: what `graph.run` answers for a finished thread, with the fingerprint of
+the rows it was read from (`graph.summaries`, read by `graph.poll`)."""
 
 TABLES = (REQUEST_CAPS, LEDGER, LOG, TOMBSTONES, APPROVALS, DIGESTS)
-"""Every table of ours, in the order the schema creates them."""
+"""Every table of ours on both backends, in the order the schema creates them (SQLite
+files also have `SUMMARIES`)."""
 
 CHECKPOINTS = "checkpoints"
 """LangGraph's checkpoint table (same name on both backends)."""
@@ -102,6 +106,13 @@ CREATE TABLE IF NOT EXISTS {LOG} (
 CREATE INDEX IF NOT EXISTS attempt_log_thread ON {LOG} (thread_id, id);"""
         for backend, id_column in (("sqlite", "INTEGER PRIMARY KEY AUTOINCREMENT"),
                                    ("postgres", "BIGSERIAL PRIMARY KEY"))}
+
+_SUMMARIES = f"""
+CREATE TABLE IF NOT EXISTS {SUMMARIES} (
+    thread_id   TEXT PRIMARY KEY,
+    outcome     TEXT NOT NULL,
+    fingerprint TEXT NOT NULL
+);"""
 
 _TOMBSTONES = f"""
 CREATE TABLE IF NOT EXISTS {TOMBSTONES} (
@@ -231,7 +242,8 @@ def ddl(backend: Backend, marker: str) -> str:
     triggers = _SQLITE_TRIGGERS if backend == "sqlite" else _POSTGRES_TRIGGERS
     return "".join([
         _CAPS, _LEDGER, triggers[REQUEST_CAPS], triggers[LEDGER],
-        _LOG[backend], triggers[LOG], _TOMBSTONES, APPROVALS_DDL, _digests(marker), "\n"])
+        _LOG[backend], triggers[LOG], _TOMBSTONES, APPROVALS_DDL, _digests(marker),
+        _SUMMARIES if backend == "sqlite" else "", "\n"])
 
 
 def sqlite_objects() -> frozenset[tuple[str, str]]:
@@ -240,6 +252,6 @@ def sqlite_objects() -> frozenset[tuple[str, str]]:
     Returns:
         `(type, name)` pairs as `sqlite_master` lists them.
     """
-    return frozenset({("table", name) for name in (*TABLES, *SQLITE_LANGGRAPH_TABLES)}
+    return frozenset({("table", name) for name in (*TABLES, SUMMARIES, *SQLITE_LANGGRAPH_TABLES)}
                      | {("index", name) for name in INDEXES}
                      | {("trigger", t.name) for t in TRIGGERS})

@@ -18,12 +18,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from graph.errors import RefusedError, UsageError
 from graph.exitcodes import ErrorCode
-from graph.state import initial_state
 from nodes.demo_model import DEMO_MODEL_ID
-from nodes.state import DEFAULT_CONTEXT_TOKENS, DEFAULT_MAX_ATTEMPTS, ThreadState
 
 if TYPE_CHECKING:
     from graph.settings import Settings
+    from nodes.state import ThreadState
 
 THREAD_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 MODEL_ID_RE = re.compile(r"[\x21-\x7e]{1,200}")
@@ -227,6 +226,9 @@ class ThreadSpec:
             raise UsageError("a new thread needs a task", thread_id=self.thread_id)
         if settings.live and not (self.model or settings.env_model):
             raise UsageError("--live needs a model for a new thread: --model or MANDAPI_MODEL_ID")
+        from graph.state import initial_state  # the graph's modules: not needed to check flags
+        from nodes.state import DEFAULT_CONTEXT_TOKENS, DEFAULT_MAX_ATTEMPTS
+
         model = self.model or settings.env_model or DEMO_MODEL_ID
         check_paid(model, settings.live)
         return initial_state(

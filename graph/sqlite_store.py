@@ -167,4 +167,5 @@ def _open_store(path: Path, read_only: bool) -> Store:
                                   ddl_conn=ledger_conn if ddl_needed else None)
             locks = ThreadLocks(path)
     return Store.build(str(path), checkpointer, SqliteSql(ledger_conn), locks=locks,
-                       conns=(saver_conn, ledger_conn, digest_conn), ledger_type=SqliteLedger)
+                       conns=(saver_conn, ledger_conn, digest_conn), ledger_type=SqliteLedger,
+                       summaries=True)

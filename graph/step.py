@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from graph.approvals import pending_review
 from graph.errors import RefusedError, UsageError
 from graph.exitcodes import ErrorCode
+from graph.finished import remember_finished
 from graph.invocation import invoke_steps, store_migrated
 from graph.loading import LoadedThread, load_thread
 from graph.local_steps import cancel, review
@@ -125,13 +126,14 @@ def advance(
         if request.cancel:
             if loaded is not None:  # flags given with --cancel must name this thread
                 request.spec.check_against(loaded.values["thread"], env_model=None)
-            return cancel(graph, config, store, loaded, thread_id)
+            return remember_finished(store, cancel(graph, config, store, loaded, thread_id))
         start = (_create(store, request, settings, entry, model_factory, now) if loaded is None
                  else _resume(graph, config, store, loaded, entry, request, settings,
                               model_factory))
         if isinstance(start, Outcome):
             return start
-        return _invoke(graph, config, store, start, once=request.once, charge=charge)
+        return remember_finished(
+            store, _invoke(graph, config, store, start, once=request.once, charge=charge))
 
 
 def _invoke(graph: Any, config: dict[str, Any], store: Store, start: _Start, *, once: bool,
@@ -190,7 +192,7 @@ def _resume(graph: Any, config: dict[str, Any], store: Store, loaded: LoadedThre
     """
     thread_id, values = request.thread_id, loaded.values
     request.spec.check_against(values["thread"], settings.env_model)
-    check_ledger(entry, values, thread_id, store.location, store.log.rows(thread_id))
+    check_ledger(entry, values, thread_id, store.location, store.log.last_attempt(thread_id))
     store.approvals.rows(thread_id)  # read with exact type checks, like every table
     pending = pending_review(loaded.snapshot)
     if pending is not None:
@@ -200,7 +202,8 @@ def _resume(graph: Any, config: dict[str, Any], store: Store, loaded: LoadedThre
     if request.approve or request.reject:
         raise UsageError("not waiting for approval", thread_id=thread_id)
     if values["progress"]["status"] in FINAL_STATUSES:
-        return Outcome.from_state(thread_id, values, loaded.snapshot.next)
+        outcome = Outcome.from_state(thread_id, values, loaded.snapshot.next)
+        return remember_finished(store, outcome, checked=True)
     resolve_folder(values["thread"]["workspace"])
     model = model_factory(values["thread"]["model"], settings)
     if loaded.stored_version != SCHEMA_VERSION:

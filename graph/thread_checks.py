@@ -11,14 +11,17 @@ import sqlite3
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graph.errors import RefusedError, UsageError
 from graph.exitcodes import ErrorCode
 
+if TYPE_CHECKING:
+    from graph.tombstones import Tombstone
+
 
 def check_ledger(entry: Any, values: dict[str, Any], thread_id: str, location: str,
-                 log_rows: list[dict[str, Any]]) -> None:
+                 logged: int) -> None:
     """Cross-checks a thread's ledger row against its checkpoint and attempt log.
 
     Args:
@@ -26,7 +29,7 @@ def check_ledger(entry: Any, values: dict[str, Any], thread_id: str, location: s
         values: The thread's checked state values.
         thread_id: The thread.
         location: The database, for the message.
-        log_rows: The thread's attempt-log rows (`kind`, `attempt`).
+        logged: The highest attempt of the thread's attempt log (`SqlAttemptLog.last_attempt`).
 
     Raises:
         RefusedError: `damaged` when the row is missing, has another maximum, or counts
@@ -47,7 +50,6 @@ def check_ledger(entry: Any, values: dict[str, Any], thread_id: str, location: s
     # Requests already made that the ledger must have claimed: the mirrored count (less
     # one counted-but-unsent attempt), every assistant message, every logged attempt.
     replies = sum(1 for m in values["messages"] if m["role"] == "assistant")
-    logged = max((r["attempt"] for r in log_rows if r["kind"] == "reason"), default=0)
     needed = max(values["progress"]["attempts"] - 1, replies, logged)
     if entry.claimed < needed:
         raise damaged(f"the ledger has {entry.claimed} sent attempt(s), but the thread already "
@@ -82,6 +84,13 @@ def storage_damage_refused(location: str) -> Iterator[None]:
                            location=location) from None
 
 
+def pruned_refusal(tombstone: Tombstone) -> RefusedError:
+    """The refusal of a pruned thread (exit 4, `pruned`), naming the date."""
+    return RefusedError(f"pruned on {tombstone.pruned_at} (status {tombstone.final_status}); "
+                        "--restart-pruned starts it anew with a fresh budget",
+                        error_code=ErrorCode.PRUNED, thread_id=tombstone.thread_id)
+
+
 def check_tombstone(store: Any, thread_id: str, *, task: str | None, restart: bool) -> None:
     """Refuses a pruned thread (exit 4, `pruned`) unless it is restarted on purpose.
 
@@ -96,10 +105,7 @@ def check_tombstone(store: Any, thread_id: str, *, task: str | None, restart: bo
     if tombstone is None:
         return
     if not restart:
-        raise RefusedError(
-            f"pruned on {tombstone.pruned_at} (status {tombstone.final_status}); "
-            "--restart-pruned starts it anew with a fresh budget",
-            error_code=ErrorCode.PRUNED, thread_id=thread_id)
+        raise pruned_refusal(tombstone)
     if task is None:
         raise UsageError("--restart-pruned needs --task: the pruned thread's task is gone")
     store.checkpointer.delete_thread(thread_id)  # leftovers of an interrupted prune

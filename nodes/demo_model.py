@@ -9,10 +9,10 @@ and the tests run without spending money.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from nodes.context import ModelReply
-from nodes.state import Usage
+if TYPE_CHECKING:
+    from nodes.context import ModelReply
 
 DEMO_MODEL_ID = "offline-demo"
 
@@ -27,6 +27,9 @@ class OfflineDemoModel:
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply:
         """Returns a tool call on the first turn and a cited answer after a tool result."""
+        from nodes.context import ModelReply  # here: DEMO_MODEL_ID stays cheap to import
+        from nodes.state import Usage
+
         task = next((m["content"] for m in messages if m["role"] == "user"), "")
         tool_results = [m for m in messages if m["role"] == "tool"]
         if not tool_results:

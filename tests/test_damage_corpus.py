@@ -46,6 +46,14 @@ class Case:
     code: str = "damaged"
     thread: str = "t1"
     older: bool = False
+    """Damage `graph.run` does not read (an older checkpoint, attempt-log rows): the run
+    answers, `graph.history` and `graph.copy` refuse, `graph.verify` lists it."""
+
+
+def _log_row(statement: str) -> Case:
+    """A row added to the finished thread's attempt log: a step reads only the highest
+    attempt (`SqlAttemptLog.last_attempt`), history, copy and verify read every row."""
+    return Case(sql(statement, thread="old"), thread="old", older=True)
 
 
 def sql(*statements: str, thread: str = "t1") -> Callable[[Any], None]:
@@ -123,24 +131,24 @@ COMMON: dict[str, Case] = {
         "DELETE FROM attempt_ledger WHERE thread_id = '{t}'",
         "INSERT INTO attempt_ledger VALUES ('{t}', 1, 1, 9, '2026-01-01T00:00:00+00:00', "
         "'2026-01-01T00:00:00+00:00')")),
-    "attempt log payload not JSON": Case(sql(
+    "attempt log payload not JSON": _log_row(
         "INSERT INTO attempt_log (thread_id, attempt, kind, payload, created_at) "
-        "VALUES ('{t}', 1, 'reason', '{{bad', 'x')")),
-    "attempt log payload an array": Case(sql(
+        "VALUES ('{t}', 1, 'reason', '{{bad', 'x')"),
+    "attempt log payload an array": _log_row(
         "INSERT INTO attempt_log (thread_id, attempt, kind, payload, created_at) "
-        "VALUES ('{t}', 1, 'reason', '[]', 'x')")),
-    "attempt log payload without outcome": Case(sql(
+        "VALUES ('{t}', 1, 'reason', '[]', 'x')"),
+    "attempt log payload without outcome": _log_row(
         "INSERT INTO attempt_log (thread_id, attempt, kind, payload, created_at) "
-        "VALUES ('{t}', 1, 'reason', '{{}}', 'x')")),
-    "attempt log payload with duplicate keys": Case(sql(
+        "VALUES ('{t}', 1, 'reason', '{{}}', 'x')"),
+    "attempt log payload with duplicate keys": _log_row(
         "INSERT INTO attempt_log (thread_id, attempt, kind, payload, created_at) VALUES "
-        """('{t}', 1, 'reason', '{{"outcome": "answer", "outcome": "x"}}', 'x')""")),
-    "attempt log tool payload without observation": Case(sql(
+        """('{t}', 1, 'reason', '{{"outcome": "answer", "outcome": "x"}}', 'x')"""),
+    "attempt log tool payload without observation": _log_row(
         "INSERT INTO attempt_log (thread_id, attempt, kind, payload, created_at) VALUES "
-        """('{t}', 1, 'tool', '{{"tool_call_id": "c"}}', 'x')""")),
-    "attempt log attempt 0": Case(sql(
+        """('{t}', 1, 'tool', '{{"tool_call_id": "c"}}', 'x')"""),
+    "attempt log attempt 0": _log_row(
         "INSERT INTO attempt_log (thread_id, attempt, kind, payload, created_at) VALUES "
-        """('{t}', 0, 'reason', '{{"outcome": "answer"}}', 'x')""")),
+        """('{t}', 0, 'reason', '{{"outcome": "answer"}}', 'x')"""),
     "ledger trigger dropped and count lowered": Case(lambda db: db.drop_trigger_and_lower()),
     "attempt log trigger dropped": Case(lambda db: db.drop_log_trigger()),
     "digest of the latest checkpoint deleted": Case(sql(
@@ -239,21 +247,21 @@ SQLITE: dict[str, Case] = {
         "'2026-01-01T00:00:00+00:00')")),
     "ledger updated_at a blob": Case(sql(
         "UPDATE attempt_ledger SET updated_at = X'00' WHERE thread_id = '{t}'")),
-    "attempt log payload not UTF-8": Case(sql(
+    "attempt log payload not UTF-8": _log_row(
         "INSERT INTO attempt_log (thread_id, attempt, kind, payload, created_at) "
-        "VALUES ('{t}', 1, 'reason', CAST(X'7bff7d' AS TEXT), 'x')")),
-    "attempt log payload a blob": Case(sql(
+        "VALUES ('{t}', 1, 'reason', CAST(X'7bff7d' AS TEXT), 'x')"),
+    "attempt log payload a blob": _log_row(
         "INSERT INTO attempt_log (thread_id, attempt, kind, payload, created_at) "
-        "VALUES ('{t}', 1, 'reason', X'7b7d', 'x')")),
+        "VALUES ('{t}', 1, 'reason', X'7b7d', 'x')"),
     "attempt log attempt text": Case(sql(
         "INSERT INTO attempt_log (thread_id, attempt, kind, payload, created_at) VALUES "
         """('{t}', 'x', 'reason', '{{"outcome": "answer"}}', 'x')""")),
     "attempt log attempt 1.5": Case(sql(
         "INSERT INTO attempt_log (thread_id, attempt, kind, payload, created_at) VALUES "
         """('{t}', 1.5, 'reason', '{{"outcome": "answer"}}', 'x')""")),
-    "attempt log created_at a blob": Case(sql(
+    "attempt log created_at a blob": _log_row(
         "INSERT INTO attempt_log (thread_id, attempt, kind, payload, created_at) VALUES "
-        """('{t}', 1, 'reason', '{{"outcome": "answer"}}', X'05')""")),
+        """('{t}', 1, 'reason', '{{"outcome": "answer"}}', X'05')"""),
     "tombstone status a blob": Case(sql(
         "INSERT INTO thread_tombstones VALUES ('{t}', X'05', 'x')")),
     "tombstone time a blob": Case(sql(

@@ -1,0 +1,62 @@
+"""Keeping the summary of a finished thread, so that `graph.poll` can answer for it next time.
+
+A summary is stored only from a thread's latest checkpoint as the full path reads and
+checks it (`graph.loading.load_thread`, the ledger cross-check, the decisions), while
+the invocation still holds the thread's writer lock: right after the step that
+finished the thread, and on any later full-path answer whose summary is missing or
+stale (a database from before summaries gains them this way).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import TYPE_CHECKING
+
+from graph.approvals import pending_review
+from graph.errors import RunError
+from graph.loading import load_thread
+from graph.outcome import Outcome
+from graph.thread_checks import check_ledger
+from nodes.state import FINAL_STATUSES
+
+if TYPE_CHECKING:
+    from graph.database import Store
+
+
+def remember_finished(store: Store, outcome: Outcome, *, checked: bool = False) -> Outcome:
+    """Stores the summary of a finished thread (`graph.summaries`); returns `outcome` as is.
+
+    Nothing is stored for a thread that is not done, exhausted or cancelled, on a store
+    without summaries (PostgreSQL), or when the thread fails a check or the write fails:
+    the next invocation then takes the full path, which checks and reports it.
+
+    Args:
+        store: The open store; the caller holds the thread's writer lock.
+        outcome: The invocation's outcome.
+        checked: `outcome` is `Outcome.from_state` of the latest checkpoint after every
+            check of the full path (`graph.step`); otherwise the thread is read and
+            checked again here.
+    """
+    thread_id = outcome.thread_id
+    if store.summaries is None or thread_id is None or outcome.status not in FINAL_STATUSES:
+        return outcome
+    try:
+        summary = outcome if checked else _checked_summary(store, thread_id)
+        if summary is not None:
+            store.summaries.keep(thread_id, summary)
+    except (RunError, sqlite3.Error):
+        pass  # no summary: the next invocation takes the full path
+    return outcome
+
+
+def _checked_summary(store: Store, thread_id: str) -> Outcome | None:
+    """The finished thread's outcome as the full path answers it, read and checked now."""
+    loaded = load_thread(store.graph, thread_id, store.location)
+    if loaded is None or loaded.values["progress"]["status"] not in FINAL_STATUSES:
+        return None
+    check_ledger(store.ledger.read(thread_id), loaded.values, thread_id, store.location,
+                 store.log.last_attempt(thread_id))
+    store.approvals.rows(thread_id)
+    if pending_review(loaded.snapshot) is not None:
+        return None
+    return Outcome.from_state(thread_id, loaded.values, loaded.snapshot.next)
