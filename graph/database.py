@@ -122,15 +122,27 @@ class Store:
         """The agent graph compiled with this store's checkpointer, once per open store."""
         return build_graph(self.checkpointer)
 
+    def commit(self) -> None:
+        """Commits what the last graph call left kept back (`graph.sql.Sql.deferred`).
+
+        LangGraph saves a node's writes without a checkpoint after them when the node
+        raised or paused (`interrupt()`); on SQLite they wait for the next commit, and
+        this is it. Called after each graph call and on close.
+        """
+        self.sql.commit()
+
     def close(self) -> None:
-        """Closes the connections, then the lock handle.
+        """Commits what is kept back, closes the connections, then the lock handle.
 
         In that order: closing a handle of the database file first would drop SQLite's
         own locks (see `graph.locks`).
         """
-        for conn in self._conns:
-            conn.close()
-        self.locks.close()
+        try:
+            self.commit()
+        finally:
+            for conn in self._conns:
+                conn.close()
+            self.locks.close()
 
     def thread_ids(self) -> list[str]:
         """Every thread id with a checkpoint, a ledger row or a tombstone, sorted.
