@@ -61,8 +61,8 @@ class CheckedSaver(BaseCheckpointSaver[str]):
         """Around a `put` or `delete_thread`: here nothing (each statement commits)."""
         return nullcontext()
 
-    def _writes_block(self) -> AbstractContextManager[None]:
-        """Around a `put_writes`: here nothing (each statement commits)."""
+    def _writes_block(self, config: RunnableConfig) -> AbstractContextManager[None]:
+        """Around a `put_writes` to checkpoint `config`: here nothing (each statement commits)."""
         return nullcontext()
 
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
@@ -79,7 +79,7 @@ class CheckedSaver(BaseCheckpointSaver[str]):
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                    task_path: str = "") -> None:
         """Records each write's digest, then saves them like LangGraph."""
-        with self._writes_block():
+        with self._writes_block(config):
             if self.digests is not None:
                 conf = config["configurable"]
                 for idx, (channel, value) in enumerate(writes):
@@ -192,8 +192,10 @@ def sqlite_saver(sql: SqliteSql, digests: SqlDigests) -> SqliteSaver:
     superstep reaches the file in one commit, with the attempt-log row or count its
     node kept back, and a digest never commits apart from what it covers. Writes with
     no `put` after them (a node that raised, an `interrupt()`) are committed after
-    each graph call (`graph.invocation`) and when the store closes. LangGraph's own
-    write statements run in a transaction block too, and its lock is the connection's.
+    each graph call (`graph.invocation`) and when the store closes; writes that a
+    background thread saves after their superstep's `put` (LangGraph waits only for
+    the `put`) commit at once. LangGraph's own write statements run in a transaction
+    block too, and its lock is the connection's.
 
     Args:
         sql: The store's connection, shared by the saver and our tables.
@@ -202,11 +204,26 @@ def sqlite_saver(sql: SqliteSql, digests: SqlDigests) -> SqliteSaver:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     class CheckedSqliteSaver(CheckedSaver, SqliteSaver):
+        saved_after: dict[tuple[str, str], str | None]
+        """Per thread and namespace: the parent of the checkpoint last saved here."""
+
+        def put(self, config: RunnableConfig, checkpoint: Checkpoint,
+                metadata: CheckpointMetadata, new_versions: ChannelVersions) -> RunnableConfig:
+            with sql.lock:
+                saved = super().put(config, checkpoint, metadata, new_versions)
+                self.saved_after[_slot(config)] = config["configurable"].get("checkpoint_id")
+                return saved
+
         def _checkpoint_block(self) -> AbstractContextManager[None]:
             return sql.transaction()
 
-        def _writes_block(self) -> AbstractContextManager[None]:
-            return sql.deferred()
+        @contextmanager
+        def _writes_block(self, config: RunnableConfig) -> Iterator[None]:
+            with sql.lock:
+                late = self.saved_after.get(_slot(config)) == config["configurable"].get(
+                    "checkpoint_id")  # its superstep's checkpoint is saved: commit now
+                with sql.transaction() if late else sql.deferred():
+                    yield
 
         @contextmanager
         def cursor(self, transaction: bool = True) -> Iterator[sqlite3.Cursor]:
@@ -215,8 +232,13 @@ def sqlite_saver(sql: SqliteSql, digests: SqlDigests) -> SqliteSaver:
                 yield cur
 
     saver = CheckedSqliteSaver(sql.conn, serde=make_serde())
-    saver.lock, saver.digests = sql.lock, digests  # type: ignore[assignment]
+    saver.lock, saver.digests, saver.saved_after = sql.lock, digests, {}  # type: ignore[assignment]
     return saver
+
+
+def _slot(config: RunnableConfig) -> tuple[str, str]:
+    conf = config["configurable"]
+    return str(conf["thread_id"]), str(conf.get("checkpoint_ns", ""))
 
 
 def postgres_saver(conn: psycopg.Connection[Any], digests: SqlDigests) -> PostgresSaver:
