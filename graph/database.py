@@ -87,7 +87,8 @@ class Store:
         location: The file path, or the URL with its password redacted, for messages.
         checkpointer: LangGraph's saver, checked (`graph.checked_saver`), on its own
             connection.
-        sql: The autocommit connection of the ledger, log, tombstones and approvals.
+        sql: The autocommit connection of the ledger, log, tombstones and approvals
+            (on SQLite also the checkpointer's, see `graph.sql.SqliteSql`).
         ledger: The attempt ledger and the request caps.
         log: The append-only attempt log.
         tombstones: Tombstones of pruned threads.
