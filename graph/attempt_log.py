@@ -40,9 +40,15 @@ class SqlAttemptLog(SqlTable):
     """Appends and reads attempt-log rows (see `graph.sql.SqlTable`)."""
 
     def record(self, thread_id: str, attempt: int, kind: str, payload: dict[str, Any]) -> None:
-        """Appends one row, committed before it returns (`kind`: `reason` or `tool`)."""
-        self._insert(thread_id, attempt, kind, payload,
-                     datetime.now(UTC).isoformat(timespec="seconds"))
+        """Appends one row (`kind`: `reason` or `tool`), kept back for the next commit.
+
+        Called by a node: on SQLite the row commits with the node's checkpoint
+        (`graph.sql.Sql.deferred`), so a row is never logged for output a kill lost;
+        on PostgreSQL it commits at once.
+        """
+        with self._db.deferred():
+            self._insert(thread_id, attempt, kind, payload,
+                         datetime.now(UTC).isoformat(timespec="seconds"))
 
     def _insert(self, thread_id: str, attempt: int, kind: str, payload: dict[str, Any],
                 created_at: str) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
@@ -32,6 +33,7 @@ from langgraph.checkpoint.base import (
 from graph.checkpoint_shape import check_checkpoint, check_metadata, check_writes
 from graph.digest import SqlDigests, checkpoint_digest, write_digest
 from graph.serde import CheckpointIntegrityError, make_serde
+from graph.sql import SqliteSql
 
 if TYPE_CHECKING:
     import psycopg
@@ -55,31 +57,43 @@ class CheckedSaver(BaseCheckpointSaver[str]):
     digests: SqlDigests | None = None
     _marker: str | None = None
 
+    def _checkpoint_block(self) -> AbstractContextManager[None]:
+        """Around a `put` or `delete_thread`: here nothing (each statement commits)."""
+        return nullcontext()
+
+    def _writes_block(self, config: RunnableConfig) -> AbstractContextManager[None]:
+        """Around a `put_writes` to checkpoint `config`: here nothing (each statement commits)."""
+        return nullcontext()
+
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
             new_versions: ChannelVersions) -> RunnableConfig:
         """Records the checkpoint's digest, then saves it like LangGraph."""
-        if self.digests is not None:
-            conf = config["configurable"]
-            key = (str(conf["thread_id"]), conf.get("checkpoint_ns", ""), checkpoint["id"], "", 0)
-            self.digests.record(key, checkpoint_digest(self.serde, checkpoint))
-        return super().put(config, checkpoint, metadata, new_versions)
+        with self._checkpoint_block():
+            if self.digests is not None:
+                conf = config["configurable"]
+                key = (str(conf["thread_id"]), conf.get("checkpoint_ns", ""), checkpoint["id"],
+                       "", 0)
+                self.digests.record(key, checkpoint_digest(self.serde, checkpoint))
+            return super().put(config, checkpoint, metadata, new_versions)
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                    task_path: str = "") -> None:
         """Records each write's digest, then saves them like LangGraph."""
-        if self.digests is not None:
-            conf = config["configurable"]
-            for idx, (channel, value) in enumerate(writes):
-                key = (str(conf["thread_id"]), str(conf.get("checkpoint_ns", "")),
-                       str(conf["checkpoint_id"]), task_id, WRITES_IDX_MAP.get(channel, idx))
-                self.digests.record(key, write_digest(self.serde, task_id, channel, value))
-        super().put_writes(config, writes, task_id, task_path)
+        with self._writes_block(config):
+            if self.digests is not None:
+                conf = config["configurable"]
+                for idx, (channel, value) in enumerate(writes):
+                    key = (str(conf["thread_id"]), str(conf.get("checkpoint_ns", "")),
+                           str(conf["checkpoint_id"]), task_id, WRITES_IDX_MAP.get(channel, idx))
+                    self.digests.record(key, write_digest(self.serde, task_id, channel, value))
+            super().put_writes(config, writes, task_id, task_path)
 
     def delete_thread(self, thread_id: str) -> None:
         """Deletes the thread's checkpoints, then their digests."""
-        super().delete_thread(thread_id)
-        if self.digests is not None:
-            self.digests.delete_thread(thread_id)
+        with self._checkpoint_block():
+            super().delete_thread(thread_id)
+            if self.digests is not None:
+                self.digests.delete_thread(thread_id)
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """LangGraph's `get_tuple`, checked (see module doc).
@@ -168,16 +182,63 @@ def _parsed(read: Callable[[], _T], config: RunnableConfig | None) -> _T:
         raise CheckpointIntegrityError(f"a checkpoint row is not valid text ({exc})") from None
 
 
-def sqlite_saver(conn: sqlite3.Connection, digests: SqlDigests) -> SqliteSaver:
-    """A checked `SqliteSaver` on `conn`, with our serializer, recording into `digests`."""
+def sqlite_saver(sql: SqliteSql, digests: SqlDigests) -> SqliteSaver:
+    """A checked `SqliteSaver` on the connection of `sql`: one commit per superstep.
+
+    LangGraph calls `put_writes` once per finished task and `put` once per superstep
+    (`langgraph.pregel._loop`), from background threads. Here `put_writes` keeps its
+    rows and their digests back for the next commit (`SqliteSql.deferred`), and `put`
+    commits them with the checkpoint and its digest (`SqliteSql.transaction`): a
+    superstep reaches the file in one commit, with the attempt-log row or count its
+    node kept back, and a digest never commits apart from what it covers. Writes with
+    no `put` after them (a node that raised, an `interrupt()`) are committed after
+    each graph call (`graph.invocation`) and when the store closes; writes that a
+    background thread saves after their superstep's `put` (LangGraph waits only for
+    the `put`) commit at once. LangGraph's own write statements run in a transaction
+    block too, and its lock is the connection's.
+
+    Args:
+        sql: The store's connection, shared by the saver and our tables.
+        digests: Our digest table on the same connection.
+    """
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     class CheckedSqliteSaver(CheckedSaver, SqliteSaver):
-        pass
+        saved_after: dict[tuple[str, str], str | None]
+        """Per thread and namespace: the parent of the checkpoint last saved here."""
 
-    saver = CheckedSqliteSaver(conn, serde=make_serde())
-    saver.digests = digests
+        def put(self, config: RunnableConfig, checkpoint: Checkpoint,
+                metadata: CheckpointMetadata, new_versions: ChannelVersions) -> RunnableConfig:
+            with sql.lock:
+                saved = super().put(config, checkpoint, metadata, new_versions)
+                self.saved_after[_slot(config)] = config["configurable"].get("checkpoint_id")
+                return saved
+
+        def _checkpoint_block(self) -> AbstractContextManager[None]:
+            return sql.transaction()
+
+        @contextmanager
+        def _writes_block(self, config: RunnableConfig) -> Iterator[None]:
+            with sql.lock:
+                late = self.saved_after.get(_slot(config)) == config["configurable"].get(
+                    "checkpoint_id")  # its superstep's checkpoint is saved: commit now
+                with sql.transaction() if late else sql.deferred():
+                    yield
+
+        @contextmanager
+        def cursor(self, transaction: bool = True) -> Iterator[sqlite3.Cursor]:
+            with sql.transaction() if transaction else nullcontext(), \
+                    super().cursor(transaction=False) as cur:
+                yield cur
+
+    saver = CheckedSqliteSaver(sql.conn, serde=make_serde())
+    saver.lock, saver.digests, saver.saved_after = sql.lock, digests, {}  # type: ignore[assignment]
     return saver
+
+
+def _slot(config: RunnableConfig) -> tuple[str, str]:
+    conf = config["configurable"]
+    return str(conf["thread_id"]), str(conf.get("checkpoint_ns", ""))
 
 
 def postgres_saver(conn: psycopg.Connection[Any], digests: SqlDigests) -> PostgresSaver:

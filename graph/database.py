@@ -88,7 +88,8 @@ class Store:
         location: The file path, or the URL with its password redacted, for messages.
         checkpointer: LangGraph's saver, checked (`graph.checked_saver`), on its own
             connection.
-        sql: The autocommit connection of the ledger, log, tombstones and approvals.
+        sql: The autocommit connection of the ledger, log, tombstones and approvals
+            (on SQLite also the checkpointer's, see `graph.sql.SqliteSql`).
         ledger: The attempt ledger and the request caps.
         log: The append-only attempt log.
         tombstones: Tombstones of pruned threads.
@@ -128,15 +129,27 @@ class Store:
         """The agent graph compiled with this store's checkpointer, once per open store."""
         return build_graph(self.checkpointer)
 
+    def commit(self) -> None:
+        """Commits what the last graph call left kept back (`graph.sql.Sql.deferred`).
+
+        LangGraph saves a node's writes without a checkpoint after them when the node
+        raised or paused (`interrupt()`); on SQLite they wait for the next commit, and
+        this is it. Called after each graph call and on close.
+        """
+        self.sql.commit()
+
     def close(self) -> None:
-        """Closes the connections, then the lock handle.
+        """Commits what is kept back, closes the connections, then the lock handle.
 
         In that order: closing a handle of the database file first would drop SQLite's
         own locks (see `graph.locks`).
         """
-        for conn in self._conns:
-            conn.close()
-        self.locks.close()
+        try:
+            self.commit()
+        finally:
+            for conn in self._conns:
+                conn.close()
+            self.locks.close()
 
     def thread_ids(self) -> list[str]:
         """Every thread id with a checkpoint, a ledger row or a tombstone, sorted.

@@ -7,9 +7,10 @@ replaced by a value written inline. So when a checkpoint is written, a SHA-256 o
 its canonical loaded form (id, channel versions, versions seen, every channel value
 as serialized) is recorded in `checkpoint_digests`; each pending write gets one too
 (task, channel, serialized value). Every load recomputes them from what LangGraph
-actually loaded and compares. The digest is written before the rows it covers, so a
-process killed in between leaves an unused digest, never an undigested checkpoint;
-a slot keeps every digest recorded for it, so a rerun with other values is not
+actually loaded and compares. The digest is written before the rows it covers, in
+the same transaction on SQLite (`graph.checked_saver.sqlite_saver`); on PostgreSQL a
+process killed in between leaves an unused digest, never an undigested checkpoint.
+A slot keeps every digest recorded for it, so a rerun with other values is not
 refused. A deleted pending write is therefore not detected (it looks like a kill
 before the write; LangGraph runs the task again).
 
@@ -70,9 +71,9 @@ class SqlDigests(SqlTable):
     """Reads and writes `checkpoint_digests` (see `graph.sql.SqlTable`).
 
     LangGraph writes from several threads; statements here are serialized (each with
-    its rows fetched before the next starts), and on SQLite the table has a connection
-    of its own, so no other statement's open read snapshot on a shared connection can
-    make a write fail as busy.
+    its rows fetched before the next starts). On SQLite the table shares the saver's
+    connection and its lock, so a digest commits with the rows it covers; on
+    PostgreSQL it runs on our control connection and commits at once.
     """
 
     def __init__(self, db: Sql) -> None:

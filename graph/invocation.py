@@ -85,7 +85,10 @@ def _invoke_once(graph: Any, config: dict[str, Any], store: Store, ctx: StepCont
         RefusedError: `damaged` when the conversation cannot be sent (its pairing).
     """
     try:
-        graph.invoke(graph_input, config, context=ctx, durability="sync")
+        try:
+            graph.invoke(graph_input, config, context=ctx, durability="sync")
+        finally:
+            store.commit()  # writes saved without a checkpoint after them (a raise, a pause)
     except UnsafeHistoryError as exc:
         raise RefusedError(f"the conversation cannot be sent: {exc}",
                            error_code=ErrorCode.DAMAGED, location=store.location,
@@ -97,12 +100,16 @@ def _invoke_once(graph: Any, config: dict[str, Any], store: Store, ctx: StepCont
     return None
 
 
-def _snapshot_after(graph: Any, config: dict[str, Any], ctx: StepContext) -> Any:
+def _snapshot_after(graph: Any, config: dict[str, Any], store: Store, ctx: StepContext) -> Any:
     """The thread after an invocation; a write call waiting for review is paused now."""
     snapshot = graph.get_state(config)
     if tuple(snapshot.next) == ("tools",) and needs_review(snapshot.values):
         # Say it now: run tools up to its review pause (no request; budget never runs).
-        graph.invoke(None, config, context=ctx, durability="sync", interrupt_before=["budget"])
+        try:
+            graph.invoke(None, config, context=ctx, durability="sync",
+                         interrupt_before=["budget"])
+        finally:
+            store.commit()  # the pause's writes have no checkpoint after them
         snapshot = graph.get_state(config)
     return snapshot
 
@@ -135,7 +142,7 @@ def invoke_steps(graph: Any, config: dict[str, Any], store: Store, ctx: StepCont
             return failed
         graph_input = None
         repair_routing(graph, config, store.location)
-        snapshot = _snapshot_after(graph, config, ctx)
+        snapshot = _snapshot_after(graph, config, store, ctx)
         pending = pending_review(snapshot)
         if pending is not None:
             return Outcome.waiting(thread_id, snapshot.values, pending, {})

@@ -5,7 +5,10 @@ allowed, `claimed` is raised just before it is sent, and neither ever decreases:
 trigger refuses any update that would lower them or change the maximum, so no fork,
 replay or `update_state` of the graph can bring back a lower count. Each method is a
 single statement on an autocommit connection, so it is committed (on SQLite with
-`synchronous=FULL`, on PostgreSQL with `synchronous_commit` on) before it returns.
+`synchronous=FULL`, on PostgreSQL with `synchronous_commit` on) before it returns;
+except `count`, which may wait for the next commit (`graph.sql.Sql.deferred`: on
+SQLite its node's checkpoint, at the latest the claim, which commits it first). A
+count lost with its step is counted again by the rerun, and nothing was sent for it.
 The table and its trigger are defined in `graph.schema`.
 """
 
@@ -96,18 +99,22 @@ class SqlLedger(SqlTable):
     def count(self, thread_id: str) -> LedgerEntry:
         """Counts a new attempt unless an unclaimed one exists or the maximum is reached.
 
+        Kept back for the next commit (module doc): no request depends on it until
+        the claim, whose commit carries it.
+
         Returns:
             The entry after the call.
 
         Raises:
             LookupError: The ledger has no row for the thread.
         """
-        self._run(
-            "UPDATE attempt_ledger SET attempts = attempts + 1, updated_at = ? "
-            "WHERE thread_id = ? AND claimed = attempts AND attempts < max_attempts",
-            (_now(), thread_id),
-        )
-        entry = self.read(thread_id)
+        with self._db.deferred():
+            self._run(
+                "UPDATE attempt_ledger SET attempts = attempts + 1, updated_at = ? "
+                "WHERE thread_id = ? AND claimed = attempts AND attempts < max_attempts",
+                (_now(), thread_id),
+            )
+            entry = self.read(thread_id)
         if entry is None:
             raise LookupError(f"attempt ledger has no row for thread {thread_id!r}")
         return entry

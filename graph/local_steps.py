@@ -72,7 +72,10 @@ def review(graph: Any, config: dict[str, Any], store: Store, loaded: Any, thread
     ctx = StepContext(thread_id, store.ledger, NoModel(), store.log)
     # Resume only the review interrupt found above, and stop before budget: an approval
     # invocation is local work and never makes a model request.
-    graph.invoke(Command(resume=payload), config, context=ctx, durability="sync",
-                 interrupt_before=["budget"])
+    try:
+        graph.invoke(Command(resume=payload), config, context=ctx, durability="sync",
+                     interrupt_before=["budget"])
+    finally:
+        store.commit()  # writes saved without a checkpoint after them
     snapshot = graph.get_state(config)
     return Outcome.from_state(thread_id, snapshot.values, snapshot.next)

@@ -5,14 +5,18 @@ with `?` markers, on sqlite3 and psycopg connections. `SqliteSql` and `PostgresS
 the only places that know how the two differ: the parameter marker, how a transaction
 starts, how the catalogue says a table exists, how a migration is serialized, and how
 space is measured and reclaimed.
+
+On SQLite the connection is shared with LangGraph's saver, so that a superstep commits
+once (`SqliteSql.deferred`, `graph.checked_saver`); on PostgreSQL every statement commits.
 """
 
 from __future__ import annotations
 
 import sqlite3
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 if TYPE_CHECKING:
@@ -35,6 +39,21 @@ class Cursor(Protocol):
 
     def fetchall(self) -> list[Any]:
         """The remaining rows (tuples)."""
+
+
+class _Rows:
+    """A statement's rows, fetched while the connection's lock was held (a `Cursor`)."""
+
+    def __init__(self, rows: list[Any], rowcount: int, description: Any) -> None:
+        self._rows, self.rowcount, self.description = iter(rows), rowcount, description
+
+    def fetchone(self) -> Any:
+        """The next row, or None."""
+        return next(self._rows, None)
+
+    def fetchall(self) -> list[Any]:
+        """The remaining rows."""
+        return list(self._rows)
 
 
 class Sql(ABC):
@@ -68,6 +87,18 @@ class Sql(ABC):
     def transaction(self) -> AbstractContextManager[None]:
         """One transaction on the autocommit connection; rolls back on any error."""
 
+    def deferred(self) -> AbstractContextManager[None]:
+        """Writes in the block may wait for the next commit instead of committing now.
+
+        For writes that a later commit of the same step makes durable in time (the
+        count before its claim, an attempt-log row with its node's checkpoint). Here
+        each statement still commits; `SqliteSql` keeps them for the next commit.
+        """
+        return nullcontext()
+
+    def commit(self) -> None:  # noqa: B027 - a default that backends may override
+        """Commits writes that `deferred` kept back; here nothing is ever kept back."""
+
     def table_exists(self, table: str) -> bool:
         """Whether `table` exists, read from the catalogue (a database from before it lacks it).
 
@@ -92,7 +123,19 @@ class Sql(ABC):
 
 
 class SqliteSql(Sql):
-    """A sqlite3 connection with `isolation_level=None`."""
+    """A sqlite3 connection with `isolation_level=None`, shared with LangGraph's saver.
+
+    A statement outside any block commits at once, with whatever `deferred` kept back
+    (a read commits nothing). `deferred` opens a transaction (`BEGIN IMMEDIATE`) that
+    the next commit closes: the saver's `put` (`graph.checked_saver`), a write outside a
+    block, a `transaction`, `commit`, or closing the store. Statements and blocks run
+    under `lock`, which the saver shares, so LangGraph's background threads never
+    interleave with a block and never commit or roll one back half done.
+
+    Attributes:
+        conn: The connection.
+        lock: Held by every statement and block (reentrant).
+    """
 
     placeholder = "?"
     _exists_sql = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
@@ -100,20 +143,63 @@ class SqliteSql(Sql):
     def __init__(self, conn: sqlite3.Connection) -> None:
         super().__init__()
         self.conn = conn
+        self.lock = threading.RLock()
+        self.holds = 0
+        """Blocks (`deferred`, `transaction`) open on the thread holding `lock`."""
 
     def _execute(self, sql: str, params: Sequence[Any]) -> Cursor:
-        return self.conn.execute(sql, params)
+        with self.lock:
+            changes = self.conn.total_changes
+            cursor = self.conn.execute(sql, params)
+            rows = _Rows(cursor.fetchall(), cursor.rowcount, cursor.description)
+            if not self.holds and self.conn.in_transaction and self.conn.total_changes != changes:
+                self.conn.execute("COMMIT")
+            return rows
+
+    @contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Joins the open transaction, or opens one with `BEGIN IMMEDIATE`; commits nothing."""
+        with self.lock:
+            if not self.conn.in_transaction:
+                self.conn.execute("BEGIN IMMEDIATE")
+            self.holds += 1
+            try:
+                yield
+            finally:
+                self.holds -= 1
+
+    def commit(self) -> None:
+        """Commits what `deferred` kept back; inside a block, does nothing."""
+        with self.lock:
+            if not self.holds and self.conn.in_transaction:
+                self.conn.execute("COMMIT")
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        """`BEGIN IMMEDIATE` (the write lock at once, so no other writer interleaves)."""
-        self.conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
-        self.conn.execute("COMMIT")
+        """An atomic block, committed at its end with what was kept back before it.
+
+        `BEGIN IMMEDIATE` (the write lock at once, so no other writer interleaves); inside
+        an open transaction a savepoint, so an error rolls back only the block. Inside
+        another block, the outer block commits.
+        """
+        with self.lock:
+            nested = self.conn.in_transaction
+            self.conn.execute("SAVEPOINT block" if nested else "BEGIN IMMEDIATE")
+            self.holds += 1
+            try:
+                yield
+            except BaseException:
+                if nested:
+                    self.conn.execute("ROLLBACK TO block")
+                    self.conn.execute("RELEASE block")
+                else:
+                    self.conn.execute("ROLLBACK")
+                raise
+            finally:
+                self.holds -= 1
+            if nested:
+                self.conn.execute("RELEASE block")
+            self.commit()
 
     def serialize_migration(self, key: int) -> None:
         """Nothing more: `BEGIN IMMEDIATE` already holds the file's write lock."""
@@ -132,6 +218,7 @@ class SqliteSql(Sql):
         """`VACUUM` when over a quarter of the file (and 1 MiB) is free pages."""
         pages, free, size = self._pages()
         if free * size >= 1 << 20 and free * 4 >= pages:
+            self.commit()  # VACUUM runs outside a transaction
             try:
                 self.conn.execute("VACUUM")
             except sqlite3.OperationalError:

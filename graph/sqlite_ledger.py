@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from graph.errors import NotDurableError
 from graph.ledger import SqlLedger
+from graph.sql import SqliteSql
 
 
 class SqliteLedger(SqlLedger):
@@ -47,7 +48,10 @@ class SqliteLedger(SqlLedger):
                 (another process kept reading an older snapshot); the effect must not
                 happen (exit 6, `wal_busy`).
         """
-        busy, in_log, copied = self._run("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        assert isinstance(self._db, SqliteSql)
+        with self._db.lock:  # no background save may open a transaction in between
+            self._db.commit()  # what was kept back for a later commit goes with it
+            busy, in_log, copied = self._run("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
         if busy or in_log != copied:
             raise NotDurableError(
                 f"{what} the database could not copy it from its -wal into the main file "

@@ -1,8 +1,10 @@
 """Opens a SQLite checkpoint database: LangGraph's `SqliteSaver`, our ledger and locks.
 
-Both connections run with WAL, `synchronous=FULL` (a commit survives power loss) and a
-busy timeout, so several processes can share one file. SQLite files belong on a
-local disk: WAL needs shared memory that network filesystems do not provide.
+One connection serves LangGraph's saver, our tables and the digests, so a superstep
+commits once (see `graph.checked_saver.sqlite_saver`). It runs with WAL,
+`synchronous=FULL` (a commit survives power loss) and a busy timeout, so several
+processes can share one file. SQLite files belong on a local disk: WAL needs shared
+memory that network filesystems do not provide.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from graph.digest import SqlDigests, new_marker
 from graph.errors import UsageError
 from graph.locks import ThreadLocks
 from graph.names import NameSlot, check_one_name
-from graph.schema import ddl
+from graph.schema import ddl as ddl_sql
 from graph.sql import SqliteSql
 from graph.sqlite_file import check_database, schema_needs_setup
 from graph.sqlite_ledger import SqliteLedger
@@ -51,24 +53,22 @@ def _private_files() -> Iterator[None]:
         os.umask(old)
 
 
-def _connect(path: Path, *, autocommit: bool = False) -> sqlite3.Connection:
-    """A connection with `_PRAGMAS`; with `autocommit`, each statement commits."""
-    conn = sqlite3.connect(path, check_same_thread=False,
-                           isolation_level=None if autocommit else "DEFERRED")
+def _connect(path: Path) -> sqlite3.Connection:
+    """A connection with `_PRAGMAS` and `isolation_level=None` (`graph.sql.SqliteSql`)."""
+    conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
     for pragma in _PRAGMAS:
         conn.execute(pragma)
     return conn
 
 
-def _saver(saver_conn: sqlite3.Connection, digest_conn: sqlite3.Connection, *,
-           ddl_conn: sqlite3.Connection | None) -> SqliteSaver:
-    """The checked saver, its digests on `digest_conn` (a connection of their own).
+def _saver(sql: SqliteSql, *, ddl: bool) -> SqliteSaver:
+    """The checked saver and its digests on the connection of `sql`.
 
-    With `ddl_conn`, our schema (`graph.schema`) and LangGraph's are set up first.
+    With `ddl`, our schema (`graph.schema`) and LangGraph's are set up first.
     """
-    checkpointer = sqlite_saver(saver_conn, SqlDigests(SqliteSql(digest_conn)))
-    if ddl_conn is not None:
-        ddl_conn.executescript(ddl("sqlite", new_marker()))
+    checkpointer = sqlite_saver(sql, SqlDigests(sql))
+    if ddl:
+        sql.conn.executescript(ddl_sql("sqlite", new_marker()))
         checkpointer.setup()
     checkpointer.is_setup = True
     return checkpointer
@@ -84,9 +84,9 @@ def _create_atomically(path: Path) -> None:
     sweep_stale(path.parent, path.name, ".creating*")  # left by killed creators (and -wal, -shm)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.creating")
     with _private_files():
-        conn = _connect(tmp, autocommit=True)
+        conn = _connect(tmp)
         try:
-            _saver(conn, conn, ddl_conn=conn)
+            _saver(SqliteSql(conn), ddl=True)
         finally:
             conn.close()
     try:
@@ -141,31 +141,24 @@ def open_sqlite(path: Path, *, create: bool, read_only: bool = False) -> Iterato
 
 
 def _open_store(path: Path, read_only: bool) -> Store:
-    """Connects (saver, our tables, digests), setting the schema up when it must."""
+    """Connects (one connection: saver, our tables, digests), setting the schema up when it must."""
     locks: WriterLocks
     if read_only:
         from graph.access import read_only_uri
 
         schema_needs_setup(path)  # refuses a dropped trigger for readers too
-        uri = read_only_uri(path)
-        saver_conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
-        ledger_conn = sqlite3.connect(uri, uri=True, check_same_thread=False,
-                                      isolation_level=None)
-        digest_conn = sqlite3.connect(uri, uri=True, check_same_thread=False,
-                                      isolation_level=None)
-        for conn in (saver_conn, ledger_conn, digest_conn):
-            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        checkpointer = _saver(saver_conn, digest_conn, ddl_conn=None)  # setup() writes
+        conn = sqlite3.connect(read_only_uri(path), uri=True, check_same_thread=False,
+                               isolation_level=None)
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        sql = SqliteSql(conn)
+        checkpointer = _saver(sql, ddl=False)  # setup() writes
         locks = ReadOnlyLocks()
     else:
         ddl_needed = schema_needs_setup(path)
         with _private_files():
-            saver_conn = _connect(path)
-            ledger_conn = _connect(path, autocommit=True)
-            digest_conn = _connect(path, autocommit=True)
-            checkpointer = _saver(saver_conn, digest_conn,
-                                  ddl_conn=ledger_conn if ddl_needed else None)
+            conn = _connect(path)
+            sql = SqliteSql(conn)
+            checkpointer = _saver(sql, ddl=ddl_needed)
             locks = ThreadLocks(path)
-    return Store.build(str(path), checkpointer, SqliteSql(ledger_conn), locks=locks,
-                       conns=(saver_conn, ledger_conn, digest_conn), ledger_type=SqliteLedger,
-                       summaries=True)
+    return Store.build(str(path), checkpointer, sql, locks=locks, conns=(conn,),
+                       ledger_type=SqliteLedger, summaries=True)

@@ -16,7 +16,7 @@ from nodes.state import Progress, ThreadState, ThreadUpdate
 
 
 def budget_node(state: ThreadState, runtime: Runtime[StepContext]) -> ThreadUpdate:
-    """Counts the next attempt in the ledger (committed before it returns).
+    """Counts the next attempt in the ledger (committed with this node's checkpoint).
 
     A counted attempt that was never claimed (the process died between counting and
     sending) is reused instead of counting another, so such a crash wastes nothing.

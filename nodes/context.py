@@ -42,7 +42,11 @@ class LedgerEntry:
 
 
 class AttemptLedger(Protocol):
-    """Durable per-thread attempt counter; each call commits before it returns."""
+    """Durable per-thread attempt counter.
+
+    A claim commits before it returns; a count may be committed later, with its node's
+    checkpoint, but never after the claim that follows it.
+    """
 
     def count(self, thread_id: str) -> LedgerEntry:
         """Makes one attempt available to send.
@@ -70,7 +74,10 @@ class AttemptLedger(Protocol):
 
 
 class AttemptLog(Protocol):
-    """Append-only record of what each attempt produced; each call commits."""
+    """Append-only record of what each attempt produced.
+
+    A row is committed with its node's checkpoint at the latest (or when the step ends).
+    """
 
     def record(self, thread_id: str, attempt: int, kind: str, payload: dict[str, Any]) -> None:
         """Appends one row: `kind` is `reason` (an attempt's outcome) or `tool` (a tool result)."""

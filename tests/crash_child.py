@@ -17,8 +17,9 @@ KILL_POINTS = ("before_count", "after_count", "after_claim", "after_answer")
 sending), and after the answer arrived but before its checkpoint is written."""
 
 NODE_WRITES_KILL_POINTS = ("after_writes:__start__", "after_writes:budget", "after_writes:tools")
-"""After a node's writes are saved, before the next checkpoint is (LangGraph then
-reports no next node, only the finished task). Not for reason: with `interrupt_after`
+"""After a node's writes are saved, before the next checkpoint is (on PostgreSQL LangGraph
+then reports no next node, only the finished task; on SQLite the writes wait for that
+checkpoint's commit and the node runs again). Not for reason: with `interrupt_after`
 LangGraph saves reason's writes and the interrupt checkpoint concurrently."""
 
 WRITE_KILL_POINTS = ("before_write", "after_write", "after_mark")

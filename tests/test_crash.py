@@ -21,6 +21,7 @@ import pytest
 
 from graph.factory import build_graph
 from graph.storage import open_store
+from graph.verify import verify
 from tests.conftest import SqliteBackend, subprocess_env
 from tests.crash_child import KILL_POINTS, NODE_WRITES_KILL_POINTS, PRELOAD, child_main
 from tests.fake_mandapi import FakeMandApi
@@ -146,6 +147,8 @@ def test_sigkill_at_any_point_never_sends_an_uncounted_request(
             assert lengths == sorted(lengths) and attempts == sorted(attempts), f"k{i}"
             assert states[-1]["thread"]["task"].startswith(f"[k{i}]")
     assert b"sk-kill-test" not in backend.dump()
+    # Every checkpoint and pending write reads back matching its digest, whatever was killed.
+    assert verify(backend.db) == []
     print(f"\n{backend.name}: {total} kills {dict(kills)}, {runner.runs} runs, "
           f"finals {Counter(finals.values())}")
 
