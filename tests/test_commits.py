@@ -65,8 +65,8 @@ class CommitCounter:
         return self.emptied + wal_commits(self.wal)
 
 
-def _step(store: Any, model: Any, *, task: str | None = None) -> Any:
-    request = StepRequest(ThreadSpec("t1", task=task))
+def _step(store: Any, model: Any, *, task: str | None = None, max_attempts: int | None = None) -> Any:
+    request = StepRequest(ThreadSpec("t1", task=task, max_attempts=max_attempts))
     return advance(store, request, Settings(db=store.location), model_factory=lambda m, s: model)
 
 
@@ -77,15 +77,22 @@ def test_a_step_commits_at_most_four_times_on_sqlite(tmp_path: Path,
     with open_store(str(db), create=True) as store:
         store.sql.run("PRAGMA wal_autocheckpoint = 0")
         counter = CommitCounter(store, db, monkeypatch)
-        _step(store, model, task="How long does shipping take?")
+        # A maximum above the steps measured: the step that ends a thread also writes its
+        # summary for the quick answer (graph.finished), one commit more, checked below.
+        _step(store, model, task="How long does shipping take?", max_attempts=5)
         per_step = []
         for _ in range(3):
             before = counter.total()
             outcome = _step(store, model)
             assert outcome.error_code is None
             per_step.append(counter.total() - before)
-    assert len(model.requests) == 4
+        before = counter.total()
+        last = _step(store, model)
+        final_step = counter.total() - before
+    assert last.status == "exhausted"
+    assert len(model.requests) == 5
     assert all(0 < n <= COMMITS_PER_STEP for n in per_step), per_step
+    assert 0 < final_step <= COMMITS_PER_STEP + 1, final_step  # + the finished thread's summary
 
 
 def test_writes_of_a_node_that_raised_are_durable_when_the_step_returns(tmp_path: Path) -> None:
