@@ -4,8 +4,8 @@
                         [--max-requests N] [--batch-id NAME] [--parent ID] [--enqueue]
 
 Each line: {"thread_id": ..., "task": ...} plus optional model, max_attempts, max_tokens,
-context_tokens, workspace, allow_writes. With --parent ID, lines carry only the task and
-the subtasks become threads ID:sub_0, ID:sub_1, ...; the parent's result lists their
+context_tokens, keep_checkpoints (a number or "all"), workspace, allow_writes. With
+--parent ID, lines carry only the task and the subtasks become threads ID:sub_0, ID:sub_1, ...; the parent's result lists their
 answers in order once all are finished. Finished threads are not run again; a thread
 busy in another process is skipped for now. --max-requests caps the model requests of
 the whole batch (cap named by --batch-id, default the tasks file's name; with --parent,

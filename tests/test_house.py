@@ -29,6 +29,7 @@ STORAGE_MODULES = frozenset({
     "graph/approvals_table.py",
     "graph/tombstones.py",
     "graph/digest.py",
+    "graph/checkpoint_window.py",
 })
 """The modules allowed to hold SQL text naming our tables (paths from the project root).
 
