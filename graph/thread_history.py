@@ -128,14 +128,13 @@ def thread_history(store: Store, thread_id: str, checkpoint_limit: int = 50) -> 
 
     Returns:
         `{"header": {...}, "steps": step_log(...), "checkpoints": checkpoints(...),
-        "checkpoints_trimmed": bool (`checkpoint_page`), "decisions": [...]}` (decisions on write calls: `step` (the attempt whose reply
-        asked for the call), `tool_call_id`, `tool`, `target` (the path, whole),
-        `arguments` (the canonical text approved; None on rows from before it was
-        kept), `args_sha256`, `decision`, `reason`, `decided_at`, `applied`, `error`
-        (why an approved write was not applied) and `result`);
-        the header has `thread_id`, `task`, `model`, `status`, `attempts`,
-        `max_attempts`, `usage` (tokens), `max_tokens`, `context_tokens`,
-        `keep_checkpoints` (a number, or `all`), `workspace`,
+        "checkpoints_trimmed": bool (`checkpoint_page`), "decisions": [...]}` (decisions on
+        write calls: `step` (the attempt whose reply asked for the call), `tool_call_id`,
+        `tool`, `target` (the path, whole), `arguments` (the canonical text approved; None on
+        rows from before it was kept), `args_sha256`, `decision`, `reason`, `decided_at`,
+        `applied`, `error` (why an approved write was not applied) and `result`); the header has
+        `thread_id`, `task`, `model`, `status`, `attempts`, `max_attempts`, `usage` (tokens),
+        `max_tokens`, `context_tokens`, `keep_checkpoints` (a number, or `all`), `workspace`,
         `created_at`, `updated_at`, `answer`, `stop_reason` and `review_required`.
 
     Raises:
