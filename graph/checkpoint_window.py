@@ -17,7 +17,8 @@ rolls back) leaves the thread as it was, budget included.
 With a window of 1 on PostgreSQL, LangGraph's own `prune(strategy="keep_latest")` does
 the checkpoints, writes and blobs in its transaction, and the digests of the deleted
 checkpoints follow in a second one (a kill in between leaves digests of deleted
-checkpoints, which nothing reads and the next trim deletes). `SqliteSaver` has no
+checkpoints, which nothing reads and the next trim deletes, even one with nothing else
+to delete). `SqliteSaver` has no
 `prune`, so SQLite always uses the statements here.
 
 Only the root namespace (`checkpoint_ns = ''`) is trimmed: the graph has no subgraphs.
@@ -36,6 +37,10 @@ _CUTOFF = (f"SELECT checkpoint_id FROM {CHECKPOINTS} WHERE thread_id = ? AND che
 _OLDER = (f"SELECT 1 FROM {CHECKPOINTS} WHERE thread_id = ? AND checkpoint_ns = '' "
           "AND checkpoint_id < ? LIMIT 1")
 _DIGESTS = f"DELETE FROM {DIGESTS} WHERE thread_id = ? AND checkpoint_ns = '' AND checkpoint_id < ?"
+_OLDEST = (f"SELECT min(checkpoint_id) FROM {CHECKPOINTS} WHERE thread_id = ? "
+           "AND checkpoint_ns = ''")
+_STALE_DIGESTS = (f"SELECT 1 FROM {DIGESTS} WHERE thread_id = ? AND checkpoint_ns = '' "
+                  "AND checkpoint_id < ? LIMIT 1")
 _CHECKPOINTS = (f"DELETE FROM {CHECKPOINTS} WHERE thread_id = ? AND checkpoint_ns = '' "
                 "AND checkpoint_id < ?")
 _PARENTS = (f"UPDATE {CHECKPOINTS} SET parent_checkpoint_id = NULL WHERE thread_id = ? "
@@ -89,6 +94,7 @@ def trim(sql: Sql, checkpointer: Any, thread_id: str, keep: int | None) -> int:
         raise ValueError(f"a checkpoint window keeps at least 1, not {keep}")
     postgres = isinstance(sql, PostgresSql)
     if _cutoff(sql, thread_id, keep) is None:
+        _sweep_digests(sql, thread_id)
         return 0
     if postgres and keep == 1 and hasattr(checkpointer, "prune"):
         return _prune_keep_latest(sql, checkpointer, thread_id)
@@ -103,6 +109,13 @@ def trim(sql: Sql, checkpointer: Any, thread_id: str, keep: int | None) -> int:
         if postgres:
             execute(sql, _POSTGRES_BLOBS, (thread_id,))
     return deleted
+
+
+def _sweep_digests(sql: Sql, thread_id: str) -> None:
+    """Deletes digests older than the oldest checkpoint: left by a kill after `prune`."""
+    oldest = sql.value(_OLDEST, (thread_id,))
+    if oldest is not None and sql.value(_STALE_DIGESTS, (thread_id, oldest)) is not None:
+        execute(sql, _DIGESTS, (thread_id, oldest))
 
 
 def _prune_keep_latest(sql: Sql, checkpointer: Any, thread_id: str) -> int:
