@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import shutil
 import signal
 import sqlite3
 from pathlib import Path
