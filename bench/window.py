@@ -7,7 +7,10 @@ trim after every step) in the default configuration (`--context-tokens 16000`), 
 the default window (`--keep-checkpoints 10`) and with `all`. The anchor is bare
 LangGraph: `SqliteSaver` with the whole message list in every checkpoint (no
 compaction), stepped by the same graph. Sizes include the attempt log; SQLite sizes are
-the file after a `TRUNCATE` WAL checkpoint. Prints each size and its ratio to bare.
+the file after a `TRUNCATE` WAL checkpoint. On PostgreSQL deleted rows free their space
+only through (auto)vacuum; the bench runs a plain `VACUUM` every `VACUUM_EVERY` steps,
+as autovacuum would (a test server may run with it off). Prints each size and its
+ratio to bare.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from nodes.context import ModelReply
 from nodes.state import DEFAULT_KEEP_CHECKPOINTS
 
 TASK = "Summarise the shop's shipping terms."
+VACUUM_EVERY = 25
+"""PostgreSQL: steps between two plain `VACUUM`s (what autovacuum does on its own)."""
 
 
 class ToolLoop:
@@ -75,8 +80,17 @@ def ours(db: str, keep: str, steps: list[int]) -> list[int]:
                 advance(store, StepRequest(spec), Settings(db=db),
                         model_factory=lambda m, s: model)
                 done += 1
+                if db.startswith("postgresql://") and done % VACUUM_EVERY == 0:
+                    _vacuum(db)
             sizes.append(file_size(db))
     return sizes
+
+
+def _vacuum(url: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM")
 
 
 def bare(db: str, steps: list[int]) -> list[int]:
