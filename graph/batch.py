@@ -3,14 +3,15 @@
   python -m graph.batch TASKS.jsonl [--db PATH_OR_URL] [--once] [--live] [--out RESULTS.jsonl]
                         [--max-requests N] [--batch-id NAME] [--parent ID] [--enqueue]
 
-Each line: {"thread_id": ..., "task": ...} plus optional model, max_attempts, max_tokens,
-context_tokens, workspace, allow_writes. With --parent ID, lines carry only the task and
-the subtasks become threads ID:sub_0, ID:sub_1, ...; the parent's result lists their
-answers in order once all are finished. Finished threads are not run again; a thread
-busy in another process is skipped for now. --max-requests caps the model requests of
-the whole batch (cap named by --batch-id, default the tasks file's name; with --parent,
-parent:ID), counted durably before each request and never reset. --enqueue (PostgreSQL)
-puts one job per thread on the procrastinate queue for workers instead of running here.
+Each line: {"thread_id": ..., "task": ...} plus optional model, max_attempts,
+max_tokens, context_tokens, keep_checkpoints (a number or "all"), workspace,
+allow_writes. With --parent ID, lines carry only the task and the subtasks become
+threads ID:sub_0, ID:sub_1, ...; the parent's result lists their answers in order once
+all are finished. Finished threads are not run again; a thread busy in another process
+is skipped for now. --max-requests caps the model requests of the whole batch (cap named
+by --batch-id, default the tasks file's name; with --parent, parent:ID), counted durably
+before each request and never reset. --enqueue (PostgreSQL) puts one job per thread on
+the procrastinate queue for workers instead of running here.
 
 exit codes: 0 every thread advanced or finished; 2 usage error, every bad line listed
 (nothing counted); 8 the request cap stopped the batch; otherwise the exit code of the

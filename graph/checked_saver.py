@@ -10,7 +10,11 @@ same checks:
   exactly the shape LangGraph writes (`graph.checkpoint_shape`),
 * the digests of `graph.digest` must match what was loaded.
 
-A refusal raises `CheckpointIntegrityError` (`damaged`) naming the checkpoint.
+A refusal raises `CheckpointIntegrityError` (`damaged`) naming the checkpoint. A
+checkpoint that fails only because it was deleted after LangGraph read it (a writer
+trimmed the thread's window meanwhile, `graph.checkpoint_window`, deleting its rows and
+digests together) is no longer the thread's: `list` leaves it out and `get_tuple` reads
+the thread again.
 """
 
 from __future__ import annotations
@@ -41,6 +45,12 @@ if TYPE_CHECKING:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
 _T = TypeVar("_T")
+_REREADS = 3
+"""How often `get_tuple` reads again a latest checkpoint trimmed while it was read."""
+
+
+class _Vanished(Exception):
+    """The checkpoint was deleted after it was read: it is no longer the thread's."""
 _PARSE_ERRORS = (ValueError, TypeError, KeyError, AttributeError, IndexError)
 
 
@@ -98,13 +108,23 @@ class CheckedSaver(BaseCheckpointSaver[str]):
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """LangGraph's `get_tuple`, checked (see module doc).
 
+        Returns:
+            As LangGraph; None too for a given checkpoint id deleted while it was read.
+
         Raises:
             CheckpointIntegrityError: The checkpoint is refused.
         """
-        saved = _parsed(lambda: super(CheckedSaver, self).get_tuple(config), config)
-        if saved is not None:
-            self.check_tuple(saved)
-        return saved
+        for _ in range(_REREADS):
+            saved = _parsed(lambda: super(CheckedSaver, self).get_tuple(config), config)
+            try:
+                if saved is not None:
+                    self.check_tuple(saved)
+                return saved
+            except _Vanished:
+                if config["configurable"].get("checkpoint_id"):
+                    return None
+        raise CheckpointIntegrityError(f"thread {config['configurable'].get('thread_id')!r}: "
+                                       "its latest checkpoint kept vanishing while read")
 
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
              before: RunnableConfig | None = None, limit: int | None = None
@@ -117,7 +137,10 @@ class CheckedSaver(BaseCheckpointSaver[str]):
                 saved = _parsed(lambda: next(items, None), config)
                 if saved is None:
                     return
-                self.check_tuple(saved)
+                try:
+                    self.check_tuple(saved)
+                except _Vanished:
+                    continue
                 yield saved
         finally:
             close = getattr(items, "close", None)
@@ -129,16 +152,20 @@ class CheckedSaver(BaseCheckpointSaver[str]):
 
         Raises:
             CheckpointIntegrityError: `damaged`, naming the checkpoint and the fault.
+            _Vanished: It failed, but its row is gone now (trimmed since it was read).
         """
         conf = saved.config["configurable"]
-        checkpoint_id = str(conf.get("checkpoint_id"))
+        checkpoint_id, key = str(conf.get("checkpoint_id")), (str(conf["thread_id"]),
+                                                              conf.get("checkpoint_ns", ""))
         try:
             check_metadata(saved.metadata)
             check_checkpoint(saved.checkpoint, checkpoint_id, saved.metadata["source"])
             check_writes(saved.pending_writes)
-            self._check_digests(str(conf["thread_id"]), conf.get("checkpoint_ns", ""),
-                                checkpoint_id, saved)
+            self._check_digests(*key, checkpoint_id, saved)
         except ValueError as exc:
+            if self.digests is not None and not self.digests.checkpoint_exists(*key,
+                                                                               checkpoint_id):
+                raise _Vanished(checkpoint_id) from None
             raise CheckpointIntegrityError(f"checkpoint {checkpoint_id}: {exc}") from None
 
     def _check_digests(self, thread_id: str, ns: str, checkpoint_id: str,

@@ -19,6 +19,7 @@ from langgraph.graph.state import CompiledStateGraph
 
 from graph.approvals_table import SqlApprovals
 from graph.attempt_log import SqlAttemptLog
+from graph.checkpoint_window import trim
 from graph.factory import build_graph
 from graph.ledger import LedgerRow, SqlLedger
 from graph.schema import CHECKPOINTS, TOMBSTONES
@@ -179,6 +180,14 @@ class Store:
             if self.summaries is not None:
                 self.summaries.delete_thread(thread_id)
         self.checkpointer.delete_thread(thread_id)
+
+    def trim(self, thread_id: str, keep: int | None) -> int:
+        """Deletes the thread's checkpoints older than its latest `keep` (None: keeps all).
+
+        Hold the thread's lock. One transaction (`graph.checkpoint_window`); returns how
+        many checkpoints were deleted.
+        """
+        return trim(self.sql, self.checkpointer, thread_id, keep)
 
     def sweep_buried(self) -> int:
         """Deletes leftover checkpoints of tombstoned threads (an interrupted `bury`).

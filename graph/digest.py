@@ -31,7 +31,7 @@ from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from graph.schema import DIGEST_MARKER_KEY, DIGESTS
+from graph.schema import CHECKPOINTS, DIGEST_MARKER_KEY, DIGESTS
 from graph.sql import Sql, SqlTable
 
 
@@ -118,6 +118,19 @@ class SqlDigests(SqlTable):
         for task, digest in rows or []:
             found.setdefault(task, set()).add(digest)
         return found
+
+    def checkpoint_exists(self, thread_id: str, ns: str, checkpoint_id: str) -> bool:
+        """Whether LangGraph's checkpoint row is there now, read on this table's connection.
+
+        A reader whose snapshot still shows a checkpoint that a writer has since trimmed
+        (`graph.checkpoint_window` deletes its rows and digests in one transaction) finds
+        its digests gone; this tells that apart from a digest deleted by hand.
+        """
+        with self._lock:
+            rows = self._run(f"SELECT 1 FROM {CHECKPOINTS} WHERE thread_id = ? AND "
+                             "checkpoint_ns = ? AND checkpoint_id = ?",
+                             (thread_id, ns, checkpoint_id)).fetchall()
+        return bool(rows)
 
     def delete_thread(self, thread_id: str) -> None:
         """Deletes a thread's digests (with the thread)."""

@@ -77,6 +77,10 @@ def render(history: dict[str, Any]) -> str:
         attempts = "-" if cp["attempts"] is None else cp["attempts"]
         lines.append(f"{cp['checkpoint_id']:<38}  {cp['step']:>4}  {cp['written_by']:<12}  "
                      f"{','.join(cp['next']) or '-':<8}  {attempts}")
+    if history.get("checkpoints_trimmed"):
+        lines.append(f"older checkpoints were trimmed: this thread keeps its latest "
+                     f"{h['keep_checkpoints']} (--keep-checkpoints); the step log above has "
+                     "every attempt")
     return "\n".join(lines)
 
 

@@ -18,7 +18,8 @@ from nodes.state import STATUSES
 _THREAD_KEYS: dict[str, tuple[type, ...]] = {
     "schema_version": (int,), "thread_id": (str,), "task": (str,), "model": (str,), "max_attempts": (int,),
     "created_at": (str,), "graph": (str,), "workspace": (str, type(None)),
-    "max_tokens": (int, type(None)), "context_tokens": (int,), "allow_writes": (str, type(None))}
+    "max_tokens": (int, type(None)), "context_tokens": (int,), "allow_writes": (str, type(None)),
+    "keep_checkpoints": (int, type(None))}
 _PROGRESS_KEYS: dict[str, tuple[type, ...]] = {
     "status": (str,), "attempts": (int,), "outcome": (str, type(None)),
     "answer": (str, type(None)), "stop_reason": (str, type(None)),
@@ -57,6 +58,8 @@ def _check_thread(thread: Any) -> None:
         raise _bad("thread.max_attempts is below 1")
     if thread["context_tokens"] < 1 or (thread["max_tokens"] is not None and thread["max_tokens"] < 1):
         raise _bad("thread token limits must be positive")
+    if thread["keep_checkpoints"] is not None and thread["keep_checkpoints"] < 1:
+        raise _bad("thread.keep_checkpoints is below 1")
     expected = graph_signature(thread["workspace"] is not None, thread["allow_writes"] is not None)
     if thread["graph"] != expected:
         raise RefusedError(

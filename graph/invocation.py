@@ -115,8 +115,12 @@ def _snapshot_after(graph: Any, config: dict[str, Any], store: Store, ctx: StepC
 
 
 def invoke_steps(graph: Any, config: dict[str, Any], store: Store, ctx: StepContext,
-                 graph_input: Any, *, once: bool, max_attempts: int) -> Outcome:
+                 graph_input: Any, *, once: bool, max_attempts: int,
+                 keep_checkpoints: int | None = None) -> Outcome:
     """Invokes the graph once (`once`) or until the thread stops; returns its outcome.
+
+    After each invocation the thread is trimmed to its latest `keep_checkpoints`
+    checkpoints (`Store.trim`; None keeps all), its new ones already durable.
 
     Args:
         graph: The compiled graph with the thread's checkpointer.
@@ -126,6 +130,7 @@ def invoke_steps(graph: Any, config: dict[str, Any], store: Store, ctx: StepCont
         graph_input: The new thread's initial state, or None to resume.
         once: Stop after one invocation.
         max_attempts: The thread's maximum, which bounds the invocations.
+        keep_checkpoints: The thread's checkpoint window (None: keep all).
 
     Returns:
         The outcome: exit 0 (ran or done), 3 (exhausted), 6 (the request failed or
@@ -139,10 +144,12 @@ def invoke_steps(graph: Any, config: dict[str, Any], store: Store, ctx: StepCont
         claimed_before = _ledger_entry(store, thread_id).claimed if graph_input is None else 0
         failed = _invoke_once(graph, config, store, ctx, graph_input)
         if failed is not None:
+            store.trim(thread_id, keep_checkpoints)
             return failed
         graph_input = None
         repair_routing(graph, config, store.location)
         snapshot = _snapshot_after(graph, config, store, ctx)
+        store.trim(thread_id, keep_checkpoints)
         pending = pending_review(snapshot)
         if pending is not None:
             return Outcome.waiting(thread_id, snapshot.values, pending, {})

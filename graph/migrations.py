@@ -13,7 +13,7 @@ from typing import Any
 
 from graph.errors import RefusedError
 from graph.exitcodes import ErrorCode
-from nodes.state import DEFAULT_CONTEXT_TOKENS, SCHEMA_VERSION
+from nodes.state import DEFAULT_CONTEXT_TOKENS, DEFAULT_KEEP_CHECKPOINTS, SCHEMA_VERSION
 
 V1_GRAPH = "nodes=budget,reason,tools;tools=get_reference,list_references,search_references"
 """The node and tool set of every schema v1 thread (v1 stored no signature)."""
@@ -40,8 +40,14 @@ def _v4_to_v5(values: dict[str, Any], thread_id: str) -> dict[str, Any]:
     return {**values, "thread": {**values["thread"], "schema_version": 5, "thread_id": thread_id}}
 
 
+def _v5_to_v6(values: dict[str, Any]) -> dict[str, Any]:
+    """v6 stores the checkpoint window; a v5 thread gets the default, so it is trimmed too."""
+    return {**values, "thread": {**values["thread"], "schema_version": 6,
+                                 "keep_checkpoints": DEFAULT_KEEP_CHECKPOINTS}}
+
+
 STEPS: dict[int, Callable[..., dict[str, Any]]] = {
-    1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5}
+    1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6}
 _NEEDS_THREAD_ID = {4}
 """`STEPS[n]` turns version n into version n + 1."""
 

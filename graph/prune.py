@@ -5,8 +5,9 @@
 `done` threads older than --completed and `exhausted` or `cancelled` threads older
 than --failed (measured from their last update) are deleted with their ledger rows
 and attempt log, leaving a tombstone: a later `graph.run` on that thread id is
-refused (exit 4, `pruned`) unless it passes --restart-pruned. Ages: 90s, 30m, 24h, 7d
-(0s selects every finished thread). Exit 0, 2 for usage errors, 4 for a refused
+refused (exit 4, `pruned`) unless it passes --restart-pruned. Every other thread is
+trimmed to its checkpoint window (--keep-checkpoints of graph.run). Ages: 90s, 30m,
+24h, 7d (0s selects every finished thread). Exit 0, 2 for usage errors, 4 for a refused
 database.
 """
 
@@ -59,7 +60,8 @@ def _print_report(report: dict, as_json: bool, dry_run: bool) -> None:
             emit(f"would prune {c['thread_id']} ({c['status']}, last update {c['updated_at']})")
         emit(f"{len(report['would_prune'])} thread(s) would be pruned")
     else:
-        emit(f"pruned {len(report['pruned'])} thread(s), freed {report['freed_bytes']} bytes")
+        emit(f"pruned {len(report['pruned'])} thread(s), trimmed {report['trimmed']} older "
+             f"checkpoint(s), freed {report['freed_bytes']} bytes")
     for note in report["skipped"]:
         emit(note, sys.stderr)
 

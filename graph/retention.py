@@ -12,6 +12,10 @@ decisions are deleted; then LangGraph's own `delete_thread` removes its checkpoi
 From the first commit on, the thread is refused as `pruned`, so a crash between the two
 leaves it gone, never half-usable; the next prune sweeps the leftover checkpoints of
 tombstoned threads.
+
+Every thread left is then trimmed to its checkpoint window (`keep_checkpoints`,
+`graph.checkpoint_window`), so a thread from before windows existed, or one that has
+not stepped since, gives its older checkpoints back without waiting for its next step.
 """
 
 from __future__ import annotations
@@ -83,11 +87,33 @@ def select(store: Store, *, completed: timedelta, failed: timedelta,
     return chosen, notes
 
 
+def trim_windows(store: Store, skip: set[str]) -> tuple[int, list[str]]:
+    """Trims every thread but `skip` to its checkpoint window, each holding its lock.
+
+    Returns:
+        How many checkpoints were deleted, and one note per thread busy in another
+        process. An unreadable thread is left as it is (`select` notes it already).
+    """
+    deleted, notes = 0, []
+    for thread_id in sorted(set(store.ledger.updated_at()) - skip):
+        try:
+            with store.locks.hold(thread_id):
+                loaded = load_thread(store.graph, thread_id, store.location)
+                if loaded is not None:
+                    deleted += store.trim(thread_id, loaded.values["thread"]["keep_checkpoints"])
+        except BusyError:
+            notes.append(f"not trimmed {thread_id!r}: busy in another process")
+        except RefusedError:
+            continue
+    return deleted, notes
+
+
 def prune(store: Store, candidates: list[Candidate]) -> dict[str, Any]:
-    """Deletes `candidates` (see module doc) and reclaims space on SQLite when worth it.
+    """Deletes `candidates`, trims the rest (see module doc), reclaims space on SQLite.
 
     A thread another process is working on is skipped. Returns `pruned` (thread ids),
-    `skipped` (notes), `swept` (leftovers of interrupted prunes) and `freed_bytes`.
+    `skipped` (notes), `swept` (leftovers of interrupted prunes), `trimmed` (older
+    checkpoints deleted beyond the windows) and `freed_bytes`.
     """
     before = store.sql.used_bytes()
     pruned, skipped = [], []
@@ -101,6 +127,7 @@ def prune(store: Store, candidates: list[Candidate]) -> dict[str, Any]:
             continue
         pruned.append(candidate.thread_id)
     swept = store.sweep_buried()
+    trimmed, notes = trim_windows(store, set(pruned))
     store.sql.reclaim_space()
-    return {"pruned": pruned, "skipped": skipped, "swept": swept,
+    return {"pruned": pruned, "skipped": skipped + notes, "swept": swept, "trimmed": trimmed,
             "freed_bytes": max(0, before - store.sql.used_bytes())}

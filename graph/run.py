@@ -58,6 +58,10 @@ def _parser() -> Parser:
     parser.add_argument("--context-tokens", type=int, metavar="N",
                         help="context limit per request, estimated tokens (default 16000; fixed at "
                              "creation); older material is compacted")
+    parser.add_argument("--keep-checkpoints", type=_keep, metavar="N|all",
+                        help="checkpoints the thread keeps, older ones deleted after each step "
+                             "(default 10; 'all' keeps LangGraph's full history; fixed at "
+                             "creation)")
     parser.add_argument("--allow-writes", metavar="DIR",
                         help="offer write tools confined to DIR, each applied only after a person "
                              "approves it (fixed at creation)")
@@ -71,6 +75,14 @@ def _parser() -> Parser:
     parser.add_argument("--restart-pruned", action="store_true",
                         help="start a pruned thread anew, with a fresh budget (needs --task)")
     return parser
+
+
+def _keep(text: str) -> int | str:
+    """`--keep-checkpoints`: `all`, or a whole number (its bounds are `ThreadSpec`'s)."""
+    return text if text == "all" else int(text)
+
+
+_keep.__name__ = "number or 'all'"
 
 
 class _Interrupted(BaseException):
@@ -154,7 +166,8 @@ def _request(args: argparse.Namespace) -> StepRequest:
     spec = ThreadSpec(thread_id=args.thread, task=args.task, model=args.model,
                       max_attempts=args.max_attempts, max_tokens=args.max_tokens,
                       context_tokens=args.context_tokens, workspace=args.workspace,
-                      allow_writes=args.allow_writes, source="flags")
+                      allow_writes=args.allow_writes, keep_checkpoints=args.keep_checkpoints,
+                      source="flags")
     if args.reason is not None and not args.reject:
         raise UsageError("--reason explains a --reject: give the calls it rejects")
     if args.cancel and (args.approve or args.reject or args.restart_pruned):

@@ -1,7 +1,7 @@
 """A thread's fixed settings: built from flags or a tasks line, validated once, checked on resume.
 
-Task, model, attempt maximum, token cap, context limit, workspace and write folder are
-fixed when a thread is created (INVARIANTS I7). `ThreadSpec` holds what the caller
+Task, model, attempt maximum, token cap, context limit, workspace, write folder and
+checkpoint window are fixed when a thread is created (INVARIANTS I7). `ThreadSpec` holds what the caller
 gave for them, whether from `graph.run`'s flags, a `graph.batch` tasks line or a
 queued job, and every bound and message lives here, so every entry point accepts
 exactly the same values. `ThreadSpec.check_against` refuses a resume that names
@@ -28,11 +28,13 @@ THREAD_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 MODEL_ID_RE = re.compile(r"[\x21-\x7e]{1,200}")
 """API keys and model ids: 1-200 printable ASCII characters, no spaces."""
 LIMITS: dict[str, int] = {"max_attempts": 1_000_000, "max_tokens": 10**12,
-                          "context_tokens": 10_000_000}
+                          "context_tokens": 10_000_000, "keep_checkpoints": 1_000_000}
 """Largest accepted value of each integer setting (the smallest is 1)."""
+KEEP_ALL = "all"
+"""`--keep-checkpoints all`: keep every checkpoint (LangGraph's full time travel)."""
 FIELDS: dict[str, type] = {"thread_id": str, "task": str, "model": str, "max_attempts": int,
                            "max_tokens": int, "context_tokens": int, "workspace": str,
-                           "allow_writes": str}
+                           "allow_writes": str, "keep_checkpoints": int}
 """The settings a tasks line may carry, named as `graph.run`'s flags (`max_attempts`:
 `--max-attempts`)."""
 
@@ -154,6 +156,8 @@ class ThreadSpec:
         context_tokens: Estimated tokens per request before compaction, 1 to 10^7.
         workspace: Folder of the read-only tools, as given (resolved when used).
         allow_writes: Folder of the write tools, as given (resolved when used).
+        keep_checkpoints: How many latest checkpoints the thread keeps, 1 to 10^6, or
+            `"all"` (`KEEP_ALL`).
         source: `flags` or `line`: how messages name a setting (`setting_name`).
 
     Raises:
@@ -168,16 +172,21 @@ class ThreadSpec:
     context_tokens: int | None = None
     workspace: str | None = None
     allow_writes: str | None = None
+    keep_checkpoints: int | str | None = None
     source: InitVar[Source] = "flags"
 
     def __post_init__(self, source: Source) -> None:
         for key, kind in FIELDS.items():
             value, name = getattr(self, key), setting_name(key, source)
+            if key == "keep_checkpoints" and value == KEEP_ALL:
+                continue
             if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
                 raise UsageError(f"{name} must be a "
-                                 f"{'positive integer' if kind is int else 'string'}")
+                                 f"{'positive integer' if kind is int else 'string'}"
+                                 + (f" or {KEEP_ALL!r}" if key == "keep_checkpoints" else ""))
         for key, limit in LIMITS.items():
-            check_limit(getattr(self, key), limit, setting_name(key, source))
+            if getattr(self, key) != KEEP_ALL:
+                check_limit(getattr(self, key), limit, setting_name(key, source))
         check_thread_id(self.thread_id)
         check_task(self.task, setting_name("task", source))
         check_model_id(self.model, setting_name("model", source))
@@ -236,7 +245,17 @@ class ThreadSpec:
             max_attempts=self.max_attempts or DEFAULT_MAX_ATTEMPTS, created_at=created_at,
             workspace=resolve_folder(self.workspace), max_tokens=self.max_tokens,
             context_tokens=self.context_tokens or DEFAULT_CONTEXT_TOKENS,
-            allow_writes=resolve_folder(self.allow_writes, "allow-writes"))
+            allow_writes=resolve_folder(self.allow_writes, "allow-writes"),
+            keep_checkpoints=self.window)
+
+    @property
+    def window(self) -> int | None:
+        """The checkpoints a new thread keeps: the given number, None for `all`, else the default."""
+        if self.keep_checkpoints == KEEP_ALL:
+            return None
+        from nodes.state import DEFAULT_KEEP_CHECKPOINTS
+
+        return int(self.keep_checkpoints or DEFAULT_KEEP_CHECKPOINTS)
 
     def check_against(self, thread: Mapping[str, Any], env_model: str | None) -> None:
         """Refuses settings that differ from the stored thread's (`thread` state channel).
@@ -254,6 +273,10 @@ class ThreadSpec:
                  ("--workspace", resolve_folder(self.workspace or None), thread["workspace"]),
                  ("--allow-writes", resolve_folder(self.allow_writes or None, "allow-writes"),
                   thread["allow_writes"]))
+        if self.keep_checkpoints is not None and self.window != thread["keep_checkpoints"]:
+            stored = thread["keep_checkpoints"] or KEEP_ALL
+            raise self._mismatch(f"created with --keep-checkpoints {stored}; it is fixed at "
+                                 f"creation and cannot become {self.keep_checkpoints}")
         for flag, given, stored in fixed:
             if given is not None and given != stored:
                 raise self._mismatch(f"created with {flag} {stored}; it is fixed at creation "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from nodes.state import (
     DEFAULT_CONTEXT_TOKENS,
+    DEFAULT_KEEP_CHECKPOINTS,
     SCHEMA_VERSION,
     Progress,
     ThreadInfo,
@@ -30,7 +31,8 @@ def graph_signature(with_workspace: bool = False, with_writes: bool = False) -> 
 def initial_state(*, thread_id: str, task: str, model: str, max_attempts: int, created_at: str,
                   workspace: str | None = None, max_tokens: int | None = None,
                   context_tokens: int = DEFAULT_CONTEXT_TOKENS,
-                  allow_writes: str | None = None) -> ThreadState:
+                  allow_writes: str | None = None,
+                  keep_checkpoints: int | None = DEFAULT_KEEP_CHECKPOINTS) -> ThreadState:
     """Returns the input that creates a thread: its identity and the task as a user message."""
     return ThreadState(
         thread=ThreadInfo(
@@ -45,6 +47,7 @@ def initial_state(*, thread_id: str, task: str, model: str, max_attempts: int, c
             max_tokens=max_tokens,
             context_tokens=context_tokens,
             allow_writes=allow_writes,
+            keep_checkpoints=keep_checkpoints,
         ),
         messages=[{"role": "user", "content": task}],
         progress=Progress(

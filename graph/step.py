@@ -74,6 +74,7 @@ class _Start:
     model: ChatModel
     graph_input: Any
     max_attempts: int
+    keep_checkpoints: int | None
 
 
 def _utc_now() -> str:
@@ -126,14 +127,19 @@ def advance(
         if request.cancel:
             if loaded is not None:  # flags given with --cancel must name this thread
                 request.spec.check_against(loaded.values["thread"], env_model=None)
-            return remember_finished(store, cancel(graph, config, store, loaded, thread_id))
-        start = (_create(store, request, settings, entry, model_factory, now) if loaded is None
-                 else _resume(graph, config, store, loaded, entry, request, settings,
-                              model_factory))
-        if isinstance(start, Outcome):
-            return start
-        return remember_finished(
-            store, _invoke(graph, config, store, start, once=request.once, charge=charge))
+            outcome = cancel(graph, config, store, loaded, thread_id)
+        else:
+            start = (_create(store, request, settings, entry, model_factory, now)
+                     if loaded is None else _resume(graph, config, store, loaded, entry, request,
+                                                    settings, model_factory))
+            if not isinstance(start, Outcome):
+                return remember_finished(
+                    store, _invoke(graph, config, store, start, once=request.once, charge=charge))
+            outcome = start
+        if loaded is not None:  # a decision or cancellation wrote a checkpoint; a
+            # finished thread from before its window is trimmed on its next invocation
+            store.trim(thread_id, loaded.values["thread"]["keep_checkpoints"])
+        return remember_finished(store, outcome) if request.cancel else outcome
 
 
 def _invoke(graph: Any, config: dict[str, Any], store: Store, start: _Start, *, once: bool,
@@ -143,7 +149,8 @@ def _invoke(graph: Any, config: dict[str, Any], store: Store, start: _Start, *, 
         ctx = StepContext(config["configurable"]["thread_id"], store.ledger, start.model,
                           store.log, charge)
         return invoke_steps(graph, config, store, ctx, start.graph_input, once=once,
-                            max_attempts=start.max_attempts)
+                            max_attempts=start.max_attempts,
+                            keep_checkpoints=start.keep_checkpoints)
     finally:
         close = getattr(start.model, "close", None)
         if close is not None:
@@ -173,7 +180,7 @@ def _create(store: Store, request: StepRequest, settings: Settings, entry: Any,
     max_attempts = graph_input["thread"]["max_attempts"]
     model = model_factory(graph_input["thread"]["model"], settings)
     store.ledger.create(thread_id, max_attempts)
-    return _Start(model, graph_input, max_attempts)
+    return _Start(model, graph_input, max_attempts, graph_input["thread"]["keep_checkpoints"])
 
 
 def _resume(graph: Any, config: dict[str, Any], store: Store, loaded: LoadedThread, entry: Any,
@@ -208,4 +215,5 @@ def _resume(graph: Any, config: dict[str, Any], store: Store, loaded: LoadedThre
     model = model_factory(values["thread"]["model"], settings)
     if loaded.stored_version != SCHEMA_VERSION:
         store_migrated(graph, config, loaded)
-    return _Start(model, None, values["thread"]["max_attempts"])
+    return _Start(model, None, values["thread"]["max_attempts"],
+                  values["thread"]["keep_checkpoints"])

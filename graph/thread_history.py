@@ -31,7 +31,7 @@ def _writer(snapshot: Any, parent: Any | None) -> str:
         return "update_state"
     if parent is not None and parent.next:
         return ",".join(parent.next)
-    return source or "?"
+    return "?" if source == "loop" else source or "?"  # its parent was trimmed
 
 
 def step_log(store: Store, thread_id: str) -> list[dict[str, Any]]:
@@ -77,15 +77,25 @@ def step_log(store: Store, thread_id: str) -> list[dict[str, Any]]:
 
 
 def checkpoints(store: Store, thread_id: str, limit: int = 50) -> list[dict[str, Any]]:
-    """The thread's latest `limit` checkpoints, oldest first.
+    """The thread's latest `limit` checkpoints, oldest first (`checkpoint_page`'s rows)."""
+    return checkpoint_page(store, thread_id, limit)[0]
+
+
+def checkpoint_page(store: Store, thread_id: str, limit: int = 50
+                    ) -> tuple[list[dict[str, Any]], bool]:
+    """The thread's latest `limit` checkpoints, oldest first, and whether older ones were trimmed.
 
     One page through LangGraph's `get_state_history(limit=...)`, so a long history is
-    never read whole.
+    never read whole. A thread keeps only its latest `keep_checkpoints` checkpoints
+    (`graph.checkpoint_window`): the oldest one it kept has no parent, so its
+    `written_by` is `?`; the attempt log (`step_log`) still has every step.
 
     Returns:
-        Dicts with `checkpoint_id`, `step`, `written_by` (node, `input` or
-        `update_state`), `next` (list of node names), `attempts` (mirrored count at
-        that point, None before the input is applied) and `created_at`.
+        Dicts with `checkpoint_id`, `step`, `written_by` (node, `input`, `update_state`,
+        or `?` when the checkpoint before it was trimmed), `next` (list of node names),
+        `attempts` (mirrored count at that point, None before the input is applied) and
+        `created_at`; and True when the page reaches the oldest stored checkpoint and it
+        is not the thread's first (its input): older ones were trimmed.
 
     Raises:
         RefusedError: A checkpoint in the page fails its checks (`damaged`, ...).
@@ -109,7 +119,8 @@ def checkpoints(store: Store, thread_id: str, limit: int = 50) -> list[dict[str,
                      "step": snapshot.metadata.get("step"), "written_by": _writer(snapshot, parent),
                      "next": list(snapshot.next), "attempts": attempts,
                      "created_at": snapshot.created_at})
-    return list(reversed(rows))
+    trimmed = bool(page) and len(page) <= limit and page[-1].metadata.get("step") != -1
+    return list(reversed(rows)), trimmed
 
 
 def thread_history(store: Store, thread_id: str, checkpoint_limit: int = 50) -> dict[str, Any]:
@@ -117,13 +128,13 @@ def thread_history(store: Store, thread_id: str, checkpoint_limit: int = 50) -> 
 
     Returns:
         `{"header": {...}, "steps": step_log(...), "checkpoints": checkpoints(...),
-        "decisions": [...]}` (decisions on write calls: `step` (the attempt whose reply
-        asked for the call), `tool_call_id`, `tool`, `target` (the path, whole),
-        `arguments` (the canonical text approved; None on rows from before it was
-        kept), `args_sha256`, `decision`, `reason`, `decided_at`, `applied`, `error`
-        (why an approved write was not applied) and `result`);
-        the header has `thread_id`, `task`, `model`, `status`, `attempts`,
-        `max_attempts`, `usage` (tokens), `max_tokens`, `context_tokens`, `workspace`,
+        "checkpoints_trimmed": bool (`checkpoint_page`), "decisions": [...]}` (decisions on
+        write calls: `step` (the attempt whose reply asked for the call), `tool_call_id`,
+        `tool`, `target` (the path, whole), `arguments` (the canonical text approved; None on
+        rows from before it was kept), `args_sha256`, `decision`, `reason`, `decided_at`,
+        `applied`, `error` (why an approved write was not applied) and `result`); the header has
+        `thread_id`, `task`, `model`, `status`, `attempts`, `max_attempts`, `usage` (tokens),
+        `max_tokens`, `context_tokens`, `keep_checkpoints` (a number, or `all`), `workspace`,
         `created_at`, `updated_at`, `answer`, `stop_reason` and `review_required`.
 
     Raises:
@@ -142,6 +153,7 @@ def thread_history(store: Store, thread_id: str, checkpoint_limit: int = 50) -> 
         "attempts": entry.attempts if entry else progress["attempts"],
         "max_attempts": thread["max_attempts"], "usage": progress["usage"],
         "max_tokens": thread["max_tokens"], "context_tokens": thread["context_tokens"],
+        "keep_checkpoints": thread["keep_checkpoints"] or "all",
         "workspace": thread["workspace"],
         "created_at": thread["created_at"],
         "updated_at": read_snapshot(graph, {"configurable": {"thread_id": thread_id}},
@@ -155,8 +167,9 @@ def thread_history(store: Store, thread_id: str, checkpoint_limit: int = 50) -> 
                   "decided_at": r["decided_at"], "applied": r["applied_at"] is not None
                   and r["decision"] == "approve", "error": r["error"], "result": r["result"]}
                  for r in store.approvals.rows(thread_id).values()]
-    return {"header": header, "steps": step_log(store, thread_id),
-            "checkpoints": checkpoints(store, thread_id, checkpoint_limit), "decisions": decisions}
+    page, trimmed = checkpoint_page(store, thread_id, checkpoint_limit)
+    return {"header": header, "steps": step_log(store, thread_id), "checkpoints": page,
+            "checkpoints_trimmed": trimmed, "decisions": decisions}
 
 
 def list_threads(store: Store) -> list[dict[str, Any]]:

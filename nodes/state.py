@@ -12,13 +12,14 @@ from typing import Annotated, Any, Literal, get_args
 
 from typing_extensions import TypedDict
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """Version of this state layout; stored in `thread.schema_version`.
 
 History: v1 (first release); v2 adds `thread.graph`; v3 adds `thread.workspace`,
 `thread.max_tokens` and `thread.context_tokens`; v4 adds `thread.allow_writes`; v5 adds
-`thread.thread_id`, binding the stored state to its thread. Older versions migrate on load
-(`graph.migrations`); each version has a fixture database in `tests/fixtures/`.
+`thread.thread_id`, binding the stored state to its thread; v6 adds
+`thread.keep_checkpoints`. Older versions migrate on load (`graph.migrations`); each
+version has a fixture database in `tests/fixtures/`.
 """
 
 DEFAULT_CONTEXT_TOKENS = 16_000
@@ -26,6 +27,13 @@ DEFAULT_CONTEXT_TOKENS = 16_000
 
 DEFAULT_MAX_ATTEMPTS = 4
 """Default maximum model requests of a thread (attempts), fixed when it is created."""
+
+DEFAULT_KEEP_CHECKPOINTS = 10
+"""Default number of checkpoints a thread keeps (`--keep-checkpoints`); older ones are trimmed.
+
+A step writes about three checkpoints (tools, budget, reason), so 10 keep the last three
+steps for `graph.history` and LangGraph's time travel; the attempt log keeps every step.
+"""
 
 Status = Literal["ready", "done", "exhausted", "awaiting_approval", "cancelled"]
 """A thread's status. `ready` can continue; `done`, `exhausted` and `cancelled` are final."""
@@ -68,6 +76,9 @@ class ThreadInfo(TypedDict):
     """Context limit per request (estimated tokens); older material is compacted."""
     allow_writes: str | None
     """Absolute path of the folder write tools may change after approval, or None."""
+    keep_checkpoints: int | None
+    """How many of its latest checkpoints the thread keeps (older ones are deleted after
+    each step), or None to keep them all (`--keep-checkpoints all`)."""
 
 
 class Usage(TypedDict):

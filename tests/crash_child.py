@@ -26,6 +26,10 @@ WRITE_KILL_POINTS = ("before_write", "after_write", "after_mark")
 """Points of an approved write: decision recorded but nothing written; file renamed into
 place but not marked applied; marked applied but the interrupt not yet resumed."""
 
+TRIM_KILL_POINTS = ("mid_trim",)
+"""Inside the transaction that trims a thread's window, after its checkpoints (or, after
+LangGraph's own `prune`, their digests) were deleted but before the commit."""
+
 PRELOAD = ["graph.run", "graph.step", "graph.approvals", "graph.storage", "graph.sqlite_store",
            "graph.postgres_store", "nodes.mandapi", "langgraph.checkpoint.sqlite",
            "langgraph.checkpoint.postgres", "psycopg", "httpx", "tests.crash_child"]
@@ -84,6 +88,19 @@ def _patch(kill_at: str) -> None:
 
             saver.put_writes, saver.put = put_writes, put  # type: ignore[method-assign]
 
+    import graph.checkpoint_window as window
+
+    execute = window.execute
+
+    def patched_execute(sql: Any, statement: str, params: Any) -> int:
+        count = execute(sql, statement, params)
+        if kill_at == "mid_trim" and statement.startswith(("DELETE FROM checkpoints ",
+                                                           "DELETE FROM checkpoint_digests ")):
+            _die()
+        return count
+
+    window.execute = patched_execute  # type: ignore[assignment]
+
     import graph.approvals as approvals
 
     write, mark = approvals.atomic_write, approvals.SqlApprovals.mark_applied
@@ -113,7 +130,7 @@ def child_main(argv: list[str], kill_at: str | None, env: dict[str, str], cwd: s
     fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
-    if kill_at in KILL_POINTS or kill_at in WRITE_KILL_POINTS or kill_at in NODE_WRITES_KILL_POINTS:
+    if kill_at in (*KILL_POINTS, *WRITE_KILL_POINTS, *NODE_WRITES_KILL_POINTS, *TRIM_KILL_POINTS):
         _patch(kill_at)
     from graph.run import main
 

@@ -65,8 +65,10 @@ class CommitCounter:
         return self.emptied + wal_commits(self.wal)
 
 
-def _step(store: Any, model: Any, *, task: str | None = None, max_attempts: int | None = None) -> Any:
-    request = StepRequest(ThreadSpec("t1", task=task, max_attempts=max_attempts))
+def _step(store: Any, model: Any, *, task: str | None = None, max_attempts: int | None = None,
+          keep: int | str | None = None, thread_id: str = "t1") -> Any:
+    request = StepRequest(ThreadSpec(thread_id, task=task, max_attempts=max_attempts,
+                                     keep_checkpoints=keep))
     return advance(store, request, Settings(db=store.location), model_factory=lambda m, s: model)
 
 
@@ -79,7 +81,8 @@ def test_a_step_commits_at_most_four_times_on_sqlite(tmp_path: Path,
         counter = CommitCounter(store, db, monkeypatch)
         # A maximum above the steps measured: the step that ends a thread also writes its
         # summary for the quick answer (graph.finished), one commit more, checked below.
-        _step(store, model, task="How long does shipping take?", max_attempts=5)
+        # `all`: no window trim either (a trimming step's extra commit is measured below).
+        _step(store, model, task="How long does shipping take?", max_attempts=5, keep="all")
         per_step = []
         for _ in range(3):
             before = counter.total()
@@ -137,3 +140,21 @@ def test_writes_wait_for_their_checkpoint_unless_it_is_already_saved(tmp_path: P
         assert committed_writes("waiting") == 1  # committed with them
         store.checkpointer.put_writes(latest.config, write, "at_close")
     assert committed_writes("at_close") == 1
+
+
+def test_a_step_that_trims_the_window_costs_one_commit_more(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "c.sqlite"
+    model = NeverFinishes()
+    with open_store(str(db), create=True) as store:
+        store.sql.run("PRAGMA wal_autocheckpoint = 0")
+        counter = CommitCounter(store, db, monkeypatch)
+        _step(store, model, task="How long does shipping take?", max_attempts=9, keep=1)
+        per_step = []
+        for _ in range(3):
+            before = counter.total()
+            assert _step(store, model).error_code is None
+            per_step.append(counter.total() - before)
+        kept = store.sql.value("SELECT COUNT(*) FROM checkpoints WHERE thread_id = 't1'")
+    assert kept == 1
+    assert all(0 < n <= COMMITS_PER_STEP + 1 for n in per_step), per_step  # + the trim's own

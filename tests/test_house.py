@@ -30,6 +30,7 @@ STORAGE_MODULES = frozenset({
     "graph/tombstones.py",
     "graph/digest.py",
     "graph/summaries.py",
+    "graph/checkpoint_window.py",
 })
 """The modules allowed to hold SQL text naming our tables (paths from the project root).
 
