@@ -9,6 +9,7 @@ refuses a dropped trigger of ours), and SQLite's full `integrity_check` for
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
 
 from graph.access import read_only_uri
@@ -43,23 +44,39 @@ def check_database(path: Path) -> None:
         header = fh.read(100)
     if len(header) < 100 or not header.startswith(SQLITE_HEADER):
         raise refuse("is not a SQLite database" + (" (empty file)" if not header else ""))
-    try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+    for attempt in range(_TORN_READS):
         try:
-            tables = {r[0] for r in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table'")}
-            pages = conn.execute("PRAGMA page_count").fetchone()[0]
-            page_size = conn.execute("PRAGMA page_size").fetchone()[0]
-        finally:
-            conn.close()
-    except sqlite3.DatabaseError as exc:
-        raise refuse(f"is not a readable SQLite database ({exc})") from None
+            tables, pages, page_size = _read_schema(path)
+            break
+        except sqlite3.DatabaseError as exc:
+            if attempt + 1 == _TORN_READS:
+                raise refuse(f"is not a readable SQLite database ({exc})") from None
+            time.sleep(_TORN_READ_PAUSE_S)
     if not SQLITE_REQUIRED_TABLES <= tables:
         raise refuse(f"is a SQLite database but not a mandapi-resume checkpoint database "
                      f"(tables: {', '.join(sorted(tables)) or 'none'})")
     wal = path.with_name(path.name + "-wal")
     if (not wal.exists() or wal.stat().st_size == 0) and path.stat().st_size < pages * page_size:
         raise refuse(f"is truncated ({path.stat().st_size} bytes, {pages} pages of {page_size})")
+
+
+_TORN_READS = 3
+_TORN_READ_PAUSE_S = 0.05
+"""The bounded check reads the file as it stands (`immutable=1`, neither locks nor WAL),
+so a WAL checkpoint another process is copying into it (after each claim, or freeing the
+pages of trimmed checkpoints) can show it torn for a moment: a file is refused only when
+it fails `_TORN_READS` reads, `_TORN_READ_PAUSE_S` seconds apart. Real damage persists."""
+
+
+def _read_schema(path: Path) -> tuple[set[str], int, int]:
+    """Table names, page count and page size, read from the file as it stands."""
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        return (tables, conn.execute("PRAGMA page_count").fetchone()[0],
+                conn.execute("PRAGMA page_size").fetchone()[0])
+    finally:
+        conn.close()
 
 
 def integrity_check(path: Path) -> list[str]:
