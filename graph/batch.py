@@ -52,6 +52,7 @@ def _run(parser: Parser, argv: list[str], as_json: bool) -> int:
     args = parser.parse_args(argv)
     from graph.batch_run import Progress, run_batch
     from graph.cli import resolve_db
+    from graph.errors import UsageError
     from graph.request_cap import MAX_REQUESTS_LIMIT
     from graph.settings import resolve_settings
     from graph.spec import check_thread_id
@@ -60,6 +61,9 @@ def _run(parser: Parser, argv: list[str], as_json: bool) -> int:
 
     if args.parent is not None:
         check_thread_id(args.parent)
+    if args.out is not None and (args.out.is_dir() or not args.out.parent.is_dir()):
+        parser.error(f"--out {args.out}: " + ("is a folder" if args.out.is_dir() else
+                                             "its folder does not exist"))
     if args.max_requests is not None and not 1 <= args.max_requests <= MAX_REQUESTS_LIMIT:
         parser.error(f"--max-requests must be a positive integer up to {MAX_REQUESTS_LIMIT}")
     items = read_tasks(args.tasks, args.parent, live=args.live)
@@ -83,8 +87,12 @@ def _run(parser: Parser, argv: list[str], as_json: bool) -> int:
                            max_requests=args.max_requests, progress=progress)
     if args.out:
         tmp = args.out.with_name(args.out.name + ".tmp")
-        tmp.write_text("".join(o.to_json() + "\n" for o in report.outcomes), encoding="utf-8")
-        tmp.replace(args.out)
+        try:
+            tmp.write_text("".join(o.to_json() + "\n" for o in report.outcomes), encoding="utf-8")
+            tmp.replace(args.out)
+        except OSError as exc:  # the batch ran: its threads' state is in the database
+            raise UsageError(f"cannot write the results ({exc.strerror or exc}); the threads' "
+                             "state is stored, see graph.history", location=str(args.out)) from None
     _summary(args, report, progress, cap_id, as_json)
     return int(report.exit_code)
 

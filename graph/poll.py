@@ -82,13 +82,15 @@ def _read(path: Path, thread_id: str) -> Outcome | None:
         conn = sqlite3.connect(read_only_uri(path), uri=True, isolation_level=None)
         try:
             if locks.held_elsewhere(thread_id):
-                return Outcome.from_error(thread_id, BusyError.for_thread(thread_id))
+                return Outcome.from_error(thread_id, BusyError.for_thread(thread_id).at(
+                    location=str(path)))
             sql = SqliteSql(conn)
             conn.execute("BEGIN")
             try:
                 tombstone = SqlTombstones(sql).get(thread_id)
                 if tombstone is not None:
-                    return Outcome.from_error(thread_id, pruned_refusal(tombstone))
+                    return Outcome.from_error(thread_id, pruned_refusal(tombstone).at(
+                        location=str(path)))
                 return SqliteSummaries(sql).answer(thread_id)
             except RunError:
                 return None  # a damaged row: the full path refuses it

@@ -26,18 +26,39 @@ from procrastinate import App, PsycopgConnector
 if TYPE_CHECKING:
     from graph.outcome import Outcome
 
-HEARTBEAT_S = float(os.environ.get("GRAPH_QUEUE_HEARTBEAT_S", "5"))
-"""How often a worker reports it is alive (seconds)."""
-STALLED_S = float(os.environ.get("GRAPH_QUEUE_STALLED_S", "30"))
-"""A worker silent this long is dead; its `doing` jobs are requeued (seconds)."""
+HEARTBEAT_ENV, STALLED_ENV = "GRAPH_QUEUE_HEARTBEAT_S", "GRAPH_QUEUE_STALLED_S"
+"""How often a worker reports it is alive (seconds, default 5), and how long a silent
+worker is taken for dead before its `doing` jobs are requeued (seconds, default 30)."""
+
+
+def env_seconds(name: str, default: float) -> float:
+    """A positive, finite number of seconds from environment variable `name`, or `default`.
+
+    Raises:
+        UsageError: The value is not a positive finite number (exit 2).
+    """
+    import math
+
+    from graph.errors import UsageError
+
+    raw = os.environ.get(name, "")
+    if raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise UsageError(f"{name} must be a positive number of seconds, not {raw[:40]!r}")
+    return value
 _SCHEMA_LOCK = 0x6D72_7173  # advisory-lock key for applying procrastinate's schema once
 
 
 def make_app(db: str | None = None) -> App:
     """A procrastinate app on database `db` (default `$GRAPH_DB`), with our two tasks."""
     app = App(connector=PsycopgConnector(conninfo=db or os.environ.get("GRAPH_DB", "")),
-              worker_defaults={"update_heartbeat_interval": HEARTBEAT_S,
-                               "stalled_worker_timeout": STALLED_S})
+              worker_defaults={"update_heartbeat_interval": env_seconds(HEARTBEAT_ENV, 5),
+                               "stalled_worker_timeout": env_seconds(STALLED_ENV, 30)})
 
     @app.task(name="graph.advance_thread", retry=False, pass_context=True)
     def advance_thread(context: Any, thread_id: str, fields: dict[str, Any], live: bool,
@@ -132,7 +153,7 @@ def recover_stalled(db: str, seconds: float | None = None) -> int:
         app = make_app(db)
         async with app.open_async():
             jobs = list(await app.job_manager.get_stalled_jobs(
-                seconds_since_heartbeat=seconds if seconds is not None else STALLED_S))
+                seconds_since_heartbeat=seconds if seconds is not None else env_seconds(STALLED_ENV, 30)))
             for job in jobs:
                 await app.job_manager.retry_job(job)
             return len(jobs)

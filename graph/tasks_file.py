@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from graph.errors import UsageError
+from graph.exitcodes import ErrorCode
 from graph.spec import ThreadSpec
 from graph.step import StepRequest
 
@@ -68,6 +69,7 @@ def read_tasks(path: Path, parent: str | None = None, live: bool = True) -> list
                          location=str(path)) from None
     items: list[BatchItem] = []
     problems: list[str] = []
+    codes: set[ErrorCode] = set()
     seen: set[str] = set()
     for number, line in enumerate(raw.splitlines(), start=1):
         try:
@@ -81,12 +83,18 @@ def read_tasks(path: Path, parent: str | None = None, live: bool = True) -> list
             items.append(BatchItem(number, spec))
         except UnicodeDecodeError:
             problems.append(f"line {number}: not UTF-8 text")
+            codes.add(ErrorCode.USAGE)
         except UsageError as exc:
             problems.append(f"line {number}: {exc.message}")
+            codes.add(exc.error_code)
     if problems:
         more = (f"; and {len(problems) - MAX_PROBLEMS_SHOWN} more line(s)"
                 if len(problems) > MAX_PROBLEMS_SHOWN else "")
-        raise UsageError("; ".join(problems[:MAX_PROBLEMS_SHOWN]) + more, location=str(path))
+        # One kind of problem keeps its own code (a missing folder is `no_such_workspace`
+        # as for `graph.run`); a mix is `usage`. Both exit 2.
+        code = codes.pop() if len(codes) == 1 else ErrorCode.USAGE
+        raise UsageError("; ".join(problems[:MAX_PROBLEMS_SHOWN]) + more, location=str(path),
+                         error_code=code)
     if not items:
         raise UsageError("holds no task", location=str(path))
     return items

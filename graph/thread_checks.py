@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from graph.errors import RefusedError, UsageError
+from graph.errors import RefusedError, RunError, UsageError
 from graph.exitcodes import ErrorCode
 
 if TYPE_CHECKING:
@@ -70,13 +70,20 @@ def check_unstarted(entry: Any, location: str, thread_id: str) -> None:
 
 @contextmanager
 def storage_damage_refused(location: str) -> Iterator[None]:
-    """Reports SQLite's own corruption errors (malformed pages) as refusals (exit 4).
+    """Gives every refusal of a step its database; reports SQLite corruption as `damaged`.
+
+    A `RunError` gets `location` (`RunError.at`), so the message names the database
+    once; a `sqlite3.DatabaseError` that is not operational (malformed pages) becomes a
+    refusal (exit 4).
 
     Raises:
         RefusedError: `damaged`, for a `sqlite3.DatabaseError` that is not operational.
     """
     try:
         yield
+    except RunError as exc:  # every refusal of the step names the database once
+        exc.at(location=location)
+        raise
     except sqlite3.DatabaseError as exc:
         if isinstance(exc, sqlite3.OperationalError):
             raise

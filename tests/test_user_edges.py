@@ -1,0 +1,74 @@
+"""Edges a fresh user found: batch output paths, queue timing settings, folders in tasks lines.
+
+Each is a refusal with its own code and exit 2, given before anything runs where it can be.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from graph.batch import main as batch_main
+from graph.errors import UsageError
+from graph.run import main as run_main
+from tests.test_batch import tasks_file
+
+TASK = "How long does shipping take?"
+
+
+@pytest.mark.parametrize("out", ["folder", "missing/results.jsonl"])
+def test_batch_out_that_cannot_be_written_is_refused_before_anything_runs(tmp_path, capsys, out):
+    (tmp_path / "folder").mkdir()
+    db = tmp_path / "c.sqlite"
+    tasks = tasks_file(tmp_path, [{"thread_id": "b1", "task": TASK}])
+    code = batch_main([str(tasks), "--db", str(db), "--out", str(tmp_path / out), "--json"])
+    assert code == 2
+    assert not db.exists()  # nothing ran, nothing was created
+    error = json.loads(capsys.readouterr().out)
+    assert error["error_code"] == "usage" and "--out" in error["error"]
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "0", "nan", "inf", "1e999"])
+def test_a_queue_timing_setting_that_is_not_a_positive_number_is_a_usage_error(monkeypatch, value):
+    pytest.importorskip("procrastinate")
+    from graph.queue import env_seconds
+
+    monkeypatch.setenv("GRAPH_QUEUE_HEARTBEAT_S", value)
+    with pytest.raises(UsageError) as caught:
+        env_seconds("GRAPH_QUEUE_HEARTBEAT_S", 5)
+    assert caught.value.exit_code == 2 and "GRAPH_QUEUE_HEARTBEAT_S" in caught.value.message
+
+
+def test_queue_timing_settings_default_when_unset_and_read_when_set(monkeypatch) -> None:
+    pytest.importorskip("procrastinate")
+    from graph.queue import env_seconds
+
+    monkeypatch.delenv("GRAPH_QUEUE_STALLED_S", raising=False)
+    assert env_seconds("GRAPH_QUEUE_STALLED_S", 30) == 30
+    monkeypatch.setenv("GRAPH_QUEUE_STALLED_S", "2.5")
+    assert env_seconds("GRAPH_QUEUE_STALLED_S", 30) == 2.5
+
+
+@pytest.mark.parametrize("field", ["workspace", "allow_writes"])
+def test_a_missing_folder_is_no_such_workspace_in_run_and_in_a_tasks_line(tmp_path, capsys, field):
+    missing = str(tmp_path / "nonexistent")
+    db = tmp_path / "c.sqlite"
+    flag = "--workspace" if field == "workspace" else "--allow-writes"
+    assert run_main(["--thread", "r1", "--task", TASK, flag, missing, "--db", str(db), "--json"]) == 2
+    from_run = json.loads(capsys.readouterr().out)
+    tasks = tasks_file(tmp_path, [{"thread_id": "b1", "task": TASK, field: missing}])
+    assert batch_main([str(tasks), "--db", str(db), "--json"]) == 2
+    from_batch = json.loads(capsys.readouterr().out)
+    assert from_run["error_code"] == from_batch["error_code"] == "no_such_workspace"
+
+
+def test_refusals_of_a_step_name_the_database_and_the_thread_once(tmp_path, capsys) -> None:
+    db = str((tmp_path / "c.sqlite").resolve())
+    assert run_main(["--thread", "r1", "--task", TASK, "--db", db, "--json"]) == 0
+    capsys.readouterr()
+    assert run_main(["--thread", "r1", "--max-attempts", "5", "--db", db, "--json"]) == 4
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert error.startswith(f"{db}: thread 'r1': ") and error.count(db) == 1
+    assert error.count("'r1'") == 1
