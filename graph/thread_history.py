@@ -182,9 +182,16 @@ def list_threads(store: Store) -> list[dict[str, Any]]:
     """
     graph = store.graph
     rows = []
-    for thread_id, updated_at in sorted(store.ledger.updated_at().items()):
+    updated = store.ledger.updated_at()
+    # Checkpoints without a ledger row are listed too (as damaged), never hidden.
+    ids = set(updated) | (set(store.thread_ids()) - store.tombstones.thread_ids())
+    for thread_id in sorted(ids):
         row: dict[str, Any] = {"thread_id": thread_id, "attempts": None, "max_attempts": None,
-                               "updated_at": updated_at, "status": None, "task": None}
+                               "updated_at": updated.get(thread_id), "status": None, "task": None}
+        if thread_id not in updated:
+            row["status"] = f"unreadable: {ErrorCode.DAMAGED}"
+            rows.append(row)
+            continue
         try:
             entry = store.ledger.read(thread_id)
             if entry is not None:  # None: pruned by another process just now

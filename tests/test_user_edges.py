@@ -6,7 +6,6 @@ Each is a refusal with its own code and exit 2, given before anything runs where
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -72,3 +71,23 @@ def test_refusals_of_a_step_name_the_database_and_the_thread_once(tmp_path, caps
     error = json.loads(capsys.readouterr().out)["error"]
     assert error.startswith(f"{db}: thread 'r1': ") and error.count(db) == 1
     assert error.count("'r1'") == 1
+
+
+def test_a_thread_whose_ledger_row_is_gone_is_refused_by_copy_and_listed_as_damaged(
+        tmp_path, capsys) -> None:
+    import sqlite3
+
+    from graph.copy import main as copy_main
+    from graph.history import main as history_main
+
+    db, target = tmp_path / "c.sqlite", tmp_path / "t.sqlite"
+    for thread_id in ("d1", "d2"):
+        assert run_main(["--thread", thread_id, "--task", TASK, "--db", str(db)]) == 0
+    with sqlite3.connect(db) as conn:
+        conn.execute("DELETE FROM attempt_ledger WHERE thread_id = 'd2'")
+    capsys.readouterr()
+    assert copy_main(["--from", str(db), "--to", str(target), "--json"]) == 4
+    assert json.loads(capsys.readouterr().out)["error_code"] == "damaged"
+    assert history_main(["--list", "--db", str(db), "--json"]) == 0
+    listed = {row["thread_id"]: row["status"] for row in json.loads(capsys.readouterr().out)["threads"]}
+    assert listed == {"d1": "done", "d2": "unreadable: damaged"}
