@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from graph.cli import Parser, emit, guard
+from graph.cli import Parser, emit, guard, whole_number
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--once", action="store_true", help="one step per thread")
     parser.add_argument("--live", action="store_true", help="allow real, paid MandAPI requests")
     parser.add_argument("--out", type=Path, help="write one JSON line per thread here")
-    parser.add_argument("--max-requests", type=int, metavar="N", help="cap on the batch's requests")
+    parser.add_argument("--max-requests", type=whole_number, metavar="N", help="cap on the batch's requests")
     parser.add_argument("--batch-id", help="name of the request cap (default: tasks file name)")
     parser.add_argument("--parent", metavar="ID", help="run the lines as subtasks of thread ID")
     parser.add_argument("--enqueue", action="store_true",

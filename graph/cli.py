@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import sqlite3
 import sys
@@ -41,6 +42,24 @@ class Parser(argparse.ArgumentParser):
         """Adds `--db` (SQLite file or PostgreSQL URL)."""
         self.add_argument("--db", help="SQLite file or postgresql:// URL (default: $GRAPH_DB, "
                           "else ./checkpoints.sqlite)")
+
+
+def whole_number(text: str) -> int:
+    """An argparse type: a whole number written with ASCII digits (and an optional `-`).
+
+    Python's `int()` also takes `1_0`, ` 5`, `+5` and other scripts' digits; a number
+    flag takes exactly what a tasks line's JSON integer takes, so run and batch agree.
+    Bounds are `graph.spec.ThreadSpec`'s.
+
+    Raises:
+        argparse.ArgumentTypeError: Anything else (argparse exits 2 with `usage`).
+    """
+    if not re.fullmatch(r"-?[0-9]{1,30}", text):
+        raise argparse.ArgumentTypeError(f"invalid whole number: {text[:40]!r}")
+    return int(text)
+
+
+whole_number.__name__ = "whole number"
 
 
 def resolve_db(flag: str | None) -> str:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlsplit
 
-from graph.cli import Parser, emit, exit_now, known_error
+from graph.cli import Parser, emit, exit_now, known_error, whole_number
 from graph.errors import RunError, UsageError
 from graph.exitcodes import ErrorCode, ExitCode
 from graph.outcome import Outcome
@@ -51,11 +51,11 @@ def _parser() -> Parser:
     parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
     parser.add_argument("--workspace", metavar="DIR",
                         help="read-only folder the model may list, read and search (fixed at creation)")
-    parser.add_argument("--max-attempts", type=int, metavar="N",
+    parser.add_argument("--max-attempts", type=whole_number, metavar="N",
                         help="model requests allowed for a new thread (default 4; fixed at creation)")
-    parser.add_argument("--max-tokens", type=int, metavar="N",
+    parser.add_argument("--max-tokens", type=whole_number, metavar="N",
                         help="stop before a request once the thread used N tokens (fixed at creation)")
-    parser.add_argument("--context-tokens", type=int, metavar="N",
+    parser.add_argument("--context-tokens", type=whole_number, metavar="N",
                         help="context limit per request, estimated tokens (default 16000; fixed at "
                              "creation); older material is compacted")
     parser.add_argument("--keep-checkpoints", type=_keep, metavar="N|all",
@@ -79,7 +79,7 @@ def _parser() -> Parser:
 
 def _keep(text: str) -> int | str:
     """`--keep-checkpoints`: `all`, or a whole number (its bounds are `ThreadSpec`'s)."""
-    return text if text == "all" else int(text)
+    return text if text == "all" else whole_number(text)
 
 
 _keep.__name__ = "number or 'all'"

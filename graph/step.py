@@ -118,8 +118,9 @@ def advance(
     from langsmith import tracing_context
 
     # Never trace: LangSmith's environment switches would upload tasks and conversations.
-    with (tracing_context(enabled=False), store.locks.hold(thread_id),
-          storage_damage_refused(store.location)):
+    # The refusal context first, so a busy lock is refused naming the database too.
+    with (tracing_context(enabled=False), storage_damage_refused(store.location),
+          store.locks.hold(thread_id)):
         check_tombstone(store, thread_id, task=request.spec.task, restart=request.restart_pruned)
         graph = store.graph
         loaded = load_thread(graph, thread_id, store.location)

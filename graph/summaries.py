@@ -121,6 +121,10 @@ class SqliteSummaries(SqlTable):
         fields = _fields(text)
         if fields is None or fingerprint != self.fingerprint(thread_id, text):
             return None
+        try:  # lone surrogates (JSON escapes) cannot be printed as UTF-8: the full path decides
+            json.dumps(fields, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            return None
         if not self._ledger_agrees(thread_id, fields):
             return None
         progress = {key: fields[key] for key in ("status", "attempts", "answer", "stop_reason",

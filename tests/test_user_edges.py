@@ -91,3 +91,33 @@ def test_a_thread_whose_ledger_row_is_gone_is_refused_by_copy_and_listed_as_dama
     assert history_main(["--list", "--db", str(db), "--json"]) == 0
     listed = {row["thread_id"]: row["status"] for row in json.loads(capsys.readouterr().out)["threads"]}
     assert listed == {"d1": "done", "d2": "unreadable: damaged"}
+
+
+@pytest.mark.parametrize("flag", ["--max-attempts", "--max-tokens", "--context-tokens",
+                                  "--keep-checkpoints"])
+@pytest.mark.parametrize("text", ["1_0", " 5", "+5", "\uff11", "5 "])
+def test_a_number_flag_takes_only_ascii_digits_like_a_tasks_line(tmp_path, capsys, flag, text):
+    db = tmp_path / "c.sqlite"
+    assert run_main(["--thread", "n1", "--task", TASK, flag, text, "--db", str(db)]) == 2
+    assert not db.exists()
+    assert "invalid whole number" in capsys.readouterr().err
+
+
+def test_a_summary_with_a_lone_surrogate_is_left_to_the_full_path(tmp_path, capsys) -> None:
+    import sqlite3
+
+    from graph.poll import quick_answer
+    from graph.sql import SqliteSql
+    from graph.summaries import SqliteSummaries
+
+    db = tmp_path / "c.sqlite"
+    for _ in range(2):
+        assert run_main(["--thread", "s1", "--task", TASK, "--once", "--db", str(db)]) == 0
+    assert quick_answer(str(db), "s1") is not None  # finished: answered from its summary
+    with sqlite3.connect(db) as conn:
+        text = conn.execute("SELECT outcome FROM thread_summaries WHERE thread_id = 's1'").fetchone()[0]
+        forged = json.dumps({**json.loads(text), "answer": "\udc80"})  # an escape JSON allows
+        fingerprint = SqliteSummaries(SqliteSql(conn)).fingerprint("s1", forged)
+        conn.execute("UPDATE thread_summaries SET outcome = ?, fingerprint = ? WHERE thread_id = 's1'",
+                     (forged, fingerprint))
+    assert quick_answer(str(db), "s1") is None
