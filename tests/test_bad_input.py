@@ -169,8 +169,8 @@ COPY = [
 ]
 
 
-def _batch(tasks: str | bytes | None, *argv: str) -> Case:
-    return Case("batch", ("{tmp}/tasks.jsonl", "--db", "{db}", *argv), 2, "usage", tasks=tasks)
+def _batch(tasks: str | bytes | None, *argv: str, error: str = "usage") -> Case:
+    return Case("batch", ("{tmp}/tasks.jsonl", "--db", "{db}", *argv), 2, error, tasks=tasks)
 
 
 _OK_LINE = json.dumps({"thread_id": "b1", "task": TASK})
@@ -190,8 +190,9 @@ BATCH = [
     _batch('{"thread_id": "b1", "task": "x", "colour": "red"}'),
     _batch('{"thread_id": "b1", "task": "x", "model": "offline_demo"}'),
     _batch('{"thread_id": "b1", "task": "x", "model": "mandapi-large"}'),
-    _batch('{"thread_id": "b1", "task": "x", "workspace": "/no/such/folder"}'),
-    _batch('{"thread_id": "b1", "task": "x", "workspace": "a\\u0000b"}'),
+    _batch('{"thread_id": "b1", "task": "x", "workspace": "/no/such/folder"}',
+           error="no_such_workspace"),  # as run's --workspace
+    _batch('{"thread_id": "b1", "task": "x", "workspace": "a\\u0000b"}', error="no_such_workspace"),
     _batch('{"thread_id": "b 1", "task": "x"}'), _batch('{"thread_id": 7, "task": "x"}'),
     _batch('{"thread_id": {"a": 1}, "task": "x"}'),
     _batch('{"thread_id": null, "task": "x"}'), _batch('{"thread_id": "b1", "task": null}'),
