@@ -16,7 +16,6 @@ ratio to bare.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sqlite3
 import tempfile
@@ -25,28 +24,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.common import prose, table
-from nodes.context import ModelReply
+from bench.common import table
+from bench.project import ToolLoopModel
 from nodes.state import DEFAULT_KEEP_CHECKPOINTS
 
 TASK = "Summarise the shop's shipping terms."
 VACUUM_EVERY = 25
 """PostgreSQL: steps between two plain `VACUUM`s (what autovacuum does on its own)."""
-
-
-class ToolLoop:
-    """Asks for a tool on every request, with ~2 KB of assistant text each time."""
-
-    def __init__(self) -> None:
-        self.n = 0
-
-    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply:
-        self.n += 1
-        call = {"id": f"call_{self.n}", "type": "function",
-                "function": {"name": "search_references",
-                             "arguments": json.dumps({"query": "shipping " + "x" * 40})}}
-        return ModelReply({"role": "assistant", "content": prose(self.n), "tool_calls": [call]},
-                          {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20})
 
 
 def file_size(db: str) -> int:
@@ -71,7 +55,7 @@ def ours(db: str, keep: str, steps: list[int]) -> list[int]:
     from graph.step import StepRequest, advance
     from graph.storage import open_store
 
-    sizes, done, model = [], 0, ToolLoop()
+    sizes, done, model = [], 0, ToolLoopModel()
     spec = ThreadSpec("t", task=TASK, max_attempts=10**6,
                       keep_checkpoints=keep if keep == "all" else int(keep))
     with open_store(db, create=True) as store:
@@ -104,7 +88,7 @@ def bare(db: str, steps: list[int]) -> list[int]:
 
     conn = sqlite3.connect(db, check_same_thread=False)
     graph = build_graph(SqliteSaver(conn))
-    ledger, model = MemoryLedger(), ToolLoop()
+    ledger, model = MemoryLedger(), ToolLoopModel()
     ledger.create("t", 10**6)
     graph_input: Any = initial_state(thread_id="t", task=TASK, model="offline-demo",
                                      max_attempts=10**6, created_at="2026-01-01T00:00:00+00:00",
