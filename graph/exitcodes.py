@@ -47,6 +47,7 @@ class ErrorCode(StrEnum):
     USAGE = "usage"
     NO_SUCH_WORKSPACE = "no_such_workspace"
     DB_UNREACHABLE = "db_unreachable"
+    DB_NOT_DURABLE = "db_not_durable"
     PERMISSION_DENIED = "permission_denied"
     IDENTITY_MISMATCH = "identity_mismatch"
     NO_SUCH_THREAD = "no_such_thread"
@@ -82,6 +83,7 @@ _EXIT = {
     ErrorCode.USAGE: ExitCode.USAGE,
     ErrorCode.NO_SUCH_WORKSPACE: ExitCode.USAGE,
     ErrorCode.DB_UNREACHABLE: ExitCode.USAGE,
+    ErrorCode.DB_NOT_DURABLE: ExitCode.USAGE,
     ErrorCode.PERMISSION_DENIED: ExitCode.USAGE,
     ErrorCode.DB_SECOND_NAME: ExitCode.USAGE,
     **{code: ExitCode.REFUSED for code in (

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tests.redis_server import redis_server, redis_url  # noqa: F401 - fixtures of the Redis tests
 from tests.sealing import checksummed_dumps, reseal
 
 if TYPE_CHECKING:

@@ -1,0 +1,53 @@
+"""The names of this project's keys in a Redis database, defined once.
+
+Every key of ours starts with `PREFIX`, so it never meets LangGraph's own keys
+(`checkpoint:...`, `checkpoint_write:...`, its search indexes) or anyone else's. A
+thread's keys end with the thread id as it is (any text; the part before it is fixed, so
+the id is read back by cutting the prefix off; bytes that are not UTF-8 come back as
+lone surrogates and go out again as the same bytes). Keys of one operation may lie in
+different hash slots: the backend runs on one server (or a primary with replicas), not on
+Redis Cluster.
+"""
+
+from __future__ import annotations
+
+PREFIX = "mandapi-resume:"
+"""The start of every key this project writes."""
+
+LEDGER = f"{PREFIX}ledger:"
+"""A hash per thread: `attempts`, `claimed`, `max_attempts`, `created_at`, `updated_at`."""
+CAP = f"{PREFIX}cap:"
+"""A hash per request cap (a batch or a parent task): `requests`, `max_requests`."""
+LOCK = f"{PREFIX}lock:"
+"""A string per thread held by its writer: the holder's token, with the lease as its TTL."""
+FSYNC = f"{PREFIX}fsync"
+"""A counter written only so that a following `WAITAOF` has a write of its own to wait for."""
+
+
+def _encode(key: str) -> bytes:
+    return key.encode("utf-8", "surrogateescape")
+
+
+def ledger_key(thread_id: str) -> bytes:
+    """The thread's ledger hash."""
+    return _encode(LEDGER + thread_id)
+
+
+def cap_key(cap_id: str) -> bytes:
+    """The request cap's hash."""
+    return _encode(CAP + cap_id)
+
+
+def lock_key(thread_id: str) -> bytes:
+    """The thread's writer lock."""
+    return _encode(LOCK + thread_id)
+
+
+def pattern(prefix: str) -> bytes:
+    """A `SCAN MATCH` pattern for every key that starts with `prefix` (one of ours)."""
+    return prefix.encode() + b"*"
+
+
+def suffix(key: bytes, prefix: str) -> str:
+    """The id at the end of `key` (a key `SCAN` found with `pattern(prefix)`), never failing."""
+    return key[len(prefix.encode()):].decode("utf-8", "surrogateescape")

