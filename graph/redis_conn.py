@@ -9,7 +9,9 @@ each claim waits with `WAITAOF 1 0 TIMEOUT` until the claim is fsynced to the lo
 the claim and its `WAITAOF` are sent in one pipeline on one connection; a client that
 reconnected in between would get "on disk" for writes it never made there (and
 commands are never retried, `connect`). With `appendfsync no` `WAITAOF` answers at once
-without any fsync, so that setting is refused too. `check_durable` runs before anything
+without any fsync, so that setting is refused too, and so is an eviction policy that may
+drop any key (`allkeys-*`: the ledger has no TTL, so `volatile-*` and `noeviction` keep
+it). `check_durable` runs before anything
 is counted. Importing this module needs no redis package.
 """
 
@@ -116,8 +118,9 @@ def _text(value: Any) -> str:
 def check_durable(client: redis.Redis, location: str) -> None:
     """Refuses a server that cannot fsync a claim before its request leaves (module doc).
 
-    Reads `appendonly` and `appendfsync` (`CONFIG GET`), then asks `WAITAOF 1 0` once,
-    which fails on a server without the AOF or without the command. Changes nothing.
+    Reads `appendonly`, `appendfsync` and `maxmemory-policy` (`CONFIG GET`), then asks
+    `WAITAOF 1 0` once, which fails on a server without the AOF or without the command.
+    Changes nothing.
 
     Args:
         client: A client of the server.
@@ -125,13 +128,14 @@ def check_durable(client: redis.Redis, location: str) -> None:
 
     Raises:
         UsageError: `db_not_durable` (exit 2): the AOF is off, `appendfsync` is `no`,
-            the settings cannot be read (`CONFIG` renamed or not permitted), or the
-            server has no `WAITAOF`.
+            an `allkeys-*` eviction policy could drop the ledger, the settings cannot be
+            read (`CONFIG` renamed or not permitted), or the server has no `WAITAOF`.
     """
     import redis
 
     try:
         config = {_text(k): _text(v) for k, v in client.config_get("append*").items()}
+        config.update({_text(k): _text(v) for k, v in client.config_get("maxmemory-policy").items()})
     except redis.ResponseError as exc:
         raise _refuse(location, f"its persistence settings cannot be read ({_text(exc)[:80]})") \
             from None
@@ -140,6 +144,9 @@ def check_durable(client: redis.Redis, location: str) -> None:
     if config.get("appendfsync") not in _FSYNC_POLICIES:
         raise _refuse(location, f"appendfsync is {config.get('appendfsync', 'unknown')!r}, which "
                       "never waits for the disk")
+    if config.get("maxmemory-policy", "").startswith("allkeys-"):
+        raise _refuse(location, f"maxmemory-policy {config['maxmemory-policy']} may evict the "
+                      "budget (use noeviction)")
     try:
         client.execute_command("WAITAOF", 1, 0, WAITAOF_TIMEOUT_MS)
     except redis.ResponseError as exc:

@@ -165,8 +165,9 @@ class RedisLedger(RedisLedgerRows):
             if isinstance(reply, Exception):
                 raise reply
         checked = self._checked(reply)
+        if checked[0] == "busy":
+            self._entry(thread_id, checked)  # raises BusyError
         if checked[0] != "ok":
-            self._entry(thread_id, checked)  # raises for busy and none
             return False
         check_fsynced(fsynced, f"thread {thread_id!r}: attempt {attempt} is claimed, but")
         return True

@@ -5,7 +5,8 @@ A script runs alone on the server and its writes reach the append-only file as o
 and its request cap) or none of it. Each script checks everything it reads before it
 writes anything (Redis does not undo the writes of a script that fails halfway):
 stored counts must be canonical whole numbers with `claimed <= attempts <= maximum`,
-keys of the right type; anything else answers `damaged` and changes nothing. Scripts
+times must look like ISO 8601 with a zone, keys must be of the right type and a row
+exactly its five fields; anything else answers `damaged` and changes nothing. Scripts
 only ever raise a count by one, set a row that does not exist yet, or touch
 `updated_at`: none lowers a count or changes a maximum.
 
@@ -23,6 +24,11 @@ local function int(v)
   if #v > 1 and string.sub(v, 1, 1) == '0' then return nil end
   return tonumber(v)
 end
+-- ISO 8601 with a zone, as this program writes times (`graph.redis_rows` checks them fully).
+local function time(v)
+  return type(v) == 'string' and string.match(v, '^%d%d%d%d%-%d%d%-%d%d[T ]%d%d:%d%d') ~= nil
+    and (string.match(v, '[+-]%d%d:?%d%d$') ~= nil or string.sub(v, -1) == 'Z')
+end
 local function kind(key) return redis.call('TYPE', key).ok end
 local function ledger(key)
   local t = kind(key)
@@ -32,7 +38,8 @@ local function ledger(key)
   if n ~= 5 then return nil, 'the row has ' .. n .. ' fields, not 5' end
   local f = redis.call('HMGET', key, 'attempts', 'claimed', 'max_attempts', 'created_at', 'updated_at')
   local a, c, m = int(f[1]), int(f[2]), int(f[3])
-  if not (a and c and m and f[4] and f[5]) then return nil, 'a field is missing or not a whole number' end
+  if not (a and c and m) then return nil, 'a count is missing or not a whole number' end
+  if not (time(f[4]) and time(f[5])) then return nil, 'a time is missing or not ISO 8601' end
   if m < 1 or c > a or a > m then
     return nil, 'claimed ' .. c .. ', attempts ' .. a .. ', maximum ' .. m
   end
