@@ -75,9 +75,9 @@ def first_turn(task: str) -> Turn:
 
 _JSON_TEXT = r'"(?:[^"\\]|\\.)*"'
 _SALVAGED = {
-    "list_files": (re.compile(r'\{"bytes": \d+, "path": (' + _JSON_TEXT + r')\}'), "files"),
-    "search_text": (re.compile(r'\{"line": (\d+), "path": (' + _JSON_TEXT + r'), "text": ('
-                               + _JSON_TEXT + r')\}'), "matches"),
+    "list_files": (re.compile(r'\{"bytes": \d+, "path": ' + _JSON_TEXT + r'\}'), "files"),
+    "search_text": (re.compile(r'\{"line": \d+, "path": ' + _JSON_TEXT + r', "text": ' + _JSON_TEXT
+                               + r'\}'), "matches"),
 }
 """The whole entries of a result cut at `MAX_TOOL_OUTPUT_CHARS` (keys sorted, as the tools write)."""
 
@@ -88,10 +88,13 @@ def _salvaged(name: str, text: str) -> dict[str, Any]:
     if value is not None or name not in _SALVAGED or text.startswith(TOOL_ERROR_PREFIX):
         return value or {}
     pattern, key = _SALVAGED[name]
-    if key == "files":
-        return {key: [{"path": json.loads(path)} for path in pattern.findall(text)]}
-    return {key: [{"line": int(line), "path": json.loads(path), "text": json.loads(line_text)}
-                  for line, path, line_text in pattern.findall(text)]}
+    entries = []
+    for found in pattern.finditer(text):
+        try:
+            entries.append(json.loads(found.group(0)))
+        except json.JSONDecodeError:  # a string the pattern took for JSON: skip the entry
+            continue
+    return {key: entries}
 
 
 def _candidates(results: Sequence[Result]) -> dict[str, list[tuple[int, str]]]:
