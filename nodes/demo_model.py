@@ -1,20 +1,35 @@
 """The offline demo model: no network, no key, deterministic.
 
-On its first call it asks for a reference look-up (`search_references` with the
-task text); once a tool result is in the conversation it answers from the best hit,
-citing the reference id. It is the default model (`offline-demo`), so the main job
-and the tests run without spending money.
+It decides each turn only from the request it is given (the conversation and the
+tools offered), as a real model would:
+
+- **The shop's references** (a thread without a workspace): on its first turn it
+  searches the references for the task (`search_references`); once the result is in
+  the conversation it answers with the best hit's text, citing its id (`[ship-02]`).
+  The search ranks by BM25+ over word stems (`nodes.ranking`), so each demo question
+  finds its own reference.
+- **A workspace folder** (a thread created with `--workspace`, seen from the
+  workspace tools offered): list and search the folder, read the best files, then
+  answer quoting the lines read, cited `path#Lx-Ly` (`nodes.demo_workspace`): three
+  requests, within the default budget of four.
+
+It is the default model (`offline-demo`), so the main job and the tests run without
+spending money.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from nodes.context import ModelReply
+    from nodes.demo_workspace import Result, Turn
 
 DEMO_MODEL_ID = "offline-demo"
+
+_WORKSPACE_TOOLS = frozenset({"list_files", "read_file", "search_text"})
 
 
 def _estimate_tokens(payload: Any) -> int:
@@ -22,34 +37,74 @@ def _estimate_tokens(payload: Any) -> int:
     return max(1, len(json.dumps(payload, ensure_ascii=False)) // 4)
 
 
+def last_results(messages: Sequence[dict[str, Any]]) -> list[Result]:
+    """The tool results that answer the conversation's last assistant message.
+
+    Returns:
+        `(tool name, arguments, result text)` per call of that message, in call order
+        (paired by position and id, as the chat-completions format pairs them); empty
+        when the conversation does not end with tool results. Arguments that are not a
+        JSON object read as `{}`.
+    """
+    last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
+    if last < 0:
+        return []
+    answers = {m.get("tool_call_id"): m.get("content") or "" for m in messages[last + 1:]
+               if m.get("role") == "tool"}
+    results: list[Result] = []
+    for call in messages[last].get("tool_calls") or []:
+        function = call.get("function") or {}
+        try:
+            args = json.loads(function.get("arguments") or "{}")
+        except (TypeError, json.JSONDecodeError):
+            args = {}
+        if call.get("id") in answers:
+            results.append((str(function.get("name")), args if isinstance(args, dict) else {},
+                            str(answers[call.get("id")])))
+    return results
+
+
+def _workspace_turn(task: str, results: list[Result], started: bool) -> Turn:
+    from nodes import demo_workspace as ws  # here: ranking stays out of a plain import
+
+    names = {name for name, _, _ in results}
+    if "read_file" in names:
+        return ws.answer_turn(task, results)
+    if names & {"list_files", "search_text"}:
+        return ws.read_turn(task, results)
+    if not started:
+        return ws.first_turn(task)
+    return "I could not finish looking through the workspace, so I cannot answer this task.", []
+
+
+def _reference_turn(task: str, results: list[Result], started: bool) -> Turn:
+    if not started:
+        return "I will look this up in the shop's references.", [("search_references", {"query": task})]
+    texts = [text for name, _, text in results if name == "search_references"]
+    return OfflineDemoModel.answer(texts[-1] if texts else ""), []
+
+
 class OfflineDemoModel:
     """A scripted stand-in for MandAPI that follows the same `ChatModel` protocol."""
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply:
-        """Returns a tool call on the first turn and a cited answer after a tool result."""
+        """Returns the next turn: tool calls while it is looking things up, then a cited answer."""
         from nodes.context import ModelReply  # here: DEMO_MODEL_ID stays cheap to import
         from nodes.state import Usage
 
-        task = next((m["content"] for m in messages if m["role"] == "user"), "")
-        tool_results = [m for m in messages if m["role"] == "tool"]
-        if not tool_results:
-            turn = sum(1 for m in messages if m["role"] == "assistant") + 1
-            message: dict[str, Any] = {
-                "role": "assistant",
-                "content": "I will look this up in the shop's references.",
-                "tool_calls": [
-                    {
-                        "id": f"call_demo_{turn}",
-                        "type": "function",
-                        "function": {
-                            "name": "search_references",
-                            "arguments": json.dumps({"query": task}),
-                        },
-                    }
-                ],
-            }
-        else:
-            message = {"role": "assistant", "content": self._answer(tool_results[-1]["content"])}
+        task = next((m.get("content") or "" for m in messages if m.get("role") == "user"), "")
+        offered = {(spec.get("function") or {}).get("name") for spec in tools}
+        results = last_results(messages)
+        started = any(m.get("role") == "assistant" for m in messages)
+        turn_of = _workspace_turn if _WORKSPACE_TOOLS <= offered else _reference_turn
+        content, calls = turn_of(task, results, started)
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if calls:
+            turn = sum(1 for m in messages if m.get("role") == "assistant") + 1
+            message["tool_calls"] = [
+                {"id": f"call_demo_{turn}" + (f"_{index}" if index else ""), "type": "function",
+                 "function": {"name": name, "arguments": json.dumps(args)}}
+                for index, (name, args) in enumerate(calls)]
         prompt = _estimate_tokens(messages) + _estimate_tokens(tools)
         completion = _estimate_tokens(message)
         usage = Usage(
@@ -58,12 +113,13 @@ class OfflineDemoModel:
         return ModelReply(message=message, usage=usage)
 
     @staticmethod
-    def _answer(tool_text: str) -> str:
+    def answer(tool_text: str) -> str:
+        """The answer to a `search_references` result: the best hit's text and id."""
         try:
             hits = json.loads(tool_text).get("hits") or []
         except (json.JSONDecodeError, AttributeError):
             hits = []
-        if not hits:
+        best = hits[0] if isinstance(hits, list) and hits and isinstance(hits[0], dict) else {}
+        if not best.get("text") or not best.get("id"):
             return "I found no reference that answers this task, so I cannot answer it."
-        best = hits[0]
         return f"{best['text']} [{best['id']}]"

@@ -1,23 +1,19 @@
 """The demo shop's reference collection and read-only look-ups over it.
 
 The collection is a small JSON file shipped with the package (`nodes/data/`). Each
-reference has a stable `id` (for example `ship-01`), a `topic`, a `title` and a
-`text`. Nothing here writes anything.
+reference has a stable `id` (for example `ship-01`), a `topic`, a `title`, `keywords`
+(words a question may use instead of the text's: "abroad" for international shipping)
+and a `text`. Nothing here writes anything.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from functools import cache
 from importlib import resources
 from typing import Any
 
-_WORD = re.compile(r"[a-z0-9]+")
-_STOPWORDS = frozenset(
-    "a an and are at do does for from how i in is it long of on or the to what when "
-    "where which who why with you your my me can".split()
-)
+from nodes import ranking
 
 
 @cache
@@ -25,20 +21,16 @@ def load_references() -> tuple[dict[str, str], ...]:
     """Returns the shipped references, in file order.
 
     Returns:
-        A tuple of dicts with the keys `id`, `topic`, `title` and `text`.
+        A tuple of dicts with the keys `id`, `topic`, `title`, `keywords` and `text`.
     """
     raw = resources.files("nodes").joinpath("data/references.json").read_text("utf-8")
     return tuple(json.loads(raw))
 
 
-def _terms(text: str) -> set[str]:
-    words = set(_WORD.findall(text.lower()))
-    stems = {w[:-1] for w in words if w.endswith("s") and len(w) > 3}
-    return (words | stems) - _STOPWORDS
-
-
 def search(query: str, limit: int = 3) -> list[dict[str, Any]]:
-    """Ranks references by how many query words they share.
+    """Ranks references by how well they answer `query` (BM25+ over word stems, `nodes.ranking`).
+
+    A reference is indexed by its topic, title, keywords and text.
 
     Args:
         query: Free text.
@@ -46,18 +38,15 @@ def search(query: str, limit: int = 3) -> list[dict[str, Any]]:
 
     Returns:
         Hits, best first (ties in collection order), each with `id`, `title`,
-        `score` (shared words) and `text`; empty when nothing matches.
+        `score` (BM25+, rounded to 3 decimals; comparable within one search) and
+        `text`; only references sharing a word stem with the query, so empty when
+        nothing matches.
     """
-    wanted = _terms(query)
-    scored = []
-    for index, ref in enumerate(load_references()):
-        score = len(wanted & _terms(f"{ref['topic']} {ref['title']} {ref['text']}"))
-        if score:
-            scored.append((-score, index, ref))
-    scored.sort(key=lambda item: (item[0], item[1]))
+    refs = load_references()
+    ranked = ranking.rank(query, [f"{r['topic']} {r['title']} {r['keywords']} {r['text']}" for r in refs])
     return [
-        {"id": ref["id"], "title": ref["title"], "score": -neg, "text": ref["text"]}
-        for neg, _, ref in scored[: max(1, min(limit, 5))]
+        {"id": refs[i]["id"], "title": refs[i]["title"], "score": round(score, 3), "text": refs[i]["text"]}
+        for i, score in ranked[: max(1, min(limit, 5))]
     ]
 
 
