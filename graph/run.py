@@ -8,14 +8,14 @@ The first call creates the thread in the checkpoint database (default
 resume it from its checkpoint. Without --once it keeps stepping until the task is
 done, the budget is spent or a request fails. Real MandAPI requests need --live with
 MANDAPI_API_KEY (and a model: --model or MANDAPI_MODEL_ID); the default model is the
-offline demo.
+offline demo. Also installed as `mandapi-resume run` (see `mandapi-resume --help`).
 
 exit codes:
   0 the step ran or the task is done     4 stored data refused (identity, missing, ...)
   1 unexpected error (a bug)              5 thread busy in another process
   2 usage, configuration or permission    6 the model request failed, or the database
-  3 budget exhausted                        connection was lost (counted; run again)
-                                          7 awaiting human approval
+  3 budget exhausted, or a model error      connection was lost (counted; run again)
+    no rerun can fix stopped the thread   7 awaiting human approval
   130 interrupted by SIGINT/SIGTERM (a counted attempt stays counted)
 """
 
