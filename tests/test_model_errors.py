@@ -57,6 +57,12 @@ def test_a_model_that_does_not_exist_stops_the_thread_with_the_servers_message(
         "exhausted", "model_not_found", 3)
     assert len(calls) == 1, "a stopped thread never sends again"
     assert SqliteBackend(Path(db)).ledger_row("t1") == (1, 1, 4), "the attempt stays counted"
+    from graph.poll import quick_answer
+
+    polled = quick_answer(db, "t1")  # the summary of a finished thread, without LangGraph
+    assert polled is not None
+    assert (polled.status, polled.stop_reason, int(polled.exit_code)) == (
+        "exhausted", "model_not_found", 3)
 
 
 def test_text_output_of_a_stopped_thread_says_why_and_what_to_do(
