@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from graph.cli import Parser, emit, guard, whole_number
+from graph.errors import error_line
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,8 +45,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--enqueue", action="store_true",
                         help="put one job per thread on the PostgreSQL queue for workers")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    parser.add_trace()
     as_json = "--json" in argv
-    return guard(lambda: _run(parser, argv, as_json), as_json)
+    try:
+        return guard(lambda: _run(parser, argv, as_json), as_json)
+    finally:
+        if "--trace" in argv:
+            from graph.tracing import flush_traces
+
+            flush_traces()
 
 
 def _run(parser: Parser, argv: list[str], as_json: bool) -> int:
@@ -57,6 +65,7 @@ def _run(parser: Parser, argv: list[str], as_json: bool) -> int:
     from graph.settings import resolve_settings
     from graph.spec import check_thread_id
     from graph.storage import open_store
+    from graph.subtasks import parent_result
     from graph.tasks_file import read_tasks
 
     if args.parent is not None:
@@ -67,7 +76,8 @@ def _run(parser: Parser, argv: list[str], as_json: bool) -> int:
     if args.max_requests is not None and not 1 <= args.max_requests <= MAX_REQUESTS_LIMIT:
         parser.error(f"--max-requests must be a positive integer up to {MAX_REQUESTS_LIMIT}")
     items = read_tasks(args.tasks, args.parent, live=args.live)
-    settings = resolve_settings(db=resolve_db(args.db), live=args.live, timeout_s=None)
+    settings = resolve_settings(db=resolve_db(args.db), live=args.live, timeout_s=None,
+                                trace=args.trace)
     cap_id = args.batch_id if args.batch_id is not None else (
         f"parent:{args.parent}" if args.parent else args.tasks.name)
     if not re.fullmatch(r"[^\x00-\x1f\x7f]{1,200}", cap_id) or not _utf8(cap_id):
@@ -81,20 +91,32 @@ def _run(parser: Parser, argv: list[str], as_json: bool) -> int:
         emit(json.dumps({"enqueued": count, "exit_code": 0}) if as_json
              else f"enqueued {count} thread(s)")
         return 0
-    progress = Progress(len(items))
-    with open_store(settings.db, create=True) as store:
-        report = run_batch(store, items, settings, once=args.once, cap_id=cap_id,
-                           max_requests=args.max_requests, progress=progress)
+    progress = Progress(len(items), bar=not as_json)  # --json: plain lines on stderr at most
+    try:
+        with open_store(settings.db, create=True) as store:
+            report = run_batch(store, items, settings, once=args.once, cap_id=cap_id,
+                               max_requests=args.max_requests, progress=progress)
+    finally:
+        progress.close()
+    parent = parent_result(args.parent, _subtasks(report.outcomes)) if args.parent else None
     if args.out:
         tmp = args.out.with_name(args.out.name + ".tmp")
+        lines = [o.to_json() for o in report.outcomes]
+        if parent is not None:  # the last line: the parent's result
+            lines.append(json.dumps({**parent, "thread_id": args.parent},
+                                    ensure_ascii=False, sort_keys=True))
         try:
-            tmp.write_text("".join(o.to_json() + "\n" for o in report.outcomes), encoding="utf-8")
+            tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
             tmp.replace(args.out)
         except OSError as exc:  # the batch ran: its threads' state is in the database
             raise UsageError(f"cannot write the results ({exc.strerror or exc}); the threads' "
                              "state is stored, see graph.history", location=str(args.out)) from None
-    _summary(args, report, progress, cap_id, as_json)
+    _summary(report, progress, cap_id, parent, as_json)
     return int(report.exit_code)
+
+
+def _subtasks(outcomes: list[Any]) -> list[dict[str, Any]]:
+    return [{"thread_id": o.thread_id, "status": o.status, "answer": o.answer} for o in outcomes]
 
 
 def _utf8(text: str) -> bool:
@@ -105,10 +127,8 @@ def _utf8(text: str) -> bool:
     return True
 
 
-def _summary(args: Any, report: Any, progress: Any, cap_id: str, as_json: bool) -> None:
-    from graph.batch_run import parent_result
-
-    parent = parent_result(args.parent, report.outcomes) if args.parent else None
+def _summary(report: Any, progress: Any, cap_id: str, parent: dict[str, Any] | None,
+             as_json: bool) -> None:
     if as_json:
         emit(json.dumps({"threads": len(report.outcomes), "statuses": dict(progress.statuses),
                          "errors": dict(progress.errors), "cap_reached": report.cap_reached,
@@ -118,7 +138,12 @@ def _summary(args: Any, report: Any, progress: Any, cap_id: str, as_json: bool) 
     if report.cap_reached:
         emit(f"stopped: request cap {cap_id!r} is full")
     if parent is not None:
-        emit(json.dumps(parent, ensure_ascii=False, indent=2))
+        from graph.subtasks import render_parent
+
+        emit("\n".join(["", *render_parent(parent)]))
+    if report.failure is not None and report.exit_code != 0:  # as graph.run: one line on stderr
+        fields = report.error_fields()
+        emit(error_line(fields["error_code"], fields["error"]), sys.stderr)
 
 if __name__ == "__main__":
     sys.exit(main())

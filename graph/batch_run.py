@@ -26,14 +26,29 @@ if TYPE_CHECKING:
 
 
 class Progress:
-    """Progress on a terminal (one line, rewritten) or plain lines (one per thread)."""
+    """A batch's progress: a bar with rate and time left on a terminal, else plain lines.
 
-    def __init__(self, total: int, stream: TextIO | None = None) -> None:
+    The bar is tqdm's, imported only when there is a terminal to draw it on. Otherwise
+    (a file, a pipe, `--json`) each thread gets one plain line, `[3/10] ID: STATUS (CODE)`,
+    which a log or a script can read line by line; no escape codes, no rewritten line.
+
+    Args:
+        total: How many threads the batch has.
+        stream: Where progress goes (stderr by default, never stdout).
+        bar: Allow the bar on a terminal (False: plain lines whatever the stream).
+    """
+
+    def __init__(self, total: int, stream: TextIO | None = None, *, bar: bool = True) -> None:
         self.total, self.stream = total, stream or sys.stderr
-        self.tty = self.stream.isatty()
         self.statuses: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
         self.done = 0
+        self._bar: Any = None
+        if bar and _is_terminal(self.stream):
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, file=self.stream, unit="thread", dynamic_ncols=True,
+                             mininterval=0.2)
 
     def update(self, outcome: Outcome) -> None:
         """Counts one thread's outcome and shows it."""
@@ -41,19 +56,34 @@ class Progress:
         self.statuses[outcome.status or "error"] += 1
         if outcome.error_code:
             self.errors[outcome.error_code] += 1
-        text = (f"\r[{'#' * (20 * self.done // max(self.total, 1))}"
-                f"{'.' * (20 - 20 * self.done // max(self.total, 1))}] {self.done}/{self.total}  "
-                + " ".join(f"{k} {v}" for k, v in sorted(self.statuses.items())) + "\x1b[K"
-                + ("\n" if self.done == self.total else "")) if self.tty else (
-            f"[{self.done}/{self.total}] {outcome.thread_id}: {outcome.status or 'error'}"
-            + (f" ({outcome.error_code})" if outcome.error_code else "") + "\n")
         try:
-            self.stream.write(text)
+            if self._bar is not None:
+                self._bar.set_postfix_str(" ".join(f"{k} {v}" for k, v in
+                                                   sorted(self.statuses.items())), refresh=False)
+                self._bar.update(1)
+                if self.done == self.total:
+                    self.close()
+                return
+            self.stream.write(f"[{self.done}/{self.total}] {outcome.thread_id}: "
+                              f"{outcome.status or 'error'}"
+                              + (f" ({outcome.error_code})" if outcome.error_code else "") + "\n")
             self.stream.flush()
         except BrokenPipeError:  # nobody reads the progress any more: the batch goes on
             from graph.cli import silence
 
+            self._bar = None
             silence(self.stream)
+
+    def close(self) -> None:
+        """Ends the bar's line (a batch stopped early too), so later output starts afresh."""
+        bar, self._bar = self._bar, None
+        if bar is not None:
+            try:
+                bar.close()
+            except BrokenPipeError:
+                from graph.cli import silence
+
+                silence(self.stream)
 
     def summary(self) -> str:
         """The final table: threads per status and per error."""
@@ -61,6 +91,13 @@ class Progress:
         if self.errors:
             rows += [f"{'error':<20} threads"] + [f"{k:<20} {v}" for k, v in sorted(self.errors.items())]
         return "\n".join(rows)
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
 
 
 @dataclass
@@ -153,21 +190,3 @@ def run_batch(store: Store, items: list[BatchItem], settings: Any, *, once: bool
 _ADVANCED = (ExitCode.OK, ExitCode.EXHAUSTED, ExitCode.AWAITING_APPROVAL, ExitCode.BUSY,
              ExitCode.BATCH_CAP)
 """Thread exit codes that leave the batch's exit code 0 (or 8 when the cap stopped it)."""
-
-
-def parent_result(parent: str, outcomes: list[Outcome]) -> dict[str, Any]:
-    """The parent task's result: `done` with every subtask answer in order once all finished.
-
-    Returns:
-        `{"parent", "status" ("done" or "running"), "subtasks": [{thread_id, status,
-        answer}...], "answers": [...] (only when done), "review_required"}`.
-    """
-    subtasks = [{"thread_id": o.thread_id, "status": o.status, "answer": o.answer}
-                for o in outcomes]
-    finished = all(s["status"] in FINAL_STATUSES for s in subtasks)
-    result: dict[str, Any] = {"parent": parent, "status": "done" if finished else "running",
-                              "subtasks": subtasks}
-    if finished:
-        result["answers"] = [s["answer"] for s in subtasks]
-        result["review_required"] = any(a is not None for a in result["answers"])
-    return result

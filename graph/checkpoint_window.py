@@ -43,6 +43,7 @@ _STALE_DIGESTS = (f"SELECT 1 FROM {DIGESTS} WHERE thread_id = ? AND checkpoint_n
                   "AND checkpoint_id < ? LIMIT 1")
 _CHECKPOINTS = (f"DELETE FROM {CHECKPOINTS} WHERE thread_id = ? AND checkpoint_ns = '' "
                 "AND checkpoint_id < ?")
+_COUNT = f"SELECT count(*) FROM {CHECKPOINTS} WHERE thread_id = ? AND checkpoint_ns = ''"
 _PARENTS = (f"UPDATE {CHECKPOINTS} SET parent_checkpoint_id = NULL WHERE thread_id = ? "
             "AND checkpoint_ns = '' AND parent_checkpoint_id < ?")
 
@@ -127,3 +128,8 @@ def _prune_keep_latest(sql: Sql, checkpointer: Any, thread_id: str) -> int:
     with sql.transaction():
         execute(sql, _DIGESTS, (thread_id, latest))
     return int(before) - 1
+
+
+def count(sql: Sql, thread_id: str) -> int:
+    """How many checkpoints the thread has stored (its window), read without decoding any."""
+    return int(sql.value(_COUNT, (thread_id,)) or 0)

@@ -22,26 +22,87 @@ from typing import Any, NoReturn, TextIO
 from graph.errors import DatabaseLostError, RunError, SignalledError, UsageError, error_line
 from graph.exitcodes import ErrorCode
 
+PROGRAM = "mandapi-resume"
+"""The distribution's name, its console script's name and the first word of `--version`."""
+
+_console_command: str | None = None
+"""The subcommand `graph.console` is running, which names every parser's program."""
+
+
+def set_console_command(command: str | None) -> None:
+    """Names the programs `mandapi-resume COMMAND` (from `graph.console`) instead of `python -m`."""
+    global _console_command
+    _console_command = command
+
+
+def version_line() -> str:
+    """`mandapi-resume X.Y.Z`, the installed distribution's version (`importlib.metadata`)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"{PROGRAM} {version(PROGRAM)}"
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return f"{PROGRAM} (not installed: version unknown)"
+
+
+class Finished(Exception):  # noqa: N818 - not an error: --help or --version was answered
+    """`--help` or `--version` was printed; the command ends with `code` (0)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+class _Version(argparse.Action):
+    """`--version`: prints `version_line()` on stdout and ends the command with exit 0."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str | None = None) -> None:  # noqa: A002
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any,
+                 option_string: str | None = None) -> None:
+        emit(version_line())
+        raise Finished(0)
+
 
 class Parser(argparse.ArgumentParser):
     """An `ArgumentParser` whose errors raise `UsageError` (exit 2, one JSON object with --json).
 
     Abbreviated flags are refused (`--max-att` is not `--max-attempts`): a prefix must
-    never silently become a permanent setting.
+    never silently become a permanent setting. Every command has `--version`; `--help`
+    and `--version` raise `Finished` (exit 0) instead of exiting the interpreter, so
+    `main(argv)` returns its exit code to tests and to `graph.console` alike.
     """
 
     def __init__(self, prog: str, doc: str | None) -> None:
+        if _console_command is not None:
+            prog = f"{PROGRAM} {_console_command}"
         super().__init__(prog=prog, description=doc, allow_abbrev=False,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
+        self.add_argument("--version", action=_Version, help="print the version and exit")
 
     def error(self, message: str) -> NoReturn:
         """Raises `UsageError` instead of printing and exiting."""
         raise UsageError(message)
 
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        """Raises `Finished` (after `--help`) instead of exiting the interpreter."""
+        if message:
+            emit(message.rstrip("\n"), sys.stderr)
+        raise Finished(status)
+
     def add_db(self) -> None:
         """Adds `--db` (SQLite file or PostgreSQL URL)."""
         self.add_argument("--db", help="SQLite file or postgresql:// URL (default: $GRAPH_DB, "
                           "else ./checkpoints.sqlite)")
+
+    def add_trace(self) -> None:
+        """Adds `--trace` (LangSmith tracing for this invocation; off by default)."""
+        self.add_argument("--trace", action="store_true",
+                          help="send this invocation's trace to LangSmith (needs "
+                               "LANGSMITH_API_KEY): the task and the whole conversation are "
+                               "uploaded")
 
 
 def whole_number(text: str) -> int:
@@ -62,11 +123,26 @@ def whole_number(text: str) -> int:
 whole_number.__name__ = "whole number"
 
 
-def resolve_db(flag: str | None) -> str:
-    """`--db`, else `$GRAPH_DB`, else `checkpoints.sqlite` (see `graph.settings`)."""
-    from graph.settings import DB_ENV, DEFAULT_DB
+def seconds(text: str) -> float:
+    """An argparse type: a number of seconds (`graph.settings.parse_seconds`).
 
-    return flag or os.environ.get(DB_ENV) or DEFAULT_DB
+    Raises:
+        UsageError: Not ASCII digits with an optional fraction (exit 2).
+    """
+    from graph.settings import parse_seconds
+
+    return parse_seconds(text, "--timeout")
+
+
+def resolve_db(flag: str | None, name: str = "--db") -> str:
+    """`--db`, else `$GRAPH_DB`, else `checkpoints.sqlite` (see `graph.settings`).
+
+    Raises:
+        UsageError: The flag was given empty (`graph.settings.check_db_flag`).
+    """
+    from graph.settings import DB_ENV, DEFAULT_DB, check_db_flag
+
+    return check_db_flag(flag, name) or os.environ.get(DB_ENV) or DEFAULT_DB
 
 
 def emit(text: str, stream: TextIO | None = None) -> None:
@@ -192,6 +268,8 @@ def guard(body: Callable[[], int], as_json: bool, **fields: Any) -> int:
     previous = signal.signal(signal.SIGTERM, on_sigterm) if main_thread else None
     try:
         return body()
+    except Finished as done:  # --help or --version was printed
+        return done.code
     except KeyboardInterrupt:
         return report_error(interrupted_error(), as_json, **fields)
     except Exception as exc:  # noqa: BLE001 - every failure is reported in one shape

@@ -88,9 +88,12 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         args = parser.parse_args(argv)
+        from graph.settings import check_db_flag
         from graph.spec import check_thread_id
         from graph.storage import open_store
 
+        check_db_flag(args.source, "--from")
+        check_db_flag(args.target, "--to")
         for thread_id in args.thread:
             check_thread_id(thread_id)
         with open_store(args.source, create=False) as src, \

@@ -3,6 +3,8 @@
   python -m graph.history --thread ID [--db PATH_OR_URL] [--checkpoints N] [--json]
   python -m graph.history --list [--db PATH_OR_URL] [--json]
 
+--thread of a parent task (`graph.batch --parent ID`) shows its result: the answers of
+its subtasks ID:sub_0, ID:sub_1, ... in order.
 Exit 0, or 4 when the thread does not exist or fails its checks, 2 for usage errors.
 """
 
@@ -12,7 +14,7 @@ import json
 import sys
 from typing import Any
 
-from graph.cli import Parser, emit, guard, resolve_db
+from graph.cli import Parser, emit, guard, resolve_db, whole_number
 from graph.outcome import REVIEW_REMINDER
 from nodes.write_tools import WRITE_TOOLS, WriteError, parse_write
 
@@ -72,7 +74,10 @@ def render(history: dict[str, Any]) -> str:
                          f"{' (' + d['reason'] + ')' if d['reason'] else ''}  {d['decided_at']}  "
                          f"applied={'yes' if d['applied'] else 'no'}  sha256={d['args_sha256'][:12]}…"
                          + (f"  not applied: {d['error']}" if d["error"] else ""))
-    lines += ["", "checkpoint                              step  written_by    next      attempts"]
+    shown, total = len(history["checkpoints"]), history.get("checkpoints_total", 0)
+    lines += ["", f"checkpoints: the latest {shown} of {total} stored"
+              + (" (--checkpoints N shows more)" if shown < total else ""),
+              "checkpoint                              step  written_by    next      attempts"]
     for cp in history["checkpoints"]:
         attempts = "-" if cp["attempts"] is None else cp["attempts"]
         lines.append(f"{cp['checkpoint_id']:<38}  {cp['step']:>4}  {cp['written_by']:<12}  "
@@ -81,11 +86,41 @@ def render(history: dict[str, Any]) -> str:
         lines.append(f"older checkpoints were trimmed: this thread keeps its latest "
                      f"{h['keep_checkpoints']} (--keep-checkpoints); the step log above has "
                      "every attempt")
+    if history.get("parent_result"):
+        from graph.subtasks import render_parent
+
+        lines += ["", "subtasks of this thread", *render_parent(history["parent_result"])]
+    return "\n".join(lines)
+
+
+LIST_HEADER = f"{'thread':<24} {'status':<12} attempts  {'updated_at':<32} task"
+"""The header line of `--list`."""
+
+
+def render_list(threads: list[dict[str, Any]]) -> str:
+    """The text of `--list`: a header line, then one line per thread (`list_threads`)."""
+    rows = [LIST_HEADER]
+    for t in threads:
+        attempts = f"{t['attempts']}/{t['max_attempts']}" if t["attempts"] is not None else "-"
+        rows.append(f"{t['thread_id']:<24} {t['status'] or '-':<12} {attempts:<9} "
+                    f"{t['updated_at'] or '-':<32} {_short(t['task'], 50)}")
+    if not threads:
+        rows.append("(no threads)")
+    return "\n".join(rows)
+
+
+def _render_parent(data: dict[str, Any]) -> str:
+    from graph.subtasks import render_parent
+
+    result = data["parent_result"]
+    lines = render_parent(result)
+    if result.get("review_required"):
+        lines.append(REVIEW_REMINDER)
     return "\n".join(lines)
 
 
 def _page(text: str) -> int:
-    value = int(text)
+    value = whole_number(text)
     if not 1 <= value <= 10_000:
         raise ValueError(text)
     return value
@@ -102,8 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--thread", help="the thread to show")
     which.add_argument("--list", action="store_true", help="list every thread")
-    parser.add_argument("--checkpoints", type=_page, default=50, metavar="N",
-                        help="show the latest N checkpoints (1 to 10000, default 50)")
+    parser.add_argument("--checkpoints", type=_page, metavar="N",
+                        help="show the latest N checkpoints of --thread (1 to 10000, default 50)")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     as_json = "--json" in argv
 
@@ -114,17 +149,17 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.thread is not None:
             check_thread_id(args.thread)
-        from graph.thread_history import list_threads, thread_history
+        elif args.checkpoints is not None:
+            parser.error("--checkpoints pages one thread's checkpoints: use it with --thread")
+        from graph.thread_history import list_threads, thread_or_parent
 
         with open_store(resolve_db(args.db), create=False, read_only=True) as store:
             if args.list:
                 data: Any = {"threads": list_threads(store)}
-                text = "\n".join(f"{t['thread_id']:<24} {t['status'] or '-':<12} "
-                                 f"{t['attempts']}/{t['max_attempts']}  {t['updated_at']}  "
-                                 f"{_short(t['task'], 50)}" for t in data["threads"])
+                text = render_list(data["threads"])
             else:
-                data = thread_history(store, args.thread, args.checkpoints)
-                text = render(data)
+                data = thread_or_parent(store, args.thread, args.checkpoints or 50)
+                text = render(data) if "header" in data else _render_parent(data)
         emit(json.dumps(data, ensure_ascii=False, indent=2) if as_json else text)
         return 0
 

@@ -139,7 +139,11 @@ class Outcome:
             f"(attempts {self.attempts}/{self.max_attempts}{tokens}, model {self.model})"
         ]
         if self.stop_reason:
-            lines.append(f"stopped: {self.stop_reason}")
+            from nodes.server_errors import stop_hint
+
+            hint = stop_hint(self.stop_reason)
+            hint = hint if hint and hint not in (self.error or "") else None  # said once
+            lines.append(f"stopped: {self.stop_reason}" + (f" ({hint})" if hint else ""))
         if self.error:
             lines.append(error_line(self.error_code, self.error))
         if self.answer is not None:

@@ -46,13 +46,13 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 report = prune(store, candidates)
                 report["skipped"] = notes + report["skipped"]
-        _print_report(report, as_json, args.dry_run)
+        _print_report(report, as_json, args.dry_run, {c.thread_id: c for c in candidates})
         return 0
 
     return guard(body, as_json)
 
 
-def _print_report(report: dict, as_json: bool, dry_run: bool) -> None:
+def _print_report(report: dict, as_json: bool, dry_run: bool, candidates: dict[str, Any]) -> None:
     if as_json:
         emit(json.dumps({**report, "exit_code": 0}, ensure_ascii=False))
     elif dry_run:
@@ -60,8 +60,12 @@ def _print_report(report: dict, as_json: bool, dry_run: bool) -> None:
             emit(f"would prune {c['thread_id']} ({c['status']}, last update {c['updated_at']})")
         emit(f"{len(report['would_prune'])} thread(s) would be pruned")
     else:
+        for thread_id in report["pruned"]:
+            c = candidates[thread_id]
+            emit(f"pruned {thread_id} ({c.status}, last update {c.updated_at}): its checkpoints, "
+                 "ledger row and attempt log; a tombstone keeps its id")
         emit(f"pruned {len(report['pruned'])} thread(s), trimmed {report['trimmed']} older "
-             f"checkpoint(s), freed {report['freed_bytes']} bytes")
+             f"checkpoint(s) of the other threads, freed {report['freed_bytes']} bytes")
     for note in report["skipped"]:
         emit(note, sys.stderr)
 

@@ -8,14 +8,14 @@ The first call creates the thread in the checkpoint database (default
 resume it from its checkpoint. Without --once it keeps stepping until the task is
 done, the budget is spent or a request fails. Real MandAPI requests need --live with
 MANDAPI_API_KEY (and a model: --model or MANDAPI_MODEL_ID); the default model is the
-offline demo.
+offline demo. Also installed as `mandapi-resume run` (see `mandapi-resume --help`).
 
 exit codes:
   0 the step ran or the task is done     4 stored data refused (identity, missing, ...)
   1 unexpected error (a bug)              5 thread busy in another process
   2 usage, configuration or permission    6 the model request failed, or the database
-  3 budget exhausted                        connection was lost (counted; run again)
-                                          7 awaiting human approval
+  3 budget exhausted, or a model error      connection was lost (counted; run again)
+    no rerun can fix stopped the thread   7 awaiting human approval
   130 interrupted by SIGINT/SIGTERM (a counted attempt stays counted)
 """
 
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlsplit
 
-from graph.cli import Parser, emit, exit_now, known_error, whole_number
+from graph.cli import Finished, Parser, emit, exit_now, known_error, seconds, whole_number
 from graph.errors import RunError, UsageError
 from graph.exitcodes import ErrorCode, ExitCode
 from graph.outcome import Outcome
@@ -46,7 +46,7 @@ def _parser() -> Parser:
     parser.add_db()
     parser.add_argument("--live", action="store_true", help="allow real, paid MandAPI requests")
     parser.add_argument("--model", help="model id for a new thread; must match on resume")
-    parser.add_argument("--timeout", type=float, metavar="SECONDS",
+    parser.add_argument("--timeout", type=seconds, metavar="SECONDS",
                         help="MandAPI request timeout (default: $MANDAPI_TIMEOUT, else 60)")
     parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
     parser.add_argument("--workspace", metavar="DIR",
@@ -74,6 +74,7 @@ def _parser() -> Parser:
                         help="mark the thread cancelled: no request is ever made for it again")
     parser.add_argument("--restart-pruned", action="store_true",
                         help="start a pruned thread anew, with a fresh budget (needs --task)")
+    parser.add_trace()
     return parser
 
 
@@ -194,7 +195,8 @@ def _settings(args: argparse.Namespace) -> Settings:
         print("warning: a password in --db is visible in the process list; "
               "put the URL in GRAPH_DB or the password in PGPASSWORD or ~/.pgpass",
               file=sys.stderr)
-    settings = resolve_settings(db=args.db, live=args.live, timeout_s=args.timeout)
+    settings = resolve_settings(db=args.db, live=args.live, timeout_s=args.timeout,
+                                trace=args.trace)
     if (args.model not in (None, DEMO_MODEL_ID) and not is_postgres(settings.db)
             and not Path(settings.db).exists()):
         check_paid(args.model, args.live)  # certainly a new thread: before the file exists
@@ -228,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         outcome = run(argv)
+    except Finished as done:  # --version was printed
+        return done.code
     except (KeyboardInterrupt, _Interrupted):
         from graph.interrupted import interrupted_outcome
 
@@ -238,6 +242,10 @@ def main(argv: list[str] | None = None) -> int:
                           error_code=ErrorCode.UNEXPECTED)
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if "--trace" in argv:
+            from graph.tracing import flush_traces
+
+            flush_traces()
     if as_json:
         emit(outcome.to_json())
     else:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from graph.errors import UsageError
 from graph.spec import MODEL_ID_RE, check_model_id
+from graph.tracing import check_trace
 from nodes.mandapi_defaults import DEFAULT_BASE_URL
 
 DB_ENV = "GRAPH_DB"
@@ -21,6 +22,46 @@ DB_ENV = "GRAPH_DB"
 DEFAULT_DB = "checkpoints.sqlite"
 DEFAULT_TIMEOUT_S = 60.0
 MAX_TIMEOUT_S = 3600.0
+
+_SECONDS_RE = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,9})?|\.[0-9]{1,9}")
+"""A number of seconds as a person writes it: ASCII digits with an optional fraction."""
+
+
+def parse_seconds(text: str, name: str) -> float:
+    """`text` as a number of seconds, written with ASCII digits and at most one `.`.
+
+    Python's `float()` also takes `1_0`, ` 5`, `+5`, `1e3`, `inf`, `nan` and other
+    scripts' digits; a timeout takes only what a person means by a number of seconds,
+    like the whole-number flags (`graph.cli.whole_number`). The range is checked by
+    `resolve_settings`.
+
+    Args:
+        text: The value as given.
+        name: The flag or variable, for the message (`--timeout`, `MANDAPI_TIMEOUT`).
+
+    Raises:
+        UsageError: Anything else (exit 2).
+    """
+    if not _SECONDS_RE.fullmatch(text):
+        raise UsageError(f"{name} must be a timeout in seconds such as 30 or 2.5, "
+                         f"not {text[:40]!r}")
+    return float(text)
+
+
+def check_db_flag(flag: str | None, name: str = "--db") -> str | None:
+    """`flag` unless it was given empty (None: not given).
+
+    An empty `--db` (an unset shell variable, `--db "$DB"`) must not silently become
+    the default database.
+
+    Raises:
+        UsageError: `flag` is empty or only spaces (exit 2), naming the flag.
+    """
+    if flag is not None and not flag.strip():
+        raise UsageError(f"{name} is empty: give a SQLite file or a postgresql:// URL"
+                         + (f", or leave {name} out to use ${DB_ENV} or ./{DEFAULT_DB}"
+                            if name == "--db" else ""))
+    return flag
 
 
 def _check_base_url(url: str) -> str:
@@ -86,6 +127,8 @@ class Settings:
         env_model: `MANDAPI_MODEL_ID` (only read with `live`).
         base_url: MandAPI base URL; requests go to `{base_url}/chat/completions`.
         timeout_s: Whole-request timeout for MandAPI (seconds).
+        trace: LangSmith tracing for this invocation (`--trace`): the task and the
+            conversation are uploaded to LangSmith. Off unless asked for.
     """
 
     db: str
@@ -94,6 +137,7 @@ class Settings:
     env_model: str | None = None
     base_url: str = DEFAULT_BASE_URL
     timeout_s: float = DEFAULT_TIMEOUT_S
+    trace: bool = False
 
 
 def resolve_settings(
@@ -102,16 +146,21 @@ def resolve_settings(
     live: bool,
     timeout_s: float | None,
     environ: Mapping[str, str] | None = None,
+    trace: bool = False,
 ) -> Settings:
     """Resolves settings from flags and the environment.
 
     Raises:
         UsageError: `--live` without a usable `MANDAPI_API_KEY` (printable ASCII), a
-            timeout outside (0, 3600] seconds, a base URL that is not plain http(s)
-            without credentials, or a malformed `MANDAPI_MODEL_ID`. All are checked
-            before anything is counted.
+            timeout outside (0, 3600] seconds or not written as plain digits, a base
+            URL that is not plain http(s) without credentials, a malformed
+            `MANDAPI_MODEL_ID`, an empty `--db`, or `--trace` without a LangSmith key
+            (`graph.tracing.check_trace`). All are checked before anything is counted.
     """
     env = os.environ if environ is None else environ
+    check_db_flag(db)
+    if trace:
+        check_trace(env)
     api_key = env.get("MANDAPI_API_KEY") or None
     if live and not api_key:
         raise UsageError("--live needs MANDAPI_API_KEY in the environment")
@@ -119,10 +168,7 @@ def resolve_settings(
         raise UsageError("MANDAPI_API_KEY must be printable ASCII without spaces")
     if timeout_s is None:
         raw = env.get("MANDAPI_TIMEOUT")
-        try:
-            timeout_s = float(raw) if raw else DEFAULT_TIMEOUT_S
-        except ValueError:
-            raise UsageError(f"MANDAPI_TIMEOUT must be a number of seconds, not {raw!r}") from None
+        timeout_s = parse_seconds(raw, "MANDAPI_TIMEOUT") if raw else DEFAULT_TIMEOUT_S
     if not 0 < timeout_s <= MAX_TIMEOUT_S:
         raise UsageError(f"the timeout must be more than 0 and at most {MAX_TIMEOUT_S:.0f} seconds")
     raw_base = env.get("MANDAPI_BASE_URL")
@@ -138,4 +184,5 @@ def resolve_settings(
         env_model=env_model if live else None,
         base_url=base_url,
         timeout_s=timeout_s,
+        trace=trace,
     )

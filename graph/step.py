@@ -117,9 +117,9 @@ def advance(
     config = {"configurable": {"thread_id": thread_id}}
     from langsmith import tracing_context
 
-    # Never trace: LangSmith's environment switches would upload tasks and conversations.
-    # The refusal context first, so a busy lock is refused naming the database too.
-    with (tracing_context(enabled=False), storage_damage_refused(store.location),
+    # Trace only with --trace: LangSmith's environment switches alone would upload tasks and
+    # conversations. The refusal context first, so a busy lock is refused naming the database too.
+    with (tracing_context(enabled=settings.trace), storage_damage_refused(store.location),
           store.locks.hold(thread_id)):
         check_tombstone(store, thread_id, task=request.spec.task, restart=request.restart_pruned)
         graph = store.graph

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from graph.checkpoint_window import count as count_checkpoints
 from graph.database import Store
 from graph.errors import RefusedError
 from graph.exitcodes import ErrorCode
@@ -128,6 +129,7 @@ def thread_history(store: Store, thread_id: str, checkpoint_limit: int = 50) -> 
 
     Returns:
         `{"header": {...}, "steps": step_log(...), "checkpoints": checkpoints(...),
+        "checkpoints_total": int (how many the thread has stored, shown or not),
         "checkpoints_trimmed": bool (`checkpoint_page`), "decisions": [...]}` (decisions on
         write calls: `step` (the attempt whose reply asked for the call), `tool_call_id`,
         `tool`, `target` (the path, whole), `arguments` (the canonical text approved; None on
@@ -169,7 +171,30 @@ def thread_history(store: Store, thread_id: str, checkpoint_limit: int = 50) -> 
                  for r in store.approvals.rows(thread_id).values()]
     page, trimmed = checkpoint_page(store, thread_id, checkpoint_limit)
     return {"header": header, "steps": step_log(store, thread_id), "checkpoints": page,
+            "checkpoints_total": max(count_checkpoints(store.sql, thread_id), len(page)),
             "checkpoints_trimmed": trimmed, "decisions": decisions}
+
+
+def thread_or_parent(store: Store, thread_id: str, checkpoint_limit: int = 50) -> dict[str, Any]:
+    """`thread_history`, with `parent_result` when the thread is also a parent task.
+
+    A parent that is no thread itself (`graph.batch --parent ID` only creates its
+    subtasks) gives `{"parent_result": ...}` alone (`graph.subtasks.stored_parent_result`).
+
+    Raises:
+        RefusedError: `no_such_thread` when `thread_id` is neither a thread nor a parent;
+            the thread fails its checks.
+    """
+    from graph.subtasks import stored_parent_result
+
+    parent = stored_parent_result(store, thread_id)
+    try:
+        history = thread_history(store, thread_id, checkpoint_limit)
+    except RefusedError as exc:
+        if parent is None or exc.error_code != ErrorCode.NO_SUCH_THREAD:
+            raise
+        return {"parent_result": parent}
+    return {**history, "parent_result": parent}
 
 
 def list_threads(store: Store) -> list[dict[str, Any]]:

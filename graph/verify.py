@@ -14,10 +14,51 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass, field
 
 from graph.cli import Parser, emit, guard, report_error, resolve_db
-from graph.errors import RefusedError
+from graph.errors import RefusedError, error_line
 from graph.exitcodes import ErrorCode, ExitCode
+
+
+@dataclass
+class Checked:
+    """What `check_database` found: the problems, and how much it read.
+
+    Attributes:
+        problems: One line per problem (empty when intact).
+        threads: Thread ids checked (checkpoints, ledger rows or tombstones).
+        checkpoints: Checkpoints of those threads read and checked.
+    """
+
+    problems: list[str] = field(default_factory=list)
+    threads: int = 0
+    checkpoints: int = 0
+
+
+def check_database(db: str) -> Checked:
+    """Checks database `db` whole (see module doc); lists every problem found.
+
+    Raises:
+        RefusedError: The file is missing or not a checkpoint database at all.
+    """
+    from graph.checkpoint_window import count
+    from graph.loading import check_stored_thread
+    from graph.storage import integrity_problems, open_store
+
+    checked = Checked(integrity_problems(db))
+    if checked.problems:
+        return checked
+    with open_store(db, create=False, read_only=True) as store:
+        for thread_id in store.thread_ids():
+            checked.threads += 1
+            try:
+                store.tombstones.get(thread_id)  # a tombstone graph.run would refuse to read
+                check_stored_thread(store, store.graph, thread_id)
+            except RefusedError as exc:
+                checked.problems.append(exc.message)
+            checked.checkpoints += count(store.sql, thread_id)
+    return checked
 
 
 def verify(db: str) -> list[str]:
@@ -26,20 +67,7 @@ def verify(db: str) -> list[str]:
     Raises:
         RefusedError: The file is missing or not a checkpoint database at all.
     """
-    from graph.loading import check_stored_thread
-    from graph.storage import integrity_problems, open_store
-
-    problems = integrity_problems(db)
-    if problems:
-        return problems
-    with open_store(db, create=False, read_only=True) as store:
-        for thread_id in store.thread_ids():
-            try:
-                store.tombstones.get(thread_id)  # a tombstone graph.run would refuse to read
-                check_stored_thread(store, store.graph, thread_id)
-            except RefusedError as exc:
-                problems.append(exc.message)
-    return problems
+    return check_database(db).problems
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,20 +80,29 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         args = parser.parse_args(argv)
         try:
-            problems = verify(resolve_db(args.db))
+            checked = check_database(resolve_db(args.db))
         except RefusedError as exc:  # not a checkpoint database at all
-            return report_error(exc, as_json, ok=False, problems=[exc.message])
+            return report_error(exc, as_json, ok=False, problems=[exc.message], threads=0,
+                                checkpoints=0)
+        problems = checked.problems
         code = ExitCode.REFUSED if problems else ExitCode.OK
         if as_json:
             emit(json.dumps({"ok": not problems, "problems": problems,
+                             "threads": checked.threads, "checkpoints": checked.checkpoints,
                              "error": problems[0] if problems else None,
                              "error_code": ErrorCode.DAMAGED if problems else None,
                              "exit_code": int(code)}, ensure_ascii=False))
-        else:
-            emit("\n".join(problems) if problems else "ok: every thread reads back intact")
+            return int(code)
+        counted = f"{checked.threads} thread(s) and {checked.checkpoints} checkpoint(s)"
+        if not problems:
+            emit(f"ok: checked {counted}; every thread reads back intact")
+            return int(code)
+        emit("\n".join(problems))
+        emit(error_line(ErrorCode.DAMAGED, f"{len(problems)} problem(s) found ({counted} "
+                        f"checked); the first: {problems[0]}"), sys.stderr)
         return int(code)
 
-    return guard(body, as_json, ok=False, problems=[])
+    return guard(body, as_json, ok=False, problems=[], threads=0, checkpoints=0)
 
 if __name__ == "__main__":
     sys.exit(main())

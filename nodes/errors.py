@@ -20,22 +20,40 @@ class RequestErrorCode(StrEnum):
     BAD_RESPONSE = "bad_response"
 
 
+class StopReason(StrEnum):
+    """Why a failed request stops its thread for good: no rerun could succeed.
+
+    Stored as the thread's `progress.stop_reason` (status `exhausted`, like `budget`,
+    `token_cap` and `context_limit`), so no scheduler spends the remaining attempts
+    on the same refusal.
+    """
+
+    MODEL_NOT_FOUND = "model_not_found"
+    """The server says the thread's model does not exist; a thread's model is fixed."""
+    INVALID_REQUEST = "invalid_request"
+    """The server says the request is invalid (HTTP 400 or 422); a rerun sends the same."""
+
+
 class ModelRequestError(Exception):
     """A model request failed after its attempt was counted and claimed.
 
     Attributes:
         error_code: A short stable name: `timeout`, `connection`, `http_status` or
             `bad_response`. Scripts depend on these names.
-        message: One line for people; names the endpoint and status, never headers
-            or the API key.
+        message: One line for people; names the endpoint and status and, for an HTTP
+            error, the server's own message (sanitized), never headers or the API key.
         usage: The token counts the service reported for a reply that was paid for
             but refused (`prompt_tokens`, `completion_tokens`, `total_tokens`), or
             None when no valid usage came back. They count toward the thread's cap.
+        stop_reason: Set when no rerun can fix the failure: the thread stops with it
+            (`StopReason`); None when a rerun may succeed (the thread stays `ready`).
     """
 
     def __init__(self, error_code: RequestErrorCode, message: str, *,
-                 usage: Mapping[str, Any] | None = None) -> None:
+                 usage: Mapping[str, Any] | None = None,
+                 stop_reason: StopReason | None = None) -> None:
         super().__init__(message)
         self.error_code = error_code
         self.message = message
         self.usage = dict(usage) if usage is not None else None
+        self.stop_reason = stop_reason

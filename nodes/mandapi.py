@@ -2,8 +2,9 @@
 
 One `complete` call is one HTTP request: no retries here (the injected client is built
 with `retries=0`, see `graph.models`), and every failure becomes a
-`ModelRequestError` whose message names the endpoint and status, never the headers or
-the API key (INVARIANTS I3, I9).
+`ModelRequestError` whose message names the endpoint and status (with the server's own
+message, sanitized: `nodes.server_errors`), never the headers or the API key
+(INVARIANTS I3, I9).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from nodes.context import ModelReply
 from nodes.errors import ModelRequestError, RequestErrorCode
 from nodes.mandapi_defaults import DEFAULT_BASE_URL
 from nodes.replies import MAX_REPLY_BYTES, parse_reply
+from nodes.server_errors import MAX_ERROR_BODY_BYTES, http_error
 
 __all__ = ["MandApiModel", "parse_reply"]
 
@@ -47,9 +49,10 @@ class MandApiModel:
         """Sends one request and returns the parsed reply.
 
         Raises:
-            ModelRequestError: `timeout`, `connection`, `http_status` (any non-2xx)
-                or `bad_response` (a body that is not JSON, larger than
-                `MAX_REPLY_BYTES`, or fails `parse_reply`). Never retried here.
+            ModelRequestError: `timeout`, `connection`, `http_status` (any non-2xx,
+                with the server's message; `stop_reason` set when no rerun can fix it:
+                `nodes.server_errors`) or `bad_response` (a body that is not JSON,
+                larger than `MAX_REPLY_BYTES`, or fails `parse_reply`). Never retried here.
         """
         body = {"model": self.model_id, "messages": messages, "tools": tools}
         try:
@@ -57,9 +60,8 @@ class MandApiModel:
                 "POST", self.url, json=body, headers={"Authorization": f"Bearer {self._api_key}"}
             ) as response:
                 if not response.is_success:
-                    raise ModelRequestError(
-                        RequestErrorCode.HTTP_STATUS, f"{self.url} answered HTTP {response.status_code}"
-                    )
+                    raise http_error(self.url, response.status_code, _error_body(response),
+                                     (self._api_key,))
                 data = self._read_capped(response)
         except httpx.TimeoutException as exc:
             raise ModelRequestError(
@@ -95,3 +97,17 @@ class MandApiModel:
                 raise too_big
             chunks.append(chunk)
         return b"".join(chunks)
+
+
+def _error_body(response: httpx.Response) -> bytes:
+    """The first `MAX_ERROR_BODY_BYTES` of an error answer; empty when it cannot be read."""
+    chunks, size = [], 0
+    try:
+        for chunk in response.iter_bytes():
+            chunks.append(chunk)
+            size += len(chunk)
+            if size >= MAX_ERROR_BODY_BYTES:
+                break
+    except httpx.HTTPError:  # the status says enough; the body is a courtesy
+        pass
+    return b"".join(chunks)[:MAX_ERROR_BODY_BYTES]

@@ -56,6 +56,8 @@ def _refused(ctx: StepContext, attempt: int, exc: ModelRequestError, usage: Mapp
     error = {"attempt": attempt, "error_code": str(exc.error_code), "message": exc.message}
     row: dict[str, Any] = {"outcome": "error", **error}
     update = Progress(outcome="error", last_error=error, **spent)
+    if exc.stop_reason is not None:  # no rerun can fix it (nodes.server_errors): stop here
+        update.update(Progress(status="exhausted", stop_reason=str(exc.stop_reason)))
     if usage is not None:
         row["usage"] = dict(usage)
         update["usage"] = _add_usage(progress.get("usage") or {}, usage)

@@ -104,7 +104,8 @@ class Progress(TypedDict, total=False):
     answer: str | None
     """The final answer once `status` is `done`."""
     stop_reason: str | None
-    """Why the thread stopped without an answer (`budget`, `token_cap`, ...), else None."""
+    """Why the thread stopped without an answer (`budget`, `token_cap`, `context_limit`, or a
+    model error no rerun can fix: `nodes.errors.StopReason`), else None."""
     last_error: dict[str, Any] | None
     """The latest failed request: `attempt`, `error_code`, `message`; None after a success."""
     usage: Usage

@@ -118,6 +118,11 @@ RUN = [
     _run("--thread", "t1", "--db", "{db}", "--reason", "why", "--once"),
     _run("--thread", "t1", "--db", "{db}", "--approve", "x", "--reject", "x"),
     _run("--thread", "t1", "--once", "--bogus"), _run("--thread", "t1", "--once", "extra"),
+    _run("--thread", "t1", "--once", "--db", ""), _run("--thread", "t1", "--once", "--db", "  "),
+    *[_run("--thread", "t1", "--once", "--db", "{db}", "--timeout", t)
+      for t in ("1_0", "+5", "1e3", " 5", "\uff15", "5.", "0x10")],
+    _run("--thread", "t1", "--once", "--db", "{db}", MANDAPI_TIMEOUT="1_0"),
+    _run("--thread", "t1", "--once", "--db", "{db}", "--trace"),
 ]
 
 
@@ -142,6 +147,8 @@ HISTORY = [
     _tool("history", "--list", "--db", "/proc/self/mem"),
     _tool("history", "--list", "--db", "/dev/null"),  # a device is no database file: usage
     _tool("history", "--thread", "a b", "--db", "{db}"),
+    _tool("history", "--list", "--checkpoints", "5", "--db", "{db}"),
+    _tool("history", "--list", "--db", ""), _tool("history", "--thread", "t1", "--checkpoints", "1_0"),
 ]
 PRUNE = [
     *[_tool("prune", "--db", "{db}", "--completed", age)
@@ -150,11 +157,13 @@ PRUNE = [
     _tool("prune", "--db", "{db}", "--failed", "7 days"), _tool("prune", "--dry"),
     _tool("prune", "--db", "{tmp}"),
     _tool("prune", "--db", "{tmp}/missing.sqlite", code=4, error="no_such_file"),
+    _tool("prune", "--db", ""),
 ]
 VERIFY = [
     _tool("verify", "--db", "{tmp}"), _tool("verify", "--bogus"), _tool("verify", "--js"),
     _tool("verify", "--db", "{tmp}/missing.sqlite", code=4, error="no_such_file"),
     _tool("verify", "--db", "{tmp}/text.txt", code=4, error="damaged"),
+    _tool("verify", "--db", ""),
 ]
 COPY = [
     _tool("copy", "--from", "{db}"), _tool("copy", "--fro", "{db}", "--to", "{tmp}/c.sqlite"),
@@ -166,6 +175,7 @@ COPY = [
     _tool("copy", "--from", "{db}", "--to", "{tmp}/c.sqlite", "--thread", "nope", code=4,
           error="no_such_thread"),
     _tool("copy", "--from", "{db}", "--to", "{tmp}/twin.sqlite", code=4, error="exists"),
+    _tool("copy", "--from", "", "--to", "{tmp}/c.sqlite"), _tool("copy", "--from", "{db}", "--to", ""),
 ]
 
 
@@ -204,6 +214,7 @@ BATCH = [
     _batch(_OK_LINE, "--bogus"), _batch(_OK_LINE, "--batch-id", "\udcff"),
     _batch(_OK_LINE, "--batch-id", ""), _batch(_OK_LINE, "--batch-id", "a\nb"),
     _batch(bytes(range(256)) * 64),
+    _batch(_OK_LINE, "--db", ""), _batch(_OK_LINE, "--trace"),
 ]
 CORPUS = RUN + HISTORY + PRUNE + VERIFY + COPY + BATCH
 
