@@ -99,7 +99,9 @@ class Database(DatabaseBase):
 
         Returns:
             The outcome `graph.run` prints: `exit_code` 0 (ran or done), 3 (exhausted),
-            6 (the request failed; the attempt stays counted) or 7 (awaiting approval).
+            6 (the request failed; the attempt stays counted), 7 (awaiting approval) or
+            4 with `error_code` `cancelled` (a cancelled thread): a thread's own state
+            is returned, never raised.
 
         Raises:
             BusyError: Another process holds the thread (exit 5).
