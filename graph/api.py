@@ -7,12 +7,9 @@
         print(outcome.status, outcome.attempts, outcome.answer)
         print(db.history("task_abc")["steps"])
 
-Every method runs the same shared functions as `graph.run`, `graph.history`,
-`graph.prune` and `graph.verify`, so it keeps every promise of the README: the ledger
-counts each attempt before its request, one writer per thread, fail-closed loading.
-A method returns what the command prints (`Outcome`, the history and listing dicts,
-the prune report, the verify problems) and raises a `RunError` subclass for every
-refusal, with `error_code` and `exit_code` as in the README's tables.
+Each method runs the shared function behind `graph.run`, `graph.history`, `graph.prune`
+or `graph.verify` (every promise of the README holds), returns what the command prints
+and raises a `RunError` subclass, with `error_code` and `exit_code`, for every refusal.
 
 Calls on one `Database` run one at a time (a lock): it holds one connection. The
 `a…` variants (`arun`, `ahistory`, ...) are for async callers (FastAPI, notebooks);
@@ -94,8 +91,10 @@ class Database(DatabaseBase):
 
     # -- advancing threads (graph.run) --------------------------------------------------
 
-    def advance(self, request: StepRequest) -> Outcome:
+    def advance(self, request: StepRequest, **step_kwargs: Any) -> Outcome:
         """Runs one `graph.step.StepRequest` (what every other method here builds).
+
+        `step_kwargs` go to `graph.step.advance` (`now`, `charge`: a shared request cap).
 
         Returns:
             The outcome `graph.run` prints: `exit_code` 0 (ran or done), 3 (exhausted),
@@ -113,7 +112,8 @@ class Database(DatabaseBase):
         from graph.step import advance
 
         factory = self._model_factory or make_model
-        return self._call(advance, self.store, request, self.settings, model_factory=factory)
+        return self._call(advance, self.store, request, self.settings, model_factory=factory,
+                          **step_kwargs)
 
     def run(self, thread_id: str, *, task: str | None = None, model: str | None = None,
             once: bool = True, max_attempts: int | None = None, max_tokens: int | None = None,
