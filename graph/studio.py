@@ -35,7 +35,7 @@ from typing_extensions import TypedDict
 
 from graph.errors import RefusedError, UsageError
 from graph.exitcodes import ErrorCode
-from nodes.context import LedgerEntry, StepContext
+from nodes.context import LedgerEntry
 from nodes.request import PreparedRequests
 from nodes.state import ThreadState
 
@@ -56,6 +56,8 @@ class StudioInput(TypedDict):
     """Cap on the tokens the thread may use, fixed at creation."""
     workspace: NotRequired[str]
     """Folder of the read-only tools, fixed at creation."""
+    allow_writes: NotRequired[str]
+    """Folder of the write tools, fixed at creation; each write waits for a person."""
 
 
 class _CreateState(StudioInput, total=False):
@@ -203,12 +205,12 @@ class StudioLog:
             store.log.record(thread_id, attempt, kind, payload)
 
 
-def _binding(node: Callable[[ThreadState, Runtime[StepContext]], Any]
+def _binding(node: Callable[..., Any]
              ) -> Callable[[ThreadState, Runtime[StudioContext], RunnableConfig], Any]:
     """`node`, first binding the Studio context to the thread it runs for."""
     def bound(state: ThreadState, runtime: Runtime[StudioContext], config: RunnableConfig) -> Any:
         runtime.context.bind(dict(state["thread"]), config["configurable"]["thread_id"])
-        return node(state, runtime)  # type: ignore[arg-type]  # a NodeContext, resolved
+        return node(state, runtime)  # the context is a NodeContext, resolved
 
     bound.__name__ = getattr(node, "__name__", "node")
     return bound
@@ -239,7 +241,8 @@ def create_node(state: _CreateState, runtime: Runtime[StudioContext],
         return {}
     spec = ThreadSpec(thread_id=thread_id, task=state.get("task"), model=context.model_id,
                       max_attempts=state.get("max_attempts"), max_tokens=state.get("max_tokens"),
-                      workspace=state.get("workspace"), source="line")
+                      workspace=state.get("workspace"), allow_writes=state.get("allow_writes"),
+                      source="line")
     created = spec.new_thread_state(context.settings,
                                     datetime.now(UTC).isoformat(timespec="seconds"))
     with context.store(create=True) as store:
@@ -259,9 +262,14 @@ def studio_graph() -> Any:
     assistant form shows from the graph's context schema.
     """
     from graph.factory import build_graph
+    from graph.studio_review import studio_tools_node
+    from nodes.tools import tools_node
+
+    def wrap(node: Callable[..., Any]) -> Callable[..., Any]:
+        return _binding(studio_tools_node if node is tools_node else node)
 
     return build_graph(None, context_schema=StudioContext, input_schema=StudioInput,
-                       first=("create", create_node), wrap=_binding)
+                       first=("create", create_node), wrap=wrap)
 
 
 def _check_protocol(context: StudioContext) -> NodeContext:

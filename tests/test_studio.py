@@ -116,3 +116,36 @@ def test_a_resumed_thread_refuses_another_model(tmp_path: Path) -> None:
         graph.invoke(None, config(), context={"db": str(db), "model_id": "other-model"})
     assert refused.value.error_code == ErrorCode.IDENTITY_MISMATCH
     assert ledger(db) == (1, 1, 4)
+
+
+def test_an_approval_interrupt_is_resumed_with_decisions_and_applies_the_write(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from langgraph.types import Command
+
+    from tests.test_approvals import Writer
+
+    out, model = tmp_path / "out", Writer()
+    out.mkdir()
+    (out / "log.txt").write_text("start\n")
+    monkeypatch.setattr("graph.models.make_model", lambda model_id, settings: model)
+    db, graph = tmp_path / "studio.sqlite", served()
+    context = {"db": str(db)}
+    graph.invoke({"task": "Write the report.", "allow_writes": str(out)}, config(),
+                 context=context)
+    graph.invoke(None, config(), context=context)  # tools pauses for review
+    paused = graph.get_state(config())
+    review = paused.tasks[0].interrupts[0].value
+    assert [p["tool_call_id"] for p in review["pending"]] == ["w1", "w2"]
+    graph.invoke(Command(resume={"approve": ["w1"]}), config(), context=context)
+    again = graph.get_state(config()).tasks[0].interrupts[0].value  # asked again, and why
+    assert "decide every paused call" in again["error"] and again["pending"] == review["pending"]
+    assert not (out / "report.md").exists()
+    graph.invoke(Command(resume={"approve": ["w1"], "reject": ["w2"], "reason": "no log"}),
+                 config(), context=context)
+    assert (out / "report.md").read_text().startswith("# Shipping")
+    assert (out / "log.txt").read_text() == "start\n"
+    results = {m["tool_call_id"]: m["content"] for m in graph.get_state(config()).values["messages"]
+               if m["role"] == "tool"}
+    assert results["w2"].startswith("REJECTED") and "ship-01" in results["r1"]
+    # The resume run goes on to the next step: one more request, counted before it left.
+    assert len(model.requests) == 2 and ledger(db) == (2, 2, 4)
