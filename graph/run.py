@@ -99,7 +99,8 @@ def run(argv: list[str] | None = None, **step_kwargs: Any) -> Outcome:
 
     Args:
         argv: Command-line arguments (without the program name).
-        **step_kwargs: Passed to `graph.step.advance` (tests inject `model_factory`).
+        **step_kwargs: Passed to `graph.api.Database` and `graph.step.advance` (tests
+            inject `model_factory`).
 
     Returns:
         The outcome. Known failures come back as outcomes with their exit code;
@@ -117,11 +118,11 @@ def run(argv: list[str] | None = None, **step_kwargs: Any) -> Outcome:
             return quick
         request = _request(args)
         settings = _settings(args)
-        from graph.step import advance
-        from graph.storage import open_store
+        from graph.api import Database
 
-        with open_store(settings.db, create=args.task is not None and not args.cancel) as store:
-            return advance(store, request, settings, **step_kwargs)
+        with Database(settings, create=args.task is not None and not args.cancel,
+                      model_factory=step_kwargs.pop("model_factory", None)) as db:
+            return db.advance(request, **step_kwargs)
     except RunError as exc:
         return Outcome.from_error(thread_id, exc)
     except Exception as exc:

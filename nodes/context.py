@@ -2,7 +2,10 @@
 
 `graph/` supplies the concrete objects (the SQLite or PostgreSQL ledger, the MandAPI
 client or the offline demo model); tests supply fakes. Nodes read nothing else: no
-environment variables, no globals.
+environment variables, no globals. A node reads its context through `NodeContext`:
+`StepContext` holds the objects themselves (the command line, tests); a context with
+plain, describable fields that resolves them (`graph.studio.StudioContext`, for
+LangGraph Studio) provides the same attributes.
 """
 
 from __future__ import annotations
@@ -126,6 +129,40 @@ class NoModel:
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply:
         """Always fails: reaching it is a bug."""
         raise RuntimeError("this invocation must not make a model request")
+
+
+class NodeContext(Protocol):
+    """What a node reads from its runtime context (`Runtime[NodeContext]`)."""
+
+    @property
+    def thread_id(self) -> str:
+        """The thread being advanced (for the ledger)."""
+        ...
+
+    @property
+    def ledger(self) -> AttemptLedger:
+        """The durable attempt ledger of the thread's database."""
+        ...
+
+    @property
+    def model(self) -> ChatModel:
+        """The chat model serving this thread."""
+        ...
+
+    @property
+    def log(self) -> AttemptLog:
+        """Where each attempt's outcome and each tool result is recorded."""
+        ...
+
+    @property
+    def charge(self) -> str | None:
+        """A shared request cap charged with every request, or None."""
+        ...
+
+    @property
+    def prepared(self) -> PreparedRequests:
+        """The request the budget node prepared, for the reason node of the same invocation."""
+        ...
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,13 @@ def needs_review(state: Mapping[str, Any]) -> bool:
     return bool(split_writes(state["thread"].get("allow_writes"), calls)[0])
 
 
+def pending_items(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What a review shows of each write call: id, tool, canonical arguments and hash."""
+    return [{"tool_call_id": c["id"], "name": c["function"]["name"],
+             "arguments": canonical_arguments(c["function"]["arguments"]),
+             "sha256": call_hash(c)} for c in calls]
+
+
 def review(calls: list[dict[str, Any]]) -> dict[str, str]:
     """Pauses for review of the write calls; returns each call's tool result text.
 
@@ -81,9 +88,7 @@ def review(calls: list[dict[str, Any]]) -> dict[str, str]:
     Raises:
         ApprovalMismatch: The decisions name other calls or other hashes.
     """
-    pending = [{"tool_call_id": c["id"], "name": c["function"]["name"],
-                "arguments": canonical_arguments(c["function"]["arguments"]),
-                "sha256": call_hash(c)} for c in calls]
+    pending = pending_items(calls)
     answer = interrupt({"kind": "approval", "pending": pending})
     decisions = {d["tool_call_id"]: d for d in (answer or {}).get("decisions", [])}
     if set(decisions) != {p["tool_call_id"] for p in pending} or any(

@@ -130,15 +130,23 @@ def tools_node(state: ThreadState, runtime: Runtime[StepContext]) -> ThreadUpdat
         `{"messages": [...]}` with one `tool` message per call, in call order, each
         carrying the call's `tool_call_id` unchanged (INVARIANTS I6).
     """
-    ctx = runtime.context
-    root = state["thread"].get("workspace")
-    workspace = Workspace(root) if root else None
     calls = open_calls_of_last(state["messages"])
     writes, reviewed = split_writes(state["thread"].get("allow_writes"), calls)
     if writes:
         reviewed.update(review(writes))
+    return answer_calls(state, runtime.context, reviewed)
+
+
+def answer_calls(state: ThreadState, ctx: StepContext, reviewed: dict[str, str]) -> ThreadUpdate:
+    """Answers the latest message's calls: `reviewed` results by call id, the others run here.
+
+    Returns:
+        As `tools_node`; each result is appended to the attempt log.
+    """
+    root = state["thread"].get("workspace")
+    workspace = Workspace(root) if root else None
     results: list[Message] = []
-    for call in calls:
+    for call in open_calls_of_last(state["messages"]):
         text = reviewed[call["id"]] if call["id"] in reviewed else run_tool_call(call, workspace)
         ctx.log.record(ctx.thread_id, int(state["progress"]["attempts"]), "tool", {
             "tool_call_id": call["id"], "name": (call.get("function") or {}).get("name"),

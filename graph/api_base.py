@@ -1,0 +1,130 @@
+"""The open/close half of `graph.api.Database`: the store, its saver and graph, one lock.
+
+Split from `graph.api` to keep modules small; import from `graph.api`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar
+
+from graph.errors import RunError
+
+if TYPE_CHECKING:
+    from langgraph.checkpoint.base import BaseCheckpointSaver
+    from langgraph.graph.state import CompiledStateGraph
+
+    from graph.database import Store
+    from graph.settings import Settings
+    from nodes.context import ChatModel
+
+P = ParamSpec("P")
+R = TypeVar("R")
+ModelFactory = Callable[[str, "Settings"], "ChatModel"]
+
+
+@contextmanager
+def known_errors() -> Iterator[None]:
+    """Raises an environment failure (permission, lost connection) as its `RunError`."""
+    try:
+        yield
+    except RunError:
+        raise
+    except Exception as exc:
+        from graph.cli import known_error
+
+        known = known_error(exc)
+        if known is None:
+            raise
+        raise known from exc
+
+
+class DatabaseBase:
+    """Opening, closing and the open store of a `graph.api.Database`."""
+
+    def __init__(self, settings: Settings, *, create: bool = False, read_only: bool = False,
+                 model_factory: ModelFactory | None = None) -> None:
+        self.settings = settings
+        self._create, self._read_only = create, read_only
+        self._model_factory = model_factory
+        self._lock = threading.RLock()
+        self._stack: ExitStack | None = None
+        self._store: Store | None = None
+
+    # -- opening and closing ------------------------------------------------------------
+
+    def __enter__(self) -> Self:
+        from graph.storage import open_store
+
+        with self._lock, known_errors():
+            stack = ExitStack()
+            self._store = stack.enter_context(open_store(
+                self.settings.db, create=self._create, read_only=self._read_only))
+            self._stack = stack
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return await asyncio.to_thread(self.__enter__)
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await asyncio.to_thread(self.close)
+
+    def close(self) -> None:
+        """Commits what is kept back and closes the connections and locks (idempotent)."""
+        with self._lock:
+            stack, self._stack, self._store = self._stack, None, None
+            if stack is not None:
+                stack.close()
+
+    @property
+    def store(self) -> Store:
+        """The open `graph.database.Store` (ledger, attempt log, locks, ...).
+
+        Raises:
+            RuntimeError: The database is not open (use `with`).
+        """
+        if self._store is None:
+            raise RuntimeError("the database is not open: use `with open_database(...) as db`")
+        return self._store
+
+    @property
+    def location(self) -> str:
+        """The SQLite file, or the PostgreSQL URL with its password shown as `***`."""
+        return self.store.location
+
+    @property
+    def checkpointer(self) -> BaseCheckpointSaver[str]:
+        """LangGraph's saver on this database, with the checksummed serializer.
+
+        Reading through it (`get_tuple`, `list`) sees exactly what the program stored;
+        writing through it bypasses the ledger's cross-checks: prefer `graph`.
+        """
+        return self.store.checkpointer
+
+    @property
+    def graph(self) -> CompiledStateGraph[Any, Any, Any, Any]:
+        """The agent graph compiled with `checkpointer`.
+
+        Use `get_state`, `get_state_history`, `get_graph().draw_mermaid()`,
+        `update_state` and `invoke` as on any LangGraph graph.
+
+        Invoking it needs a runtime context holding this database's ledger
+        (`invocation`): every request is still counted before it is sent and refused
+        at the thread's maximum, whatever checkpoint it starts from (forks, replays,
+        `update_state`).
+        """
+        return self.store.graph
+
+    def _call(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        with self._lock, known_errors():
+            self.store  # noqa: B018 - refuses a closed database first
+            return fn(*args, **kwargs)

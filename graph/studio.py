@@ -1,0 +1,276 @@
+"""The graph for LangGraph Studio (`langgraph dev`): a describable context, the ledger in GRAPH_DB.
+
+`langgraph.json` names `graph.studio:studio_graph`. The server brings its own
+checkpointer, so Studio's threads and checkpoints live in its storage, not in ours;
+what keeps the budget is the attempt ledger in the database `GRAPH_DB` names (or the
+context's `db`), reached by every node through the runtime context:
+
+- the budget node counts each attempt there and reason claims it before its request
+  leaves (a claim succeeds once per attempt number, so no fork, replay or state edit
+  of Studio's checkpoints sends an uncounted request, and at the thread's maximum
+  nothing is sent);
+- one run sends at most one request: a second claim in one run (a run that overrode
+  `interrupt_after`) is refused before anything is sent;
+- a thread's ledger row is made when Studio creates the thread (node `create`), and
+  a thread whose row is gone while its state counts attempts is refused, never given
+  a fresh budget.
+
+What does not hold here, because the server owns the checkpoints: fail-closed
+loading of them, private file modes, our writer lock (the server runs one run per
+thread at a time) and `graph.history`/`graph.verify`, which read our checkpoints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, NotRequired
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.runtime import Runtime
+from typing_extensions import TypedDict
+
+from graph.errors import RefusedError, UsageError
+from graph.exitcodes import ErrorCode
+from nodes.context import LedgerEntry
+from nodes.request import PreparedRequests
+from nodes.state import ThreadState
+
+if TYPE_CHECKING:
+    from graph.database import Store
+    from graph.settings import Settings
+    from nodes.context import ChatModel, NodeContext
+
+
+class StudioInput(TypedDict):
+    """What starts a thread in Studio: its task and, optionally, its fixed limits."""
+
+    task: str
+    """The task text; on an existing thread it must equal the stored one."""
+    max_attempts: NotRequired[int]
+    """Model requests allowed (default 4), fixed at creation."""
+    max_tokens: NotRequired[int]
+    """Cap on the tokens the thread may use, fixed at creation."""
+    workspace: NotRequired[str]
+    """Folder of the read-only tools, fixed at creation."""
+    allow_writes: NotRequired[str]
+    """Folder of the write tools, fixed at creation; each write waits for a person."""
+
+
+class _CreateState(StudioInput, total=False):
+    """What the `create` node reads: the input, and the thread once it exists."""
+
+    thread: dict[str, Any]
+
+
+@dataclass
+class StudioContext:
+    """The runtime context as Studio shows and sets it: plain fields only.
+
+    The ledger, attempt log and model the nodes use (`nodes.context.NodeContext`) are
+    resolved from these fields inside, per run; the database is opened for each use and
+    closed after it, so every count, claim and log row is committed when it returns.
+
+    Attributes:
+        db: The database of the ledger: a SQLite path or `postgresql://` URL; None:
+            `$GRAPH_DB`, else `./checkpoints.sqlite`.
+        model_id: The model of a new thread (default `offline-demo`, or
+            `$MANDAPI_MODEL_ID` with `live`); on an existing thread it must match.
+        live: Allow paid MandAPI requests (needs `MANDAPI_API_KEY` in the server's
+            environment).
+    """
+
+    db: str | None = None
+    model_id: str | None = None
+    live: bool = False
+
+    @cached_property
+    def settings(self) -> Settings:
+        """The resolved settings (context field, then environment, then default)."""
+        from graph.settings import resolve_settings
+
+        return resolve_settings(db=self.db, live=self.live, timeout_s=None)
+
+    @contextmanager
+    def store(self, *, create: bool = False) -> Iterator[Store]:
+        """The ledger's database, open for one use."""
+        from graph.storage import open_store
+
+        with open_store(self.settings.db, create=create) as store:
+            yield store
+
+    def bind(self, thread: dict[str, Any], thread_id: str) -> None:
+        """Records the thread a node runs for; refuses another model or thread id.
+
+        Raises:
+            RefusedError: `identity_mismatch`.
+        """
+        model = self.model_id or self.settings.env_model
+        if thread["thread_id"] != thread_id or model not in (None, thread["model"]):
+            raise RefusedError(f"the thread uses model {thread['model']!r}; the context "
+                               f"names {model!r}", error_code=ErrorCode.IDENTITY_MISMATCH,
+                               thread_id=thread_id)
+        self.__dict__["_thread"] = (thread_id, thread["model"])
+
+    def _bound(self) -> tuple[str, str]:
+        bound = self.__dict__.get("_thread")
+        if bound is None:  # a bug: every node is wrapped by `_binding`
+            raise RuntimeError("no thread is bound to this Studio context")
+        return bound
+
+    @property
+    def thread_id(self) -> str:
+        """The Studio thread being advanced (its id is the ledger's key)."""
+        return self._bound()[0]
+
+    @cached_property
+    def ledger(self) -> StudioLedger:
+        """The ledger in the context's database, one request per run."""
+        return StudioLedger(self)
+
+    @cached_property
+    def log(self) -> StudioLog:
+        """The attempt log in the context's database."""
+        return StudioLog(self)
+
+    @cached_property
+    def model(self) -> ChatModel:
+        """The thread's own model (`graph.models.make_model`)."""
+        from graph.models import make_model
+
+        return make_model(self._bound()[1], self.settings)
+
+    @property
+    def charge(self) -> str | None:
+        """No shared request cap in Studio."""
+        return None
+
+    @cached_property
+    def prepared(self) -> PreparedRequests:
+        """The request budget prepared, for reason in the same run."""
+        return PreparedRequests()
+
+
+class StudioLedger:
+    """The attempt ledger of a Studio run: our ledger, opened per call, one claim per run."""
+
+    def __init__(self, context: StudioContext) -> None:
+        self._context = context
+        self._claims = 0
+
+    def count(self, thread_id: str) -> LedgerEntry:
+        """`SqlLedger.count`, committed when it returns.
+
+        Raises:
+            RefusedError: `damaged`: the thread has no ledger row (its budget is unknown).
+        """
+        with self._context.store() as store:
+            try:
+                return store.ledger.count(thread_id)
+            except LookupError:
+                raise RefusedError("the thread has no row in the attempt ledger of "
+                                   f"{store.location}; its budget is unknown, so nothing is "
+                                   "sent", error_code=ErrorCode.DAMAGED,
+                                   thread_id=thread_id) from None
+
+    def claim(self, thread_id: str, attempt: int, charge: str | None = None) -> bool:
+        """`SqlLedger.claim` (made durable before it returns); a run's second claim is refused.
+
+        Raises:
+            UsageError: This run already claimed an attempt: one run sends at most one
+                request; the attempt stays counted for the next run.
+        """
+        if self._claims:
+            raise UsageError("one model request per run: this run already sent one (did it "
+                             "override interrupt_after?); start another run to continue",
+                             thread_id=thread_id)
+        with self._context.store() as store:
+            claimed = store.ledger.claim(thread_id, attempt, charge)
+        self._claims += claimed
+        return claimed
+
+
+class StudioLog:
+    """The attempt log of a Studio run, opened per row."""
+
+    def __init__(self, context: StudioContext) -> None:
+        self._context = context
+
+    def record(self, thread_id: str, attempt: int, kind: str, payload: dict[str, Any]) -> None:
+        """`SqlAttemptLog.record`, committed when it returns."""
+        with self._context.store() as store:
+            store.log.record(thread_id, attempt, kind, payload)
+
+
+def _binding(node: Callable[..., Any]
+             ) -> Callable[[ThreadState, Runtime[StudioContext], RunnableConfig], Any]:
+    """`node`, first binding the Studio context to the thread it runs for."""
+    def bound(state: ThreadState, runtime: Runtime[StudioContext], config: RunnableConfig) -> Any:
+        runtime.context.bind(dict(state["thread"]), config["configurable"]["thread_id"])
+        return node(state, runtime)  # the context is a NodeContext, resolved
+
+    bound.__name__ = getattr(node, "__name__", "node")
+    return bound
+
+
+def create_node(state: _CreateState, runtime: Runtime[StudioContext],
+                config: RunnableConfig) -> dict[str, Any]:
+    """Creates the thread from Studio's input: identity, first message, ledger row.
+
+    On an existing thread it changes nothing (a thread is never restarted); a different
+    task is refused.
+
+    Raises:
+        RefusedError: `identity_mismatch` (another task); `damaged` (the ledger already
+            counts attempts for this id: starting over would give it a fresh budget);
+            `pruned`.
+        UsageError: An invalid task or limit; a paid model without `live`.
+    """
+    from graph.spec import ThreadSpec
+    from graph.thread_checks import check_unstarted
+
+    thread_id = config["configurable"]["thread_id"]
+    context = runtime.context
+    if state.get("thread"):
+        if state.get("task") not in (None, state["thread"]["task"]):
+            raise RefusedError("created with a different task", thread_id=thread_id,
+                               error_code=ErrorCode.IDENTITY_MISMATCH)
+        return {}
+    spec = ThreadSpec(thread_id=thread_id, task=state.get("task"), model=context.model_id,
+                      max_attempts=state.get("max_attempts"), max_tokens=state.get("max_tokens"),
+                      workspace=state.get("workspace"), allow_writes=state.get("allow_writes"),
+                      source="line")
+    created = spec.new_thread_state(context.settings,
+                                    datetime.now(UTC).isoformat(timespec="seconds"))
+    with context.store(create=True) as store:
+        from graph.thread_checks import check_tombstone
+
+        check_tombstone(store, thread_id, task=spec.task, restart=False)
+        check_unstarted(store.ledger.read(thread_id), store.location, thread_id)
+        store.ledger.create(thread_id, created["thread"]["max_attempts"])
+    return dict(created)
+
+
+def studio_graph() -> Any:
+    """The graph `langgraph dev` serves: create → budget → reason → tools, no checkpointer.
+
+    The server compiles nothing itself and supplies its own checkpointer. Each run
+    gets a `StudioContext` from its `context` (plain fields), which `Studio`'s
+    assistant form shows from the graph's context schema.
+    """
+    from graph.factory import build_graph
+    from graph.studio_review import studio_tools_node
+    from nodes.tools import tools_node
+
+    def wrap(node: Callable[..., Any]) -> Callable[..., Any]:
+        return _binding(studio_tools_node if node is tools_node else node)
+
+    return build_graph(None, context_schema=StudioContext, input_schema=StudioInput,
+                       first=("create", create_node), wrap=wrap)
+
+
+def _check_protocol(context: StudioContext) -> NodeContext:
+    return context  # mypy checks that a StudioContext is what nodes read

@@ -1,0 +1,151 @@
+"""The Studio graph (`graph.studio`) in process, on the server's kind of checkpointer.
+
+`langgraph dev` copies the graph with its own checkpointer and passes each run's
+context as a plain dict; these tests do the same with `InMemorySaver`, and check that
+the ledger in the context's database still keeps the budget.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+
+from graph.errors import RefusedError, UsageError
+from graph.exitcodes import ErrorCode
+from graph.studio import StudioContext, studio_graph
+
+TASK = "How long does shipping take at the demo shop?"
+THREAD = "0193b7a0-5c1e-7000-8000-000000000001"
+
+
+def served() -> Any:
+    """The graph as the server holds it: its own checkpointer."""
+    return studio_graph().copy(update={"checkpointer": InMemorySaver()})
+
+
+def config(thread_id: str = THREAD) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread_id}}
+
+
+def ledger(db: Path, thread_id: str = THREAD) -> tuple[int, int, int] | None:
+    with sqlite3.connect(db) as conn:
+        return conn.execute("SELECT attempts, claimed, max_attempts FROM attempt_ledger "
+                            "WHERE thread_id = ?", (thread_id,)).fetchone()
+
+
+def test_the_context_and_input_are_plain_describable_fields() -> None:
+    graph = studio_graph()
+    assert set(graph.get_context_jsonschema()["properties"]) == {"db", "model_id", "live"}
+    assert graph.get_input_jsonschema()["required"] == ["task"]
+    assert "create --> budget" in graph.get_graph().draw_mermaid()
+
+
+def test_each_run_sends_one_request_counted_in_the_ledger(tmp_path: Path) -> None:
+    db, graph = tmp_path / "studio.sqlite", served()
+    context = {"db": str(db)}
+    graph.invoke({"task": TASK}, config(), context=context)
+    assert ledger(db) == (1, 1, 4)
+    assert graph.get_state(config()).next == ("tools",)  # stopped after reason
+    graph.invoke(None, config(), context=context)
+    state = graph.get_state(config())
+    assert ledger(db) == (2, 2, 4)
+    assert state.values["progress"]["status"] == "done"
+
+
+def test_graph_db_names_the_ledger_when_the_context_does_not(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GRAPH_DB", str(tmp_path / "env.sqlite"))
+    served().invoke({"task": TASK}, config(), context={})
+    assert ledger(tmp_path / "env.sqlite") == (1, 1, 4)
+
+
+def test_a_second_claim_in_one_run_is_refused_before_sending(tmp_path: Path) -> None:
+    """A run that overrode `interrupt_after` could reach reason twice; its context claims once."""
+    db = tmp_path / "studio.sqlite"
+    served().invoke({"task": TASK}, config(), context={"db": str(db)})
+    context = StudioContext(db=str(db))
+    assert context.ledger.count(THREAD).attempts == 2
+    assert context.ledger.claim(THREAD, 2) is True
+    assert context.ledger.count(THREAD).attempts == 3
+    with pytest.raises(UsageError, match="one model request per run"):
+        context.ledger.claim(THREAD, 3)
+    assert ledger(db) == (3, 2, 4)  # the third attempt is counted, never sent
+    assert StudioContext(db=str(db)).ledger.claim(THREAD, 3) is True  # the next run sends it
+
+
+def test_a_fork_of_the_servers_checkpoints_stops_at_the_maximum(tmp_path: Path) -> None:
+    db, graph = tmp_path / "studio.sqlite", served()
+    context = {"db": str(db)}
+    graph.invoke({"task": TASK, "max_attempts": 1}, config(), context=context)
+    assert graph.get_state(config()).values["progress"]["status"] == "exhausted"
+    first = [s for s in graph.get_state_history(config()) if s.next == ("budget",)][-1]
+    graph.invoke(None, first.config, context=context)  # time travel to before the request
+    graph.update_state(config(), {"progress": {"status": "ready"}}, as_node="budget")
+    graph.invoke(None, config(), context=context)  # a hand-made state straight to reason
+    assert ledger(db) == (1, 1, 1)  # nothing more was counted or sent
+
+
+def test_a_thread_whose_ledger_row_is_gone_is_refused(tmp_path: Path) -> None:
+    db, graph = tmp_path / "studio.sqlite", served()
+    graph.invoke({"task": TASK}, config(), context={"db": str(db)})
+    with sqlite3.connect(db) as conn:
+        conn.execute("DELETE FROM attempt_ledger")
+    with pytest.raises(RefusedError) as refused:
+        graph.invoke(None, config(), context={"db": str(db)})
+    assert refused.value.error_code == ErrorCode.DAMAGED
+    assert ledger(db) is None
+
+
+def test_a_new_thread_id_that_already_counts_attempts_is_not_restarted(tmp_path: Path) -> None:
+    db = tmp_path / "studio.sqlite"
+    served().invoke({"task": TASK}, config(), context={"db": str(db)})
+    with pytest.raises(RefusedError) as refused:  # the server lost its checkpoints
+        served().invoke({"task": TASK}, config(), context={"db": str(db)})
+    assert refused.value.error_code == ErrorCode.DAMAGED
+    assert ledger(db) == (1, 1, 4)
+
+
+def test_a_resumed_thread_refuses_another_model(tmp_path: Path) -> None:
+    db, graph = tmp_path / "studio.sqlite", served()
+    graph.invoke({"task": TASK}, config(), context={"db": str(db)})
+    with pytest.raises(RefusedError) as refused:
+        graph.invoke(None, config(), context={"db": str(db), "model_id": "other-model"})
+    assert refused.value.error_code == ErrorCode.IDENTITY_MISMATCH
+    assert ledger(db) == (1, 1, 4)
+
+
+def test_an_approval_interrupt_is_resumed_with_decisions_and_applies_the_write(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from langgraph.types import Command
+
+    from tests.test_approvals import Writer
+
+    out, model = tmp_path / "out", Writer()
+    out.mkdir()
+    (out / "log.txt").write_text("start\n")
+    monkeypatch.setattr("graph.models.make_model", lambda model_id, settings: model)
+    db, graph = tmp_path / "studio.sqlite", served()
+    context = {"db": str(db)}
+    graph.invoke({"task": "Write the report.", "allow_writes": str(out)}, config(),
+                 context=context)
+    graph.invoke(None, config(), context=context)  # tools pauses for review
+    paused = graph.get_state(config())
+    review = paused.tasks[0].interrupts[0].value
+    assert [p["tool_call_id"] for p in review["pending"]] == ["w1", "w2"]
+    graph.invoke(Command(resume={"approve": ["w1"]}), config(), context=context)
+    again = graph.get_state(config()).tasks[0].interrupts[0].value  # asked again, and why
+    assert "decide every paused call" in again["error"] and again["pending"] == review["pending"]
+    assert not (out / "report.md").exists()
+    graph.invoke(Command(resume={"approve": ["w1"], "reject": ["w2"], "reason": "no log"}),
+                 config(), context=context)
+    assert (out / "report.md").read_text().startswith("# Shipping")
+    assert (out / "log.txt").read_text() == "start\n"
+    results = {m["tool_call_id"]: m["content"] for m in graph.get_state(config()).values["messages"]
+               if m["role"] == "tool"}
+    assert results["w2"].startswith("REJECTED") and "ship-01" in results["r1"]
+    # The resume run goes on to the next step: one more request, counted before it left.
+    assert len(model.requests) == 2 and ledger(db) == (2, 2, 4)
