@@ -26,6 +26,8 @@ def _folder(kind: str, given: str | Path | None, recorded: str | None) -> list[s
         if given is not None:
             raise ReplayFailure(f"the recorded thread has no {kind} folder; do not pass {kind}=")
         return []
+    if given is None and kind == "allow_writes":  # never write into the recorded folder
+        raise ReplayFailure("the recorded thread could write: pass allow_writes= with an empty folder")
     folder = Path(given if given is not None else recorded)
     if not folder.is_dir():
         raise ReplayFailure(f"the {kind} folder {folder} does not exist here: pass {kind}= with "

@@ -30,6 +30,7 @@ from graph.database import Store
 from graph.errors import RefusedError
 from graph.exitcodes import ErrorCode
 from graph.replay_format import FORMAT, META_KEY, NO_ANSWER, interaction, json_response
+from nodes.errors import RequestErrorCode
 from nodes.pairing import UnsafeHistoryError
 from nodes.request import prepare_request
 from nodes.state import Message
@@ -58,12 +59,14 @@ def _assistant(row: Mapping[str, Any]) -> Message | None:
     return message
 
 
-def _failed(row: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
-    """(cassette response, error to raise) standing in for a failed attempt (module doc)."""
+def _failed(row: Mapping[str, Any] | None) -> tuple[dict[str, Any], str | None]:
+    """(cassette response, error to raise) standing in for a failed or unlogged attempt (module doc)."""
+    if row is None:  # killed mid-request: no reply known
+        return NO_ANSWER, str(RequestErrorCode.CONNECTION)
     code, message = row.get("error_code"), row.get("message") or ""
-    if code in ("timeout", "connection"):
-        return NO_ANSWER, code
-    status = re.search(r"HTTP (\d{3})\b", message) if code != "bad_response" else None
+    if code in (RequestErrorCode.TIMEOUT, RequestErrorCode.CONNECTION):
+        return NO_ANSWER, str(code)
+    status = re.search(r"HTTP (\d{3})\b", message) if code != RequestErrorCode.BAD_RESPONSE else None
     if status is not None:
         return json_response(int(status.group(1)), {"error": {"message": message}}, "Error"), None
     payload: dict[str, Any] = {"choices": []}
@@ -119,7 +122,7 @@ def _rebuild(store: Store, thread_id: str, thread: dict[str, Any], claimed: int,
         body = {"model": thread["model"], "messages": prepared.messages, "tools": prepared.tools}
         row = reasons.get(attempt)
         if row is None or row.get("outcome") == "error":
-            response, raises = _failed(row or {"error_code": "connection"})
+            response, raises = _failed(row)
             items.append(interaction(uri, body, response))
             exchanges.append({"attempt": attempt, "outcome": "error" if row else "no record",
                               **({"raise": raises} if raises else {})})

@@ -1,0 +1,141 @@
+"""`python -m graph.replay export`: what a recording holds, what it never holds, what is refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+
+import httpx
+import pytest
+
+from graph.replay import main
+from graph.replay_session import replay
+from tests.conftest import PYTHON, ROOT, run_cli, subprocess_env
+from tests.fixtures.recordings.build import reply, scripted
+
+KEY = "sk-marker-export-33d1"
+TASK = "How long does international shipping take?"
+
+
+@pytest.fixture
+def live_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tests.fixtures.recordings.build as build
+
+    monkeypatch.setenv("MANDAPI_API_KEY", KEY)
+    monkeypatch.setattr(build, "MARKER_KEY", KEY)  # the scripted transport checks the header
+
+
+def live(db: str, thread: str, factory, *flags: str) -> dict:  # type: ignore[no-untyped-def]
+    return run_cli(["--thread", thread, "--db", db, "--live", "--once", *flags], model_factory=factory)
+
+
+def export(db: str, thread: str, out, *flags: str) -> int:  # type: ignore[no-untyped-def]
+    return main(["export", "--thread", thread, "--db", db, "-o", str(out), *flags])
+
+
+def test_export_keeps_requests_replies_and_usage_and_never_the_key(
+        backend, live_env, tmp_path, capsys) -> None:
+    factory = scripted([reply(None, ("c1", "get_reference", {"ref_id": "ship-02"}), prompt=100, completion=9),
+                        reply("7 to 14 business days [ship-02].", prompt=200, completion=11)])
+    live(backend.db, "t1", factory, "--task", TASK, "--model", "mandapi-large")
+    live(backend.db, "t1", factory)
+    out = tmp_path / "t1.json"
+    assert export(backend.db, "t1", out, "--json") == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "exchanges": 2, "output": str(out), "status": "done", "thread_id": "t1"}
+    text = out.read_text()
+    assert KEY not in text and "authorization" not in text.lower()
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    data = json.loads(text)
+    first, second = data["interactions"]
+    assert first["request"]["uri"] == "https://api.mandapi.com/v1/chat/completions"
+    assert first["request"]["headers"] == {"Content-Type": ["application/json"]}
+    assert [m["role"] for m in second["request"]["body"]["json"]["messages"]] == [
+        "system", "user", "assistant", "tool"]
+    assert second["response"]["body"]["json"]["usage"] == {
+        "prompt_tokens": 200, "completion_tokens": 11, "total_tokens": 211}
+    meta = data["metadata"]["mandapi_replay"]
+    assert meta["thread"]["model"] == "mandapi-large" and meta["outcome"]["status"] == "done"
+    assert replay(out, db=str(tmp_path / "again.sqlite")).answer == "7 to 14 business days [ship-02]."
+
+
+def test_a_thread_exported_while_waiting_for_approval_replays_to_the_same_pause(
+        live_env, sqlite_db, tmp_path) -> None:
+    writes = tmp_path / "w"
+    writes.mkdir()
+    factory = scripted([reply(None, ("c1", "write_file", {"path": "a.txt", "text": "x"}))])
+    out = live(str(sqlite_db), "w1", factory, "--task", TASK, "--model", "mandapi-large",
+               "--allow-writes", str(writes))
+    assert out["status"] == "awaiting_approval"
+    assert export(str(sqlite_db), "w1", tmp_path / "w1.json") == 0
+    other = tmp_path / "w2"
+    other.mkdir()
+    result = replay(tmp_path / "w1.json", db=str(tmp_path / "r.sqlite"), allow_writes=other)
+    assert result.status == "awaiting_approval" and not list(other.iterdir())
+
+
+def test_an_attempt_killed_mid_request_is_exported_as_a_connection_error(
+        live_env, sqlite_db, tmp_path) -> None:
+    def killed(request: httpx.Request) -> httpx.Response:
+        raise RuntimeError("the process died here")
+
+    def via(handler):  # type: ignore[no-untyped-def]
+        from graph.models import make_model
+
+        return lambda m, s: make_model(m, s, transport=httpx.MockTransport(handler))
+
+    with pytest.raises(RuntimeError):
+        live(str(sqlite_db), "k1", via(killed), "--task", TASK, "--model", "mandapi-large")
+    factory = scripted([reply("Answer [ship-02].")])
+    while live(str(sqlite_db), "k1", factory)["status"] == "ready":
+        pass
+    assert export(str(sqlite_db), "k1", tmp_path / "k1.json") == 0
+    meta = json.loads((tmp_path / "k1.json").read_text())["metadata"]["mandapi_replay"]
+    assert meta["exchanges"] == [{"attempt": 1, "outcome": "no record", "raise": "connection"},
+                                 {"attempt": 2, "outcome": "answer"}]
+    result = replay(tmp_path / "k1.json", db=str(tmp_path / "r.sqlite"))
+    assert [o["error_code"] for o in result.outcomes] == ["connection", None]
+
+
+def test_a_conversation_the_log_does_not_reproduce_is_not_replayable(backend, tmp_path, capsys) -> None:
+    run_cli(["--thread", "d1", "--task", TASK, "--db", backend.db])
+
+    def rewrite(values) -> None:  # type: ignore[no-untyped-def]
+        values["messages"][-1] = {**values["messages"][-1], "content": "an edited tool result"}
+
+    backend.edit_values("d1", rewrite)
+    assert export(backend.db, "d1", tmp_path / "d1.json", "--json") == 4
+    out = json.loads(capsys.readouterr().out)
+    assert out["error_code"] == "not_replayable" and "differ from message 3" in out["error"]
+    assert not (tmp_path / "d1.json").exists()
+
+
+@pytest.mark.parametrize(("target", "thread", "code", "exit_code"), [
+    ("db", "nobody", "no_such_thread", 4),
+    ("missing.sqlite", "d1", "no_such_file", 4),
+    ("db", "bad id!", "usage", 2),
+])
+def test_export_refusals_have_their_codes(
+        sqlite_db, tmp_path, capsys, target, thread, code, exit_code) -> None:
+    run_cli(["--thread", "d1", "--task", TASK, "--db", str(sqlite_db)])
+    db = str(sqlite_db) if target == "db" else str(tmp_path / target)
+    assert export(db, thread, tmp_path / "x.json", "--json") == exit_code
+    assert json.loads(capsys.readouterr().out)["error_code"] == code
+
+
+def test_export_into_a_missing_folder_is_a_usage_error(sqlite_db, tmp_path, capsys) -> None:
+    run_cli(["--thread", "d1", "--task", TASK, "--db", str(sqlite_db)])
+    assert export(str(sqlite_db), "d1", tmp_path / "no" / "x.json") == 2
+    assert "error (usage): cannot write" in capsys.readouterr().err
+
+
+def test_export_runs_as_a_command(sqlite_db, tmp_path) -> None:
+    run_cli(["--thread", "d1", "--task", TASK, "--db", str(sqlite_db)])
+    done = subprocess.run([PYTHON, "-m", "graph.replay", "export", "--thread", "d1", "--db", str(sqlite_db),
+                           "-o", str(tmp_path / "d1.json")], cwd=ROOT, env=subprocess_env(
+                               MANDAPI_API_KEY=KEY), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("thread d1: 2 exchange(s) written to")
+    assert KEY not in (tmp_path / "d1.json").read_text() and os.path.getsize(tmp_path / "d1.json") > 0
