@@ -30,7 +30,7 @@ def _content_lines(content: Any) -> list[str]:
         return [f"    {json.dumps(content, ensure_ascii=False)}"]
     lines = []
     for line in content.split("\n") or [""]:
-        lines += [f"    {part}" for part in (textwrap.wrap(line, _WIDTH, drop_whitespace=False) or [""])]
+        lines += [f"    {part}" for part in (textwrap.wrap(line, _WIDTH) or [""])]
     return lines
 
 
