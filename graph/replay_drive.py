@@ -106,9 +106,12 @@ def drive(rec: Recording, db: str, flags: list[str], model_factory: Callable[[st
             for decision in runs:
                 out = step([*base, *decision])
             continue
-        if out["status"] in _FINAL or (playback.next_index() is None and rec.outcome["status"] == "ready"):
+        played_all = playback.next_index() is None
+        if out["status"] in _FINAL or (played_all and rec.outcome["status"] == "ready"):
             return outcomes
-        out = step([*base, "--once"])
+        # A thread cancelled after its last exchange is cancelled again here.
+        out = step([*base, "--cancel"] if played_all and rec.outcome["status"] == "cancelled"
+                   else [*base, "--once"])
     raise ReplayFailure(f"the thread was still {out['status']} after {len(outcomes)} invocations")
 
 

@@ -83,9 +83,13 @@ def _reply(model: str, attempt: int, message: Message, usage: Any) -> dict[str, 
         "usage": usage})
 
 
-def _add(total: dict[str, int], usage: Any) -> None:
-    for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
-        total[key] += int((usage or {}).get(key, 0))
+def _usage(row: Mapping[str, Any] | None) -> dict[str, int] | None:
+    """A logged reply's usage with whole-number counts; None when not logged or malformed."""
+    usage = (row or {}).get("usage") or {}
+    counts = {key: usage.get(key, 0) for key in ("prompt_tokens", "completion_tokens", "total_tokens")}
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in counts.values()):
+        return None
+    return counts
 
 
 def _log_by_attempt(rows: list[dict[str, Any]]) -> tuple[dict[int, dict], dict[tuple[int, str], str]]:
@@ -121,19 +125,22 @@ def _rebuild(store: Store, thread_id: str, thread: dict[str, Any], claimed: int,
             raise _not_replayable(store, thread_id, f"attempt {attempt}'s request: {exc}") from None
         body = {"model": thread["model"], "messages": prepared.messages, "tools": prepared.tools}
         row = reasons.get(attempt)
+        counts = _usage(row)
+        if counts is None:
+            raise _not_replayable(store, thread_id, f"attempt {attempt}'s logged usage is malformed")
+        for key, value in counts.items():
+            usage[key] += value
         if row is None or row.get("outcome") == "error":
             response, raises = _failed(row)
             items.append(interaction(uri, body, response))
             exchanges.append({"attempt": attempt, "outcome": "error" if row else "no record",
                               **({"raise": raises} if raises else {})})
-            _add(usage, (row or {}).get("usage"))
             continue
         message = _assistant(row)
         if message is None:
             raise _not_replayable(store, thread_id, f"attempt {attempt}'s logged reply is malformed")
         items.append(interaction(uri, body, _reply(thread["model"], attempt, message, row.get("usage"))))
         exchanges.append({"attempt": attempt, "outcome": row.get("outcome")})
-        _add(usage, row.get("usage"))
         stored = [*prepared.compacted, message]
         results = [observations.get((attempt, c["id"])) for c in message.get("tool_calls") or []]
         if all(r is not None for r in results):

@@ -139,3 +139,33 @@ def test_export_runs_as_a_command(sqlite_db, tmp_path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("thread d1: 2 exchange(s) written to")
     assert KEY not in (tmp_path / "d1.json").read_text() and os.path.getsize(tmp_path / "d1.json") > 0
+
+
+def test_a_cancelled_thread_replays_to_its_cancellation(sqlite_db, tmp_path) -> None:
+    run_cli(["--thread", "c1", "--task", TASK, "--db", str(sqlite_db), "--once"])
+    assert run_cli(["--thread", "c1", "--db", str(sqlite_db), "--cancel"])["status"] == "cancelled"
+    assert export(str(sqlite_db), "c1", tmp_path / "c1.json") == 0
+    result = replay(tmp_path / "c1.json", db=str(tmp_path / "r.sqlite"))
+    assert [o["status"] for o in result.outcomes] == ["ready", "cancelled"]
+
+
+def test_a_malformed_logged_usage_is_refused_not_a_crash(sqlite_db, tmp_path, capsys, monkeypatch) -> None:
+    def killed(request: httpx.Request) -> httpx.Response:
+        raise RuntimeError("the process died here")
+
+    from graph.models import make_model
+
+    monkeypatch.setenv("MANDAPI_API_KEY", KEY)
+    with pytest.raises(RuntimeError):
+        live(str(sqlite_db), "u1", lambda m, s: make_model(m, s, transport=httpx.MockTransport(killed)),
+             "--task", TASK, "--model", "mandapi-large")
+    payload = {"outcome": "error", "error_code": "timeout", "message": "slow",
+               "usage": {"total_tokens": "many"}}
+    import sqlite3
+
+    with sqlite3.connect(sqlite_db) as conn:
+        conn.execute("INSERT INTO attempt_log (thread_id, attempt, kind, payload, created_at) "
+                     "VALUES ('u1', 1, 'reason', ?, '2026-01-01T00:00:00+00:00')", (json.dumps(payload),))
+    assert export(str(sqlite_db), "u1", tmp_path / "u1.json", "--json") == 4
+    out = json.loads(capsys.readouterr().out)
+    assert out["error_code"] == "not_replayable" and "usage is malformed" in out["error"]
