@@ -169,3 +169,14 @@ def test_a_malformed_logged_usage_is_refused_not_a_crash(sqlite_db, tmp_path, ca
     assert export(str(sqlite_db), "u1", tmp_path / "u1.json", "--json") == 4
     out = json.loads(capsys.readouterr().out)
     assert out["error_code"] == "not_replayable" and "usage is malformed" in out["error"]
+
+
+def test_export_with_a_closed_stdout_ends_quietly_with_its_exit_code(sqlite_db, tmp_path) -> None:
+    run_cli(["--thread", "d1", "--task", TASK, "--db", str(sqlite_db)])
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before anything is written
+    done = subprocess.run([PYTHON, "-m", "graph.replay", "export", "--thread", "d1", "--db", str(sqlite_db),
+                           "-o", str(tmp_path / "d1.json")], env=subprocess_env(), stdout=write,
+                          stderr=subprocess.PIPE, timeout=120)
+    os.close(write)
+    assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr
