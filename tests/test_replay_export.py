@@ -180,3 +180,39 @@ def test_export_with_a_closed_stdout_ends_quietly_with_its_exit_code(sqlite_db, 
                           stderr=subprocess.PIPE, timeout=120)
     os.close(write)
     assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr
+
+
+def test_exported_requests_are_byte_for_byte_the_requests_sent(live_env, sqlite_db, tmp_path) -> None:
+    from tests.fixtures.recordings.build import MARKER_KEY
+
+    sent: list[bytes] = []
+    script = [reply(f"Reading {ref}.", (f"c{n}", "get_reference", {"ref_id": ref}))
+              for n, ref in enumerate(["ship-01", "ship-02", "pay-01", "ret-01", "ship-01"])]
+    script[1:1] = [httpx.ReadTimeout("slow"), 503]
+    script.append(reply("Done [ship-01]."))
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert request.headers["authorization"] == f"Bearer {MARKER_KEY}"
+        sent.append(request.content)
+        item = script.pop(0)
+        if isinstance(item, Exception):
+            raise item
+        return httpx.Response(item, json={}) if isinstance(item, int) else httpx.Response(200, json=item)
+
+    def via(m, s):  # type: ignore[no-untyped-def]
+        from graph.models import make_model
+
+        return make_model(m, s, transport=httpx.MockTransport(handler))
+
+    flags = ["--task", TASK, "--model", "mandapi-large", "--max-attempts", "10", "--context-tokens", "700"]
+    out = live(str(sqlite_db), "b1", via, *flags)
+    while out["status"] == "ready":
+        out = live(str(sqlite_db), "b1", via)
+    assert out["status"] == "done" and not script
+    assert export(str(sqlite_db), "b1", tmp_path / "b1.json") == 0
+    from graph.replay_format import deserialize
+
+    recorded = [i["request"]["body"].encode() for i in deserialize((tmp_path / "b1.json").read_text())[
+        "interactions"]]
+    assert recorded == sent  # compaction included: later requests carry compacted history
+    assert b"[compacted]" in sent[-1]
