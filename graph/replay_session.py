@@ -149,7 +149,9 @@ class _ReplayTransport(httpx.BaseTransport):
         except CannotOverwriteExistingCassetteException:
             playback.failure = playback.explain(request.method, str(request.url), body)
             raise ReplayFailure(playback.failure) from None
-        raises = playback.recording.exchanges[playback.current or 0].get("raise")
+        if playback.current is None:  # vcrpy answered without our matcher: never expected
+            raise ReplayFailure("vcrpy answered a request that matched no recorded exchange")
+        raises = playback.recording.exchanges[playback.current].get("raise")
         if raises == "timeout":
             raise httpx.ReadTimeout("replayed: the recorded request timed out", request=request)
         if raises == "connection":
