@@ -59,6 +59,7 @@ class ErrorCode(StrEnum):
     TAMPERED = "tampered"
     CONFLICT = "conflict"
     EXISTS = "exists"
+    NOT_REPLAYABLE = "not_replayable"
     BUSY = "busy"
     TIMEOUT = "timeout"
     CONNECTION = "connection"
@@ -89,7 +90,8 @@ _EXIT = {
     **{code: ExitCode.REFUSED for code in (
         ErrorCode.IDENTITY_MISMATCH, ErrorCode.NO_SUCH_THREAD, ErrorCode.NO_SUCH_FILE,
         ErrorCode.DAMAGED, ErrorCode.INCOMPATIBLE, ErrorCode.PRUNED, ErrorCode.CANCELLED,
-        ErrorCode.TAMPERED, ErrorCode.CONFLICT, ErrorCode.EXISTS)},
+        ErrorCode.TAMPERED, ErrorCode.CONFLICT, ErrorCode.EXISTS,
+        ErrorCode.NOT_REPLAYABLE)},
     ErrorCode.BUSY: ExitCode.BUSY,
     **{code: ExitCode.REQUEST_FAILED for code in (
         ErrorCode.TIMEOUT, ErrorCode.CONNECTION, ErrorCode.HTTP_STATUS, ErrorCode.BAD_RESPONSE,

@@ -86,24 +86,13 @@ def test_failed_request_is_counted_reported_and_not_retried(
     assert KEY.encode() not in backend.dump()
 
 
-def test_recorded_responses_replay_through_the_real_client(backend, live_env) -> None:
-    recording = json.loads((ROOT / "tests/fixtures/mandapi_replay.json").read_text())
-    responses = list(recording["responses"])
-    bodies = []
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        bodies.append(json.loads(request.content))
-        return httpx.Response(200, json=responses.pop(0))
-
-    argv = ["--thread", "r1", "--live", "--once", "--db", backend.db]
-    outs = [run_cli([*argv, "--task", recording["task"]], model_factory=via(handler))]
-    while outs[-1]["status"] == "ready":
-        outs.append(run_cli(argv, model_factory=via(handler)))
-    assert [o["attempts"] for o in outs] == [1, 2, 3]
-    assert outs[-1]["status"] == "done" and "[ship-02]" in outs[-1]["answer"]
-    assert outs[-1]["usage"] == {"prompt_tokens": 1553, "completion_tokens": 65, "total_tokens": 1618}
+def test_recorded_responses_replay_through_the_real_client(backend, mandapi_replay) -> None:
+    result = mandapi_replay(ROOT / "tests/fixtures/recordings/shipping.json", db=backend.db)
+    assert [o["attempts"] for o in result.outcomes] == [1, 2, 3]
+    assert result.status == "done" and "[ship-02]" in result.answer
+    assert result.final["usage"] == {"prompt_tokens": 1553, "completion_tokens": 65, "total_tokens": 1618}
     # The tool results went back with their call ids, with the tool role only.
-    last = bodies[-1]["messages"]
+    last = result.requests[-1]["messages"]
     assert [m["role"] for m in last] == ["system", "user", "assistant", "tool", "assistant", "tool"]
     assert [m.get("tool_call_id") for m in last if m["role"] == "tool"] == ["call_Zx81", "call_Zx82"]
     assert "7 to 14 business days" in last[-1]["content"]

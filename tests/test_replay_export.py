@@ -1,0 +1,218 @@
+"""`python -m graph.replay export`: what a recording holds, what it never holds, what is refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+
+import httpx
+import pytest
+
+from graph.replay import main
+from graph.replay_session import replay
+from tests.conftest import PYTHON, ROOT, run_cli, subprocess_env
+from tests.fixtures.recordings.build import reply, scripted
+
+KEY = "sk-marker-export-33d1"
+TASK = "How long does international shipping take?"
+
+
+@pytest.fixture
+def live_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tests.fixtures.recordings.build as build
+
+    monkeypatch.setenv("MANDAPI_API_KEY", KEY)
+    monkeypatch.setattr(build, "MARKER_KEY", KEY)  # the scripted transport checks the header
+
+
+def live(db: str, thread: str, factory, *flags: str) -> dict:  # type: ignore[no-untyped-def]
+    return run_cli(["--thread", thread, "--db", db, "--live", "--once", *flags], model_factory=factory)
+
+
+def export(db: str, thread: str, out, *flags: str) -> int:  # type: ignore[no-untyped-def]
+    return main(["export", "--thread", thread, "--db", db, "-o", str(out), *flags])
+
+
+def test_export_keeps_requests_replies_and_usage_and_never_the_key(
+        backend, live_env, tmp_path, capsys) -> None:
+    factory = scripted([reply(None, ("c1", "get_reference", {"ref_id": "ship-02"}), prompt=100, completion=9),
+                        reply("7 to 14 business days [ship-02].", prompt=200, completion=11)])
+    live(backend.db, "t1", factory, "--task", TASK, "--model", "mandapi-large")
+    live(backend.db, "t1", factory)
+    out = tmp_path / "t1.json"
+    assert export(backend.db, "t1", out, "--json") == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "exchanges": 2, "output": str(out), "status": "done", "thread_id": "t1"}
+    text = out.read_text()
+    assert KEY not in text and "authorization" not in text.lower()
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    data = json.loads(text)
+    first, second = data["interactions"]
+    assert first["request"]["uri"] == "https://api.mandapi.com/v1/chat/completions"
+    assert first["request"]["headers"] == {"Content-Type": ["application/json"]}
+    assert [m["role"] for m in second["request"]["body"]["json"]["messages"]] == [
+        "system", "user", "assistant", "tool"]
+    assert second["response"]["body"]["json"]["usage"] == {
+        "prompt_tokens": 200, "completion_tokens": 11, "total_tokens": 211}
+    meta = data["metadata"]["mandapi_replay"]
+    assert meta["thread"]["model"] == "mandapi-large" and meta["outcome"]["status"] == "done"
+    assert replay(out, db=str(tmp_path / "again.sqlite")).answer == "7 to 14 business days [ship-02]."
+
+
+def test_a_thread_exported_while_waiting_for_approval_replays_to_the_same_pause(
+        live_env, sqlite_db, tmp_path) -> None:
+    writes = tmp_path / "w"
+    writes.mkdir()
+    factory = scripted([reply(None, ("c1", "write_file", {"path": "a.txt", "text": "x"}))])
+    out = live(str(sqlite_db), "w1", factory, "--task", TASK, "--model", "mandapi-large",
+               "--allow-writes", str(writes))
+    assert out["status"] == "awaiting_approval"
+    assert export(str(sqlite_db), "w1", tmp_path / "w1.json") == 0
+    other = tmp_path / "w2"
+    other.mkdir()
+    result = replay(tmp_path / "w1.json", db=str(tmp_path / "r.sqlite"), allow_writes=other)
+    assert result.status == "awaiting_approval" and not list(other.iterdir())
+
+
+def test_an_attempt_killed_mid_request_is_exported_as_a_connection_error(
+        live_env, sqlite_db, tmp_path) -> None:
+    def killed(request: httpx.Request) -> httpx.Response:
+        raise RuntimeError("the process died here")
+
+    def via(handler):  # type: ignore[no-untyped-def]
+        from graph.models import make_model
+
+        return lambda m, s: make_model(m, s, transport=httpx.MockTransport(handler))
+
+    with pytest.raises(RuntimeError):
+        live(str(sqlite_db), "k1", via(killed), "--task", TASK, "--model", "mandapi-large")
+    factory = scripted([reply("Answer [ship-02].")])
+    while live(str(sqlite_db), "k1", factory)["status"] == "ready":
+        pass
+    assert export(str(sqlite_db), "k1", tmp_path / "k1.json") == 0
+    meta = json.loads((tmp_path / "k1.json").read_text())["metadata"]["mandapi_replay"]
+    assert meta["exchanges"] == [{"attempt": 1, "outcome": "no record", "raise": "connection"},
+                                 {"attempt": 2, "outcome": "answer"}]
+    result = replay(tmp_path / "k1.json", db=str(tmp_path / "r.sqlite"))
+    assert [o["error_code"] for o in result.outcomes] == ["connection", None]
+
+
+def test_a_conversation_the_log_does_not_reproduce_is_not_replayable(backend, tmp_path, capsys) -> None:
+    run_cli(["--thread", "d1", "--task", TASK, "--db", backend.db])
+
+    def rewrite(values) -> None:  # type: ignore[no-untyped-def]
+        values["messages"][-1] = {**values["messages"][-1], "content": "an edited tool result"}
+
+    backend.edit_values("d1", rewrite)
+    assert export(backend.db, "d1", tmp_path / "d1.json", "--json") == 4
+    out = json.loads(capsys.readouterr().out)
+    assert out["error_code"] == "not_replayable" and "differ from message 3" in out["error"]
+    assert not (tmp_path / "d1.json").exists()
+
+
+@pytest.mark.parametrize(("target", "thread", "code", "exit_code"), [
+    ("db", "nobody", "no_such_thread", 4),
+    ("missing.sqlite", "d1", "no_such_file", 4),
+    ("db", "bad id!", "usage", 2),
+])
+def test_export_refusals_have_their_codes(
+        sqlite_db, tmp_path, capsys, target, thread, code, exit_code) -> None:
+    run_cli(["--thread", "d1", "--task", TASK, "--db", str(sqlite_db)])
+    db = str(sqlite_db) if target == "db" else str(tmp_path / target)
+    assert export(db, thread, tmp_path / "x.json", "--json") == exit_code
+    assert json.loads(capsys.readouterr().out)["error_code"] == code
+
+
+def test_export_into_a_missing_folder_is_a_usage_error(sqlite_db, tmp_path, capsys) -> None:
+    run_cli(["--thread", "d1", "--task", TASK, "--db", str(sqlite_db)])
+    assert export(str(sqlite_db), "d1", tmp_path / "no" / "x.json") == 2
+    assert "error (usage): cannot write" in capsys.readouterr().err
+
+
+def test_export_runs_as_a_command(sqlite_db, tmp_path) -> None:
+    run_cli(["--thread", "d1", "--task", TASK, "--db", str(sqlite_db)])
+    done = subprocess.run([PYTHON, "-m", "graph.replay", "export", "--thread", "d1", "--db", str(sqlite_db),
+                           "-o", str(tmp_path / "d1.json")], cwd=ROOT, env=subprocess_env(
+                               MANDAPI_API_KEY=KEY), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("thread d1: 2 exchange(s) written to")
+    assert KEY not in (tmp_path / "d1.json").read_text() and os.path.getsize(tmp_path / "d1.json") > 0
+
+
+def test_a_cancelled_thread_replays_to_its_cancellation(sqlite_db, tmp_path) -> None:
+    run_cli(["--thread", "c1", "--task", TASK, "--db", str(sqlite_db), "--once"])
+    assert run_cli(["--thread", "c1", "--db", str(sqlite_db), "--cancel"])["status"] == "cancelled"
+    assert export(str(sqlite_db), "c1", tmp_path / "c1.json") == 0
+    result = replay(tmp_path / "c1.json", db=str(tmp_path / "r.sqlite"))
+    assert [o["status"] for o in result.outcomes] == ["ready", "cancelled"]
+
+
+def test_a_malformed_logged_usage_is_refused_not_a_crash(sqlite_db, tmp_path, capsys, monkeypatch) -> None:
+    def killed(request: httpx.Request) -> httpx.Response:
+        raise RuntimeError("the process died here")
+
+    from graph.models import make_model
+
+    monkeypatch.setenv("MANDAPI_API_KEY", KEY)
+    with pytest.raises(RuntimeError):
+        live(str(sqlite_db), "u1", lambda m, s: make_model(m, s, transport=httpx.MockTransport(killed)),
+             "--task", TASK, "--model", "mandapi-large")
+    payload = {"outcome": "error", "error_code": "timeout", "message": "slow",
+               "usage": {"total_tokens": "many"}}
+    import sqlite3
+
+    with sqlite3.connect(sqlite_db) as conn:
+        conn.execute("INSERT INTO attempt_log (thread_id, attempt, kind, payload, created_at) "
+                     "VALUES ('u1', 1, 'reason', ?, '2026-01-01T00:00:00+00:00')", (json.dumps(payload),))
+    assert export(str(sqlite_db), "u1", tmp_path / "u1.json", "--json") == 4
+    out = json.loads(capsys.readouterr().out)
+    assert out["error_code"] == "not_replayable" and "usage is malformed" in out["error"]
+
+
+def test_export_with_a_closed_stdout_ends_quietly_with_its_exit_code(sqlite_db, tmp_path) -> None:
+    run_cli(["--thread", "d1", "--task", TASK, "--db", str(sqlite_db)])
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before anything is written
+    done = subprocess.run([PYTHON, "-m", "graph.replay", "export", "--thread", "d1", "--db", str(sqlite_db),
+                           "-o", str(tmp_path / "d1.json")], env=subprocess_env(), stdout=write,
+                          stderr=subprocess.PIPE, timeout=120)
+    os.close(write)
+    assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr
+
+
+def test_exported_requests_are_byte_for_byte_the_requests_sent(live_env, sqlite_db, tmp_path) -> None:
+    from tests.fixtures.recordings.build import MARKER_KEY
+
+    sent: list[bytes] = []
+    script = [reply(f"Reading {ref}.", (f"c{n}", "get_reference", {"ref_id": ref}))
+              for n, ref in enumerate(["ship-01", "ship-02", "pay-01", "ret-01", "ship-01"])]
+    script[1:1] = [httpx.ReadTimeout("slow"), 503]
+    script.append(reply("Done [ship-01]."))
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert request.headers["authorization"] == f"Bearer {MARKER_KEY}"
+        sent.append(request.content)
+        item = script.pop(0)
+        if isinstance(item, Exception):
+            raise item
+        return httpx.Response(item, json={}) if isinstance(item, int) else httpx.Response(200, json=item)
+
+    def via(m, s):  # type: ignore[no-untyped-def]
+        from graph.models import make_model
+
+        return make_model(m, s, transport=httpx.MockTransport(handler))
+
+    flags = ["--task", TASK, "--model", "mandapi-large", "--max-attempts", "10", "--context-tokens", "700"]
+    out = live(str(sqlite_db), "b1", via, *flags)
+    while out["status"] == "ready":
+        out = live(str(sqlite_db), "b1", via)
+    assert out["status"] == "done" and not script
+    assert export(str(sqlite_db), "b1", tmp_path / "b1.json") == 0
+    from graph.replay_format import deserialize
+
+    recorded = [i["request"]["body"].encode() for i in deserialize((tmp_path / "b1.json").read_text())[
+        "interactions"]]
+    assert recorded == sent  # compaction included: later requests carry compacted history
+    assert b"[compacted]" in sent[-1]

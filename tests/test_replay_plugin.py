@@ -1,0 +1,64 @@
+"""The `mandapi_replay` pytest plugin: what it adds to a test run, and how a failure reads."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import PYTHON, ROOT
+
+RECORDING = ROOT / "tests/fixtures/recordings/shipping.json"
+
+
+def user_env() -> dict[str, str]:
+    """A user's environment: this virtualenv's packages, no PYTHONPATH, no MandAPI variables."""
+    return {k: v for k, v in os.environ.items()
+            if k != "PYTHONPATH" and not k.startswith(("MANDAPI_", "GRAPH_", "PYTEST_"))}
+
+
+def test_importing_the_plugin_imports_nothing_heavy() -> None:
+    code = ("import sys, graph.replay_plugin; print(sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'langgraph', 'langchain_core', 'httpx', 'vcr', 'yaml', 'nodes'}))")
+    done = subprocess.run([PYTHON, "-c", code], cwd=ROOT, env=user_env(), capture_output=True,
+                          text=True, timeout=60)
+    assert done.stdout.strip() == "[]", done.stderr
+
+
+def test_the_plugin_adds_no_marker_no_autouse_fixture_and_no_hook_but_its_ini_option(
+        request: pytest.FixtureRequest) -> None:
+    assert request.config.pluginmanager.has_plugin("mandapi_replay")  # loaded by its entry point
+    assert not [m for m in request.config.getini("markers") if "replay" in m]
+    tree = ast.parse((ROOT / "graph/replay_plugin.py").read_text())
+    hooks = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("pytest_")]
+    assert hooks == ["pytest_addoption"]
+    assert not [k for k in ast.walk(tree) if isinstance(k, ast.keyword) and k.arg == "autouse"]
+    assert request.config.getini("mandapi_replay_match") == "exact"
+
+
+@pytest.mark.slow  # two pytest processes
+def test_a_failing_replay_reads_as_a_diff_and_the_ini_option_loosens_the_match(tmp_path: Path) -> None:
+    data = json.loads(RECORDING.read_text())
+    for item in data["interactions"]:
+        item["request"]["body"]["json"]["model"] = "another-model"
+    (tmp_path / "renamed.json").write_text(json.dumps(data))
+    (tmp_path / "test_renamed.py").write_text(
+        "def test_renamed(mandapi_replay):\n"
+        "    assert mandapi_replay('renamed.json').status == 'done'\n")
+
+    def pytest_run(*options: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", *options],
+                              cwd=tmp_path, env=user_env(), capture_output=True, text=True, timeout=300)
+
+    failed = pytest_run()
+    assert failed.returncode == 1, failed.stdout
+    headline = "mandapi_replay: request 1 of 3 (attempt 1) differs from renamed.json (match=exact):"
+    assert headline in failed.stdout
+    assert '-model: "another-model"' in failed.stdout and '+model: "mandapi-large"' in failed.stdout
+    assert "During handling" not in failed.stdout and "Traceback" not in failed.stdout
+    passed = pytest_run("-o", "mandapi_replay_match=messages_and_tools")
+    assert passed.returncode == 0 and "1 passed" in passed.stdout, passed.stdout
