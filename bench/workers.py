@@ -13,10 +13,10 @@ passes):
 - one worker process at `--concurrency 1`, and at `--concurrency C`;
 - N worker processes (2 up to `--processes`), each at `--concurrency C`.
 
-Each variant's worker processes start once, before the first round, and take only the
-variant's own procrastinate queue; each round enqueues `--threads-per-slot` new threads
-per job slot on that queue, so its slots stay busy. Last, one more worker process at
-`--concurrency C` (started with the others) runs the largest of `--memory-jobs` jobs
+Each round starts the variant's worker processes, waits until they are up (start-up is
+not timed), enqueues `--threads-per-slot` new threads per job slot on the variant's own
+procrastinate queue, so its slots stay busy, and stops them. Last, one worker process at
+`--concurrency C` runs the largest of `--memory-jobs` jobs
 (fake model answering after `--memory-delay` s) and its peak memory (`VmHWM` of
 /proc/PID/status) is read as each count of jobs is reached: flat means no growth per job.
 """
@@ -100,10 +100,12 @@ def _query(db: str, sql: str, params: tuple[Any, ...] = ()) -> Any:
 
 
 def _wait_until_started(db: str, procs: dict[str, list[Any]], timeout_s: float = 300) -> None:
-    """Waits until every worker process has registered with procrastinate."""
+    """Waits until every worker process has registered with procrastinate (and those of
+    the round before have left: they unregister when they stop, or stop beating)."""
     every = [p for group in procs.values() for p in group]
     deadline = time.monotonic() + timeout_s
-    while _query(db, "SELECT count(*) FROM procrastinate_workers")[0] < len(every):
+    while _query(db, "SELECT count(*) FROM procrastinate_workers WHERE last_heartbeat > "
+                 "now() - interval '15 seconds'")[0] != len(every):
         if any(p.poll() is not None for p in every) or time.monotonic() > deadline:
             raise RuntimeError("a worker did not start")
         time.sleep(0.2)
@@ -156,9 +158,10 @@ def measure(admin_url: str, *, delay: float, concurrency: int, processes: int,
             threads_per_slot: int, memory_jobs: list[int], memory_delay: float) -> dict[str, Any]:
     """Throughput per variant and pass, and peak memory, as the JSON `bench.run_all` reads.
 
-    Every worker process starts once, before the first round, and takes only its
-    variant's procrastinate queue; a round enqueues new threads on one variant's queue
-    and waits for their steps.
+    A round starts one variant's worker processes (taking only the variant's own
+    procrastinate queue), waits until they are up, enqueues new threads on that queue,
+    waits for their steps and stops the workers: only one variant holds database
+    sessions at a time (each job slot holds two).
 
     Args:
         admin_url: A URL on the PostgreSQL server whose user may create databases.
@@ -183,17 +186,19 @@ def measure(admin_url: str, *, delay: float, concurrency: int, processes: int,
                "MANDAPI_BASE_URL": fake.base_url, "GRAPH_DB": db}
         with open_store(db, create=True):
             ensure_schema(db)
-        with _workers(env, {**plan, "memory": (1, concurrency)}) as procs:
-            _wait_until_started(db, procs)
 
-            def run(queue: str, n: int, c: int) -> None:
-                after, steps = _query(db, _LAST_JOB_SQL)[0], n * c * threads_per_slot * STEPS_PER_THREAD
+        def run(queue: str, n: int, c: int) -> None:
+            after, steps = _query(db, _LAST_JOB_SQL)[0], n * c * threads_per_slot * STEPS_PER_THREAD
+            with _workers(env, {queue: (n, c)}) as procs:
+                _wait_until_started(db, procs)
                 _enqueue(db, work, queue, n * c * threads_per_slot)
                 speeds[queue].append(steps / _wait_for(db, queue, after, steps, procs[queue]))
 
-            alternate({key: (lambda i, key=key, n=n, c=c: run(key, n, c))
-                       for key, (n, c) in plan.items()}, PASSES)
-            fake.hold_s = memory_delay
+        alternate({key: (lambda i, key=key, n=n, c=c: run(key, n, c))
+                   for key, (n, c) in plan.items()}, PASSES)
+        fake.hold_s = memory_delay
+        with _workers(env, {"memory": (1, concurrency)}) as procs:
+            _wait_until_started(db, procs)
             peaks = _memory(db, work, procs["memory"][0], sorted(memory_jobs))
     one = speeds[f"c{concurrency}"]
     return {"delay": delay, "concurrency": concurrency, "processes": [1, *counts],

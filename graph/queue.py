@@ -61,6 +61,8 @@ def env_seconds(name: str, default: float) -> float:
     if not (math.isfinite(value) and value > 0):
         raise UsageError(f"{name} must be a positive number of seconds, not {raw[:40]!r}")
     return value
+
+
 DEFAULT_QUEUE = "default"
 """Procrastinate's queue for jobs deferred without one."""
 _SCHEMA_LOCK = 0x6D72_7173  # advisory-lock key for applying procrastinate's schema once

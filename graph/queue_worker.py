@@ -17,6 +17,7 @@ only excludes a second job that runs on another session.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from graph.database import Store
+    from graph.settings import Settings
+    from nodes.context import ChatModel
 
 MAX_STEP_THREADS = 256
 """Upper bound of `STEP_THREADS`; threads start on demand, one per job running at once."""
@@ -199,7 +202,8 @@ def run_step(db: str, thread_id: str, fields: Any, live: bool, cap_id: str | Non
     try:
         request, settings = _checked_job(db, thread_id, fields, live)
         with pool_for(db).lease() as store:
-            outcome = advance(store, request, settings, charge=cap_id)
+            outcome = advance(store, request, settings, model_factory=worker_model,
+                              charge=cap_id)
             full = cap_full(store, cap_id)
         if outcome.status == "ready" and outcome.exit_code == 0 and not full:
             again = 0.0
@@ -212,6 +216,38 @@ def run_step(db: str, thread_id: str, fields: Any, live: bool, cap_id: str | Non
         outcome = Outcome.from_error(thread_id, known)
     full_result = json.loads(outcome.to_json())
     return StepReport({key: full_result.get(key) for key in RESULT_KEYS}, again)
+
+
+@functools.lru_cache(maxsize=1)
+def _tls_context() -> Any:
+    """The TLS context httpx makes by default, made once per worker process.
+
+    Loading the CA bundle costs about 100 ms of CPU, which every step's new client
+    would pay again.
+    """
+    import httpx
+
+    return httpx.create_ssl_context()
+
+
+def worker_model(model_id: str, settings: Settings) -> ChatModel:
+    """`graph.models.make_model`, its HTTP transport built on the worker's one TLS context.
+
+    Each step still gets a new transport, so a request never reuses a connection an
+    earlier step left open, as with `graph.run`: only the loaded CA bundle is shared.
+
+    Raises:
+        graph.errors.UsageError: As `make_model` (a paid model without `--live`).
+    """
+    from graph.models import make_model
+    from nodes.demo_model import DEMO_MODEL_ID
+
+    if model_id == DEMO_MODEL_ID:
+        return make_model(model_id, settings)
+    import httpx
+
+    return make_model(model_id, settings,
+                      transport=httpx.HTTPTransport(retries=0, verify=_tls_context()))
 
 
 def _checked_job(db: str, thread_id: str, fields: Any, live: bool) -> tuple[Any, Any]:
