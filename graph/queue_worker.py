@@ -59,6 +59,7 @@ class StorePool:
         self.db, self.keep = db, keep
         self._free: list[_Pooled] = []
         self._lock = threading.Lock()
+        self._closed = False
         self.opened = 0
         """How many stores this pool has opened (for tests and the bench)."""
 
@@ -75,11 +76,12 @@ class StorePool:
         except BaseException:
             pooled.stack.close()
             raise
-        if not self.keep:
-            pooled.stack.close()
-            return
         with self._lock:
-            self._free.append(pooled)
+            keep = self.keep and not self._closed
+            if keep:
+                self._free.append(pooled)
+        if not keep:
+            pooled.stack.close()
 
     def _take(self) -> _Pooled:
         while True:
@@ -105,9 +107,9 @@ class StorePool:
         return _Pooled(store, stack)
 
     def close(self) -> None:
-        """Closes every kept store (stores lent out are closed by their job)."""
+        """Closes every kept store; a store lent out is closed when its job returns it."""
         with self._lock:
-            kept, self._free = self._free, []
+            kept, self._free, self._closed = self._free, [], True
         for pooled in kept:
             pooled.stack.close()
 
@@ -150,6 +152,7 @@ def close_pools() -> None:
     """Closes the kept stores of every pool (when the worker stops)."""
     with _POOLS_LOCK:
         pools = list(_POOLS.values())
+        _POOLS.clear()
     for pool in pools:
         pool.close()
 
