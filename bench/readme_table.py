@@ -97,16 +97,24 @@ def threads_rows(r: dict[str, Any]) -> list[str]:
 
 
 def workers_rows(r: dict[str, Any]) -> list[str]:
-    """Queue workers on PostgreSQL beside one SQLite process."""
+    """Queue workers on PostgreSQL: concurrency in one process, processes, peak memory."""
     def speed(key: str) -> str:
-        return " / ".join(f"{v:.1f}" for v in r["threads_per_s"][key])
+        return " / ".join(f"{v:.1f}" for v in r["steps_per_s"][key])
 
-    queues = [(c, f"queue{c}") for c in r["counts"]]
-    ours = "; ".join(f"{c} worker(s) {speed(key)}" for c, key in queues)
-    ratio = "; ".join(f"{c}: {_x(r['x_one_worker'][key])}" for c, key in queues if c != 1)
-    return [_row(f"{r['threads']} threads, fake model answering in {r['delay']} s",
-                 f"threads/s on PostgreSQL queue workers: {ours}; one SQLite process {speed('sqlite')}",
-                 "1 worker", ratio, "workers scale with the model's latency, up to the cores they share")]
+    c, m = r["concurrency"], r["memory"]
+    fake = f"fake model answering in {r['delay']} s"
+    rows = [_row(f"one queue worker process, `--concurrency {c}` vs 1, {fake}",
+                 f"{speed(f'c{c}')} steps/s", f"`--concurrency 1`: {speed('c1')} steps/s",
+                 _x(r["x_concurrency"]), "steps waiting on the model overlap in one process")]
+    rows += [_row(f"{n} worker processes × `--concurrency {c}`, {fake}", f"{speed(f'p{n}')} steps/s",
+                  f"one process: {speed(f'c{c}')} steps/s", _x(r["x_processes"][str(n)]),
+                  "processes add CPU, up to the cores they share") for n in r["processes"][1:]]
+    peaks = " / ".join(f"{mb:.0f}" for mb in m["vm_hwm_mb"])
+    jobs = " / ".join(f"{j:,}" for j in m["jobs"])
+    rows.append(_row(f"worker peak memory (VmHWM) after {jobs} jobs", f"{peaks} MB",
+                     f"after {m['jobs'][0]:,} jobs", f"{m['ratio']:.2f} ×",
+                     "one store per job slot, reused: memory stays flat"))
+    return rows
 
 
 def render(results: dict[str, Any], rss: dict[str, float | None], config: str) -> str:

@@ -43,9 +43,7 @@ def plan(quick: bool, postgres: str | None, skip_400: bool) -> dict[str, list[st
         "threads": ["--threads", "5" if quick else "1000", "--steps", "2"],
     }
     if postgres:
-        scripts["workers"] = (["--postgres", postgres, "--threads", "4" if quick else "40",
-                               "--delay", "0.05" if quick else "0.2"]
-                              + (["--workers", "1,2"] if quick else []))
+        scripts["workers"] = ["--postgres", postgres] + (["--quick"] if quick else [])
     return scripts
 
 

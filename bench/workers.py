@@ -1,12 +1,24 @@
-"""Throughput of 1, 2 and 4 queue workers on PostgreSQL beside one process on SQLite.
+"""Queue workers on PostgreSQL: concurrency within one process, processes side by side, memory.
 
-  python -m bench.workers --postgres URL [--threads 40] [--delay 0.2] [--workers 1,2,4]
+  python -m bench.workers --postgres URL [--delay 0.5] [--concurrency 8] [--processes 2]
+                          [--threads-per-slot 6] [--memory-jobs 100,1000] [--quick]
                           [--json PATH]
 
-The same batch each time, against a loopback fake MandAPI that answers after a fixed
-delay (seconds); threads per second and the ratio to one worker. Each configuration
-runs once per round on a fresh database (dropped afterwards), the order rotating, in
-two rounds (the two passes).
+Against a loopback fake MandAPI answering after `--delay` seconds, each thread takes two
+steps (two jobs). Throughput is steps per second from the first job's start to the last
+job's end (procrastinate's own job events), so worker start-up is left out. Variants
+on one fresh database (dropped afterwards), the order rotating, in two rounds (the two
+passes):
+
+- one worker process at `--concurrency 1`, and at `--concurrency C`;
+- N worker processes (2 up to `--processes`), each at `--concurrency C`.
+
+Each round starts the variant's worker processes, waits until they are up (start-up is
+not timed), enqueues `--threads-per-slot` new threads per job slot on the variant's own
+procrastinate queue, so its slots stay busy, and stops them. Last, one worker process at
+`--concurrency C` runs the largest of `--memory-jobs` jobs
+(fake model answering after `--memory-delay` s) and its peak memory (`VmHWM` of
+/proc/PID/status) is read as each count of jobs is reached: flat means no growth per job.
 """
 
 from __future__ import annotations
@@ -16,110 +28,238 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from bench.common import PASSES, alternate, cli_parser, per_pass, table, write_json
 from bench.scratch import fresh_database, workdir
 
-
-def _all_done(db: str, threads: int) -> bool:
-    from graph.storage import open_store
-    from graph.thread_history import list_threads
-
-    with open_store(db, create=False, read_only=True) as store:
-        rows = list_threads(store)
-    return len(rows) == threads and all(r["status"] == "done" for r in rows)
-
-
-def _one_process(tasks: Path, env: dict[str, str]) -> None:
-    """The batch in one `graph.batch --live` process on a new SQLite file."""
-    with workdir("workers-sqlite") as work:
-        subprocess.run([sys.executable, "-m", "graph.batch", str(tasks), "--live", "--db",
-                        str(work / "one.sqlite")], env=env, check=True, capture_output=True)
+STEPS_PER_THREAD = 2
+"""The fake model answers after one tool round: two steps (jobs) per thread."""
+_PROGRESS_SQL = """
+SELECT count(*) FILTER (WHERE e.type = 'succeeded'), min(e.at) FILTER (WHERE e.type = 'started'),
+       max(e.at) FILTER (WHERE e.type = 'succeeded'), count(*) FILTER (WHERE e.type = 'failed')
+FROM procrastinate_events e JOIN procrastinate_jobs j ON j.id = e.job_id
+WHERE j.task_name = 'graph.advance_thread' AND j.queue_name = %s AND j.id > %s
+"""
+_LAST_JOB_SQL = "SELECT coalesce(max(id), 0) FROM procrastinate_jobs"
 
 
-def _queue(tasks: Path, env: dict[str, str], admin_url: str, count: int, threads: int) -> float:
-    """Enqueues the batch on a fresh database; seconds until `count` workers finish it."""
-    worker = os.path.join(os.path.dirname(sys.executable), "procrastinate")
-    with fresh_database(admin_url, "workers") as db:
-        env = {**env, "GRAPH_DB": db}
-        subprocess.run([sys.executable, "-m", "graph.batch", str(tasks), "--enqueue", "--live"],
-                       env=env, check=True, capture_output=True)
-        start = time.perf_counter()
-        procs = [subprocess.Popen([worker, "--app=graph.queue.app", "worker"], env=env,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                 for _ in range(count)]
-        try:
-            while not _all_done(db, threads):
-                time.sleep(0.2)
-            return time.perf_counter() - start
-        finally:
-            for proc in procs:
-                proc.terminate()
-            for proc in procs:
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+def _procrastinate() -> str:
+    return os.path.join(os.path.dirname(sys.executable), "procrastinate")
 
 
-def measure(admin_url: str, threads: int, delay: float, counts: list[int]) -> dict[str, Any]:
-    """Seconds per configuration and pass, as the JSON `bench.run_all` reads.
+def _enqueue(db: str, work: Path, queue: str, threads: int) -> None:
+    """Enqueues `threads` new threads (ids unique to `queue` and this call) on `queue`."""
+    from graph.queue import enqueue
+    from graph.tasks_file import read_tasks
+
+    tasks = work / f"{queue}.jsonl"
+    start = sum(1 for _ in tasks.open()) if tasks.exists() else 0
+    lines = [json.dumps({"thread_id": f"{queue}_{i}", "task": f"[{queue}_{i}] shipping?"}) + "\n"
+             for i in range(start, start + threads)]
+    with tasks.open("a") as fh:
+        fh.writelines(lines)
+    batch = work / f"{queue}-batch.jsonl"
+    batch.write_text("".join(lines))
+    enqueue(db, read_tasks(batch, live=True), live=True, cap_id=None, max_requests=None,
+            queue=queue)
+
+
+@contextmanager
+def _workers(env: dict[str, str], plan: dict[str, tuple[int, int]]) -> Iterator[dict[str, list[Any]]]:
+    """Per queue name, its `(processes, concurrency)` worker processes, each taking that
+    queue only; all started at once, stopped (SIGTERM, then SIGKILL) on exit."""
+    procs: dict[str, list[subprocess.Popen]] = {}
+    try:
+        for queue, (processes, concurrency) in plan.items():
+            procs[queue] = [subprocess.Popen(
+                [_procrastinate(), "--app=graph.queue.app", "worker", f"--queues={queue}",
+                 f"--concurrency={concurrency}", f"--name={queue}-{n}"], env=env,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for n in range(processes)]
+        yield procs
+    finally:
+        every = [p for group in procs.values() for p in group]
+        for proc in every:
+            proc.terminate()
+        for proc in every:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _query(db: str, sql: str, params: tuple[Any, ...] = ()) -> Any:
+    import psycopg
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        return conn.execute(sql, params).fetchone()
+
+
+def _wait_until_started(db: str, procs: dict[str, list[Any]], timeout_s: float = 300) -> None:
+    """Waits until every worker process has registered with procrastinate (and those of
+    the round before have left: they unregister when they stop, or stop beating)."""
+    every = [p for group in procs.values() for p in group]
+    deadline = time.monotonic() + timeout_s
+    while _query(db, "SELECT count(*) FROM procrastinate_workers WHERE last_heartbeat > "
+                 "now() - interval '15 seconds'")[0] != len(every):
+        if any(p.poll() is not None for p in every) or time.monotonic() > deadline:
+            raise RuntimeError("a worker did not start")
+        time.sleep(0.2)
+
+
+def _wait_for(db: str, queue: str, after: int, steps: int, procs: list[Any],
+              timeout_s: float = 900) -> float:
+    """Waits until `steps` steps of jobs numbered above `after` on `queue` are done; returns
+    seconds from the first one's start to the last one's end (procrastinate's job events).
+
+    Raises:
+        RuntimeError: A step job failed, a worker died, or the timeout passed.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        done, first, last, failed = _query(db, _PROGRESS_SQL, (queue, after))
+        if failed:
+            raise RuntimeError(f"{failed} step job(s) failed on queue {queue}")
+        if done >= steps:
+            return (last - first).total_seconds()
+        if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
+            raise RuntimeError(f"workers of {queue} stopped or stalled at {done} of {steps} steps")
+        time.sleep(0.2)
+
+
+def _vm_hwm_mb(pid: int) -> float:
+    """Peak resident memory of process `pid` so far (`VmHWM`), in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc (Linux only)")
+
+
+def _memory(db: str, work: Path, proc: Any, marks: list[int]) -> list[float]:
+    """Peak memory (MB) of the `memory` queue's worker as each count of `marks` jobs is done."""
+    _enqueue(db, work, "memory", -(-max(marks) // STEPS_PER_THREAD))
+    peaks = []
+    for mark in marks:
+        done = 0
+        while done < mark:
+            done = _query(db, _PROGRESS_SQL, ("memory", 0))[0]
+            if proc.poll() is not None:
+                raise RuntimeError("the memory worker stopped")
+            time.sleep(0.05)
+        peaks.append(_vm_hwm_mb(proc.pid))
+    return peaks
+
+
+def measure(admin_url: str, *, delay: float, concurrency: int, processes: int,
+            threads_per_slot: int, memory_jobs: list[int], memory_delay: float) -> dict[str, Any]:
+    """Throughput per variant and pass, and peak memory, as the JSON `bench.run_all` reads.
+
+    A round starts one variant's worker processes (taking only the variant's own
+    procrastinate queue), waits until they are up, enqueues new threads on that queue,
+    waits for their steps and stops the workers: only one variant holds database
+    sessions at a time (each job slot holds two).
 
     Args:
         admin_url: A URL on the PostgreSQL server whose user may create databases.
-        threads: Threads in the batch.
-        delay: Seconds the fake model holds each request.
-        counts: Worker counts to measure (1 must be among them: the ratios' base).
+        delay: Seconds the fake model holds each request (throughput variants).
+        concurrency: Jobs one worker process runs at once (besides 1, the anchor).
+        processes: Largest number of worker processes (each at `concurrency`).
+        threads_per_slot: Threads enqueued per job slot of a variant.
+        memory_jobs: Job counts at which the worker's peak memory is read.
+        memory_delay: Seconds the fake model holds each request in the memory run.
     """
+    from graph.queue import ensure_schema
+    from graph.storage import open_store
     from tests.fake_mandapi import FakeMandApi
 
-    with workdir("workers") as work:
-        tasks = work / "tasks.jsonl"
-        tasks.write_text("".join(json.dumps({"thread_id": f"w{i}", "task": f"[w{i}] shipping?"}) + "\n"
-                                 for i in range(threads)))
-        with FakeMandApi(work / "log.jsonl", hold_s=delay) as fake:
-            env = {**os.environ, "MANDAPI_API_KEY": "sk-bench", "MANDAPI_MODEL_ID": "m",
-                   "MANDAPI_BASE_URL": fake.base_url}
-            env.pop("GRAPH_DB", None)
-            variants: dict[str, Any] = {"sqlite": lambda i: _one_process(tasks, env)}
-            seconds: dict[str, list[float]] = {}
-            for count in counts:
-                seconds[f"queue{count}"] = []
-                variants[f"queue{count}"] = (lambda i, c=count: seconds[f"queue{c}"].append(
-                    _queue(tasks, env, admin_url, c, threads)))
-            timed = alternate(variants, PASSES)
-    seconds["sqlite"] = timed["sqlite"]
-    one = seconds["queue1"]
-    return {"threads": threads, "delay": delay, "counts": counts, "seconds": seconds,
-            "threads_per_s": {k: [threads / s for s in v] for k, v in seconds.items()},
-            "x_one_worker": {k: [o / s for o, s in zip(one, v, strict=True)] for k, v in seconds.items()}}
+    counts = list(range(2, processes + 1))
+    plan = {"c1": (1, 1), f"c{concurrency}": (1, concurrency),
+            **{f"p{n}": (n, concurrency) for n in counts}}
+    speeds: dict[str, list[float]] = {key: [] for key in plan}
+    with workdir("workers") as work, fresh_database(admin_url, "workers") as db, \
+            FakeMandApi(work / "log.jsonl", hold_s=delay) as fake:
+        env = {**os.environ, "MANDAPI_API_KEY": "sk-bench", "MANDAPI_MODEL_ID": "m",
+               "MANDAPI_BASE_URL": fake.base_url, "GRAPH_DB": db}
+        with open_store(db, create=True):
+            ensure_schema(db)
+
+        def run(queue: str, n: int, c: int) -> None:
+            after, steps = _query(db, _LAST_JOB_SQL)[0], n * c * threads_per_slot * STEPS_PER_THREAD
+            with _workers(env, {queue: (n, c)}) as procs:
+                _wait_until_started(db, procs)
+                _enqueue(db, work, queue, n * c * threads_per_slot)
+                speeds[queue].append(steps / _wait_for(db, queue, after, steps, procs[queue]))
+
+        alternate({key: (lambda i, key=key, n=n, c=c: run(key, n, c))
+                   for key, (n, c) in plan.items()}, PASSES)
+        fake.hold_s = memory_delay
+        with _workers(env, {"memory": (1, concurrency)}) as procs:
+            _wait_until_started(db, procs)
+            peaks = _memory(db, work, procs["memory"][0], sorted(memory_jobs))
+    one = speeds[f"c{concurrency}"]
+    return {"delay": delay, "concurrency": concurrency, "processes": [1, *counts],
+            "threads_per_slot": threads_per_slot, "steps_per_s": speeds,
+            "x_concurrency": [c / b for c, b in zip(one, speeds["c1"], strict=True)],
+            "x_processes": {str(n): [p / o for p, o in zip(speeds[f"p{n}"], one, strict=True)]
+                            for n in counts},
+            "memory": {"jobs": sorted(memory_jobs), "delay": memory_delay, "vm_hwm_mb": peaks,
+                       "ratio": peaks[-1] / peaks[0]}}
 
 
-def report(results: dict[str, Any]) -> str:
-    """The table of `results` (from `measure`)."""
-    labels = {"sqlite": "SQLite, one process (graph.batch)"}
-    labels.update({f"queue{c}": f"PostgreSQL, {c} queue worker(s)" for c in results["counts"]})
-    rows = [[label, per_pass(results["threads_per_s"][k], lambda v: f"{v:.2f}"),
-             per_pass(results["x_one_worker"][k], lambda r: f"{r:.2f}")] for k, label in labels.items()]
-    return table(f"{results['threads']} threads (2 requests each), fake model answering after "
-                 f"{results['delay']} s, {PASSES} rounds alternated (cells: pass 1 / pass 2)",
-                 ["what", "threads/s", "× one worker"], rows)
+def report(r: dict[str, Any]) -> str:
+    """The tables of `r` (from `measure`)."""
+    c = r["concurrency"]
+
+    def speed(key: str) -> str:
+        return per_pass(r["steps_per_s"][key], lambda v: f"{v:.2f}")
+
+    def ratio(values: list[float]) -> str:
+        return per_pass(values, lambda v: f"{v:.2f}")
+
+    head = (f"fake model answering after {r['delay']} s, {r['threads_per_slot']} threads (2 steps "
+            f"each) per job slot, {PASSES} rounds alternated (cells: pass 1 / pass 2)")
+    one = table(f"One queue worker process, concurrency 1 vs {c}; {head}",
+                ["what", "steps/s", "× concurrency 1"],
+                [["--concurrency 1", speed("c1"), ratio([1.0] * PASSES)],
+                 [f"--concurrency {c}", speed(f"c{c}"), ratio(r["x_concurrency"])]])
+    many = table(f"Queue worker processes, each at concurrency {c}; {head}",
+                 ["what", "steps/s", "× one worker"],
+                 [[f"1 process × {c}", speed(f"c{c}"), ratio([1.0] * PASSES)]]
+                 + [[f"{n} processes × {c}", speed(f"p{n}"), ratio(r["x_processes"][str(n)])]
+                    for n in r["processes"][1:]])
+    m = r["memory"]
+    memory = table(f"Peak memory (VmHWM) of one worker process at concurrency {c}, fake model "
+                   f"answering after {m['delay']} s",
+                   ["after jobs", "VmHWM MB", "× first"],
+                   [[f"{jobs:,}", f"{mb:.1f}", f"{mb / m['vm_hwm_mb'][0]:.2f}"]
+                    for jobs, mb in zip(m["jobs"], m["vm_hwm_mb"], strict=True)])
+    return "\n\n".join([one, many, memory])
 
 
 def main(argv: list[str] | None = None) -> None:
     """Measures and prints the report (and writes the results as JSON with `--json`)."""
     parser = cli_parser(__doc__)
     parser.add_argument("--postgres", required=True, help="an admin URL of the PostgreSQL server")
-    parser.add_argument("--threads", type=int, default=40)
-    parser.add_argument("--delay", type=float, default=0.2)
-    parser.add_argument("--workers", default="1,2,4", help="worker counts, comma-separated (with 1)")
+    parser.add_argument("--delay", type=float, default=0.5)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--threads-per-slot", type=int, default=6)
+    parser.add_argument("--memory-jobs", default="100,1000", help="job counts, comma-separated")
+    parser.add_argument("--memory-delay", type=float, default=0.05)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke run)")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
-    counts = sorted({1, *(int(n) for n in args.workers.split(","))})
-    results = measure(args.postgres, args.threads, args.delay, counts)
+    if args.quick:
+        args.delay, args.concurrency, args.threads_per_slot = 0.05, 2, 1
+        args.memory_jobs, args.memory_delay = "4,8", 0.0
+    results = measure(args.postgres, delay=args.delay, concurrency=args.concurrency,
+                      processes=args.processes, threads_per_slot=args.threads_per_slot,
+                      memory_jobs=[int(n) for n in args.memory_jobs.split(",")],
+                      memory_delay=args.memory_delay)
     write_json(args.json, results)
     print(report(results))
 

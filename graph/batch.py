@@ -11,7 +11,8 @@ all are finished. Finished threads are not run again; a thread busy in another p
 is skipped for now. --max-requests caps the model requests of the whole batch (cap named
 by --batch-id, default the tasks file's name; with --parent, parent:ID), counted durably
 before each request and never reset. --enqueue (PostgreSQL) puts one job per thread on
-the procrastinate queue for workers instead of running here.
+the procrastinate queue for workers instead of running here (a thread whose step job
+already waits is left as it is, so enqueueing twice is harmless).
 
 exit codes: 0 every thread advanced or finished; 2 usage error, every bad line listed
 (nothing counted); 8 the request cap stopped the batch; otherwise the exit code of the
@@ -86,10 +87,12 @@ def _run(parser: Parser, argv: list[str], as_json: bool) -> int:
     if args.enqueue:
         from graph.queue import enqueue
 
-        count = enqueue(settings.db, items, live=args.live, cap_id=cap_id,
-                        max_requests=args.max_requests)
-        emit(json.dumps({"enqueued": count, "exit_code": 0}) if as_json
-             else f"enqueued {count} thread(s)")
+        done = enqueue(settings.db, items, live=args.live, cap_id=cap_id,
+                       max_requests=args.max_requests)
+        already = len(done.already_queued)
+        emit(json.dumps({"enqueued": done.queued, "already_queued": already, "exit_code": 0})
+             if as_json else f"enqueued {done.queued} thread(s)"
+             + (f"; {already} already had a step waiting, left as they were" if already else ""))
         return 0
     progress = Progress(len(items), bar=not as_json)  # --json: plain lines on stderr at most
     try:

@@ -2,33 +2,43 @@
 
 We do not write a claim loop of our own. `python -m graph.batch TASKS --enqueue` puts one
 job per thread on procrastinate's queue, in the same PostgreSQL database as the
-checkpoints; workers on any machine take them:
+checkpoints; workers on any machine take them, each running up to N steps at once:
 
-  GRAPH_DB=postgresql://... procrastinate --app=graph.queue.app worker
+  GRAPH_DB=postgresql://... procrastinate --app=graph.queue.app worker --concurrency 8
 
 Each job advances its thread by one step through `graph.step.advance` (ledger, identity,
-one writer per thread) and, while the thread can continue, defers the next step. Jobs
-carry a procrastinate `lock` keyed by thread id, so a thread's steps run one at a time.
-Procrastinate retries nothing (`retry=False`): the ledger, not the queue, is the budget.
-A worker killed mid-step leaves its job `doing`, which blocks the thread's later jobs
-until procrastinate's stalled-job recovery (worker heartbeats; `recover_stalled`, run
-every minute as a periodic job) requeues it; the requeued step cannot send an uncounted
-request, because the ledger decides. Importing this module connects to nothing.
+one writer per thread) and, while the thread can continue, defers the next step. The
+task is async: the blocking step runs in a thread of our own on a store kept for the
+worker's next jobs (`graph.queue_worker`), so steps waiting on the model overlap. Jobs
+carry a procrastinate `lock` keyed by thread id, so a thread's steps run one at a time,
+and a `queueing_lock`, so at most one step of a thread waits in the queue (enqueueing a
+thread twice makes one job chain). Procrastinate retries nothing (`retry=False`): the
+ledger, not the queue, is the budget. A worker killed mid-step leaves its job `doing`,
+which blocks the thread's later jobs until procrastinate's stalled-job recovery (worker
+heartbeats; `recover_stalled`, run every minute as a periodic job) requeues it; the
+requeued step cannot send an uncounted request, because the ledger decides. Job logs
+never show task text (`graph.queue_logs`). Importing this module connects to nothing.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
-from procrastinate import App, PsycopgConnector
-
-if TYPE_CHECKING:
-    from graph.outcome import Outcome
+from procrastinate import App, PsycopgConnector, exceptions
+from procrastinate.app import WorkerOptions
+from typing_extensions import Unpack
 
 HEARTBEAT_ENV, STALLED_ENV = "GRAPH_QUEUE_HEARTBEAT_S", "GRAPH_QUEUE_STALLED_S"
 """How often a worker reports it is alive (seconds, default 5), and how long a silent
 worker is taken for dead before its `doing` jobs are requeued (seconds, default 30)."""
+POLL_ENV = "GRAPH_QUEUE_POLL_S"
+"""How often a worker with a free slot looks for a job it was not notified of (seconds,
+default 0.5; procrastinate's own default is 5). A thread's next step is queued while
+its step job still holds the thread's lock, so its notification finds it locked, and
+a worker with free slots would otherwise wait up to this long to take it."""
 
 
 def env_seconds(name: str, default: float) -> float:
@@ -51,91 +61,114 @@ def env_seconds(name: str, default: float) -> float:
     if not (math.isfinite(value) and value > 0):
         raise UsageError(f"{name} must be a positive number of seconds, not {raw[:40]!r}")
     return value
+
+
+DEFAULT_QUEUE = "default"
+"""Procrastinate's queue for jobs deferred without one."""
 _SCHEMA_LOCK = 0x6D72_7173  # advisory-lock key for applying procrastinate's schema once
 
 
-def make_app(db: str | None = None) -> App:
-    """A procrastinate app on database `db` (default `$GRAPH_DB`), with our two tasks."""
-    app = App(connector=PsycopgConnector(conninfo=db or os.environ.get("GRAPH_DB", "")),
-              worker_defaults={"update_heartbeat_interval": env_seconds(HEARTBEAT_ENV, 5),
-                               "stalled_worker_timeout": env_seconds(STALLED_ENV, 30)})
+class QueueApp(App):
+    """Procrastinate's `App`, redacting the worker's own logger and closing our stores on stop."""
 
-    @app.task(name="graph.advance_thread", retry=False, pass_context=True)
-    def advance_thread(context: Any, thread_id: str, fields: dict[str, Any], live: bool,
-                       cap_id: str | None) -> dict[str, Any]:
-        return _advance_one(context.app if hasattr(context, "app") else app, thread_id, fields,
-                            live, cap_id)
+    async def run_worker_async(self, **kwargs: Unpack[WorkerOptions]) -> None:
+        """Runs a worker (`App.run_worker_async`); see `graph.queue_logs` and `graph.queue_worker`."""
+        from graph.queue_logs import redact_procrastinate
+        from graph.queue_worker import close_pools, warm_up
+
+        warm_up()
+        name = kwargs["name"] if "name" in kwargs else self.worker_defaults.get("name", "worker")
+        redact_procrastinate(name)
+        try:
+            await super().run_worker_async(**kwargs)
+        finally:
+            close_pools()
+
+
+def make_app(db: str | None = None) -> QueueApp:
+    """A procrastinate app on database `db` (default `$GRAPH_DB`), with our two tasks.
+
+    Also keeps task text out of procrastinate's job records from here on
+    (`graph.queue_logs.redact_procrastinate`).
+    """
+    from graph.queue_logs import ADVANCE_TASK, redact_procrastinate
+
+    redact_procrastinate()
+    app = QueueApp(connector=PsycopgConnector(conninfo=db or os.environ.get("GRAPH_DB", "")),
+                   worker_defaults={"update_heartbeat_interval": env_seconds(HEARTBEAT_ENV, 5),
+                                    "stalled_worker_timeout": env_seconds(STALLED_ENV, 30),
+                                    "fetch_job_polling_interval": env_seconds(POLL_ENV, 0.5)})
+
+    @app.task(name=ADVANCE_TASK, retry=False, pass_context=True)
+    async def advance_thread(context: Any, thread_id: str, fields: dict[str, Any], live: bool,
+                             cap_id: str | None) -> dict[str, Any]:
+        # Shielded: a job cancelled while its step runs still queues the thread's next step.
+        return await asyncio.shield(_advance(context, thread_id, fields, live, cap_id))
 
     @app.periodic(cron="* * * * *")
-    @app.task(name="graph.recover_stalled", queueing_lock="graph.recover_stalled")
-    def recover_stalled_jobs(timestamp: int) -> int:
-        return recover_stalled(db or os.environ.get("GRAPH_DB", ""))
+    @app.task(name="graph.recover_stalled", queueing_lock="graph.recover_stalled",
+              pass_context=True)
+    async def recover_stalled_jobs(context: Any, timestamp: int) -> int:
+        return await _recover(context.app, env_seconds(STALLED_ENV, 30))
 
     return app
 
 
-def _advance_one(app: App, thread_id: str, fields: dict[str, Any], live: bool,
-                 cap_id: str | None) -> dict[str, Any]:
-    """One step of one thread; defers the next step while the thread can continue.
+async def _advance(context: Any, thread_id: str, fields: dict[str, Any], live: bool,
+                   cap_id: str | None) -> dict[str, Any]:
+    """One step of one thread in a step thread (`graph.queue_worker`); queues the next step.
 
     Returns:
-        The step's `graph.run --json` outcome. A known failure ends the thread's job
-        chain with its code; a thread busy outside the queue is tried again in a second.
+        The job's result (`graph.queue_worker.RESULT_KEYS` of the step's outcome).
     """
-    import json
+    import time
 
-    from graph.cli import known_error
-    from graph.errors import BusyError
-    from graph.outcome import Outcome
+    from graph.queue_logs import log_step
+    from graph.queue_worker import STEP_THREADS, run_step
 
-    again = 0.0
-    try:
-        outcome, cap = _step(thread_id, fields, live, cap_id)
-    except BusyError as exc:  # someone outside the queue is working on it: try later
-        outcome, cap, again = Outcome.from_error(thread_id, exc), None, 1.0
-    except Exception as exc:  # a known failure ends the chain with its code; a bug raises
-        known = known_error(exc)
-        if known is None:
-            raise
-        outcome, cap = Outcome.from_error(thread_id, known), None
-    cap_full = cap is not None and cap[0] >= cap[1]
-    if again or (outcome.status == "ready" and outcome.exit_code == 0 and not cap_full):
-        app.configure_task("graph.advance_thread", lock=thread_id,
-                           schedule_in={"seconds": again} if again else None).defer(
-            thread_id=thread_id, fields=fields, live=live, cap_id=cap_id)
-    return json.loads(outcome.to_json())
+    start = time.monotonic()
+    report = await asyncio.get_running_loop().run_in_executor(
+        STEP_THREADS, run_step, os.environ.get("GRAPH_DB") or "", thread_id, fields, live, cap_id)
+    if report.again_s is not None:
+        try:
+            await _next_step(context.app, thread_id, context.job.queue, report.again_s).defer_async(
+                thread_id=thread_id, fields=fields, live=live, cap_id=cap_id)
+        except exceptions.AlreadyEnqueued:  # enqueued again meanwhile: that job continues
+            pass
+    log_step(context.job.id, report.result, report.again_s, time.monotonic() - start)
+    return report.result
 
 
-def _step(thread_id: str, fields: Any, live: bool,
-          cap_id: str | None) -> tuple[Outcome, tuple[int, int] | None]:
-    """Checks a queued job like a tasks line, then advances its thread by one step.
+def _next_step(app: App, thread_id: str, queue: str, delay_s: float = 0.0) -> Any:
+    """The thread's step job on `queue`, configured (a `JobDeferrer`).
 
-    Returns:
-        The outcome and the cap's `(requests, maximum)` afterwards (None without one).
-
-    Raises:
-        graph.errors.UsageError: No `GRAPH_DB`, or the job's fields are invalid.
+    `lock` keeps two steps of a thread from running together; `queueing_lock` keeps a
+    second job of the thread out of the queue while one waits (deferring it raises
+    `AlreadyEnqueued`), so enqueueing a thread twice never makes two job chains.
     """
-    from graph.errors import UsageError
-    from graph.settings import resolve_settings
-    from graph.spec import ThreadSpec
-    from graph.step import StepRequest, advance
-    from graph.storage import open_store
+    from graph.queue_logs import ADVANCE_TASK
 
-    db = os.environ.get("GRAPH_DB") or ""
-    if not db:
-        raise UsageError("the queue worker needs GRAPH_DB (the PostgreSQL URL)")
-    settings = resolve_settings(db=db, live=live, timeout_s=None)
-    if not isinstance(fields, dict):
-        raise UsageError("fields must be an object", location="queued job",
-                         thread_id=thread_id)
-    try:
-        spec = ThreadSpec.from_line({**fields, "thread_id": thread_id}, live=live)
-    except UsageError as exc:
-        raise exc.at(location="queued job", thread_id=thread_id) from None
-    with open_store(db, create=True) as store:
-        outcome = advance(store, StepRequest(spec, once=True), settings, charge=cap_id)
-        return outcome, store.ledger.cap(cap_id) if cap_id else None
+    return app.configure_task(ADVANCE_TASK, lock=thread_id, queueing_lock=f"thread:{thread_id}",
+                              queue=queue, schedule_in={"seconds": delay_s} if delay_s else None)
+
+
+async def _recover(app: App, seconds: float) -> int:
+    """Requeues the `doing` jobs of workers silent for `seconds`; returns how many.
+
+    A stalled step whose thread has another step waiting already (enqueued again
+    meanwhile) is marked failed instead: requeueing it would break the one-waiting-job
+    rule of the queueing lock, and the waiting step continues the thread.
+    """
+    from procrastinate import jobs
+
+    requeued = 0
+    for job in await app.job_manager.get_stalled_jobs(seconds_since_heartbeat=seconds):
+        try:
+            await app.job_manager.retry_job(job)
+            requeued += 1
+        except exceptions.UniqueViolation:
+            await app.job_manager.finish_job(job, status=jobs.Status.FAILED, delete_job=False)
+    return requeued
 
 
 def recover_stalled(db: str, seconds: float | None = None) -> int:
@@ -147,16 +180,11 @@ def recover_stalled(db: str, seconds: float | None = None) -> int:
     Returns:
         How many jobs were requeued.
     """
-    import asyncio
-
     async def run() -> int:
         app = make_app(db)
         async with app.open_async():
-            jobs = list(await app.job_manager.get_stalled_jobs(
-                seconds_since_heartbeat=seconds if seconds is not None else env_seconds(STALLED_ENV, 30)))
-            for job in jobs:
-                await app.job_manager.retry_job(job)
-            return len(jobs)
+            return await _recover(app, seconds if seconds is not None
+                                  else env_seconds(STALLED_ENV, 30))
 
     return asyncio.run(run())
 
@@ -176,9 +204,27 @@ def ensure_schema(db: str) -> None:
                 app.schema_manager.apply_schema()
 
 
+@dataclass(frozen=True)
+class Enqueued:
+    """What `enqueue` did.
+
+    Attributes:
+        queued: How many threads got a step job.
+        already_queued: Threads left as they were: a step of theirs already waits.
+    """
+
+    queued: int
+    already_queued: list[str]
+
+
 def enqueue(db: str, items: list[Any], *, live: bool, cap_id: str | None,
-            max_requests: int | None) -> int:
-    """Puts one job per unfinished thread on the queue; returns how many were deferred.
+            max_requests: int | None, queue: str = DEFAULT_QUEUE) -> Enqueued:
+    """Puts one step job per thread on the queue, unless one of the thread's already waits.
+
+    Idempotent: enqueueing a thread whose step job waits leaves it as it was (reported
+    in `already_queued`), so a thread never gets two job chains. A thread's later steps
+    go to the same procrastinate `queue` (workers take every queue unless started with
+    `--queues`).
 
     Raises:
         graph.errors.UsageError: `db` is not a PostgreSQL URL (the queue lives there).
@@ -195,12 +241,18 @@ def enqueue(db: str, items: list[Any], *, live: bool, cap_id: str | None,
         cap_id = open_cap(store, cap_id, max_requests)
     ensure_schema(db)
     app = make_app(db)
+    queued, already = 0, []
     with app.open():
         for item in items:
             fields = {k: v for k, v in item.spec.to_fields().items() if k != "thread_id"}
-            app.configure_task("graph.advance_thread", lock=item.thread_id).defer(
-                thread_id=item.thread_id, fields=fields, live=live, cap_id=cap_id)
-    return len(items)
+            try:
+                _next_step(app, item.thread_id, queue).defer(
+                    thread_id=item.thread_id, fields=fields, live=live, cap_id=cap_id)
+            except exceptions.AlreadyEnqueued:
+                already.append(item.thread_id)
+            else:
+                queued += 1
+    return Enqueued(queued, already)
 
 
 app = make_app()

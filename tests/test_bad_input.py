@@ -335,12 +335,12 @@ def test_queue_worker_step_reports_bad_jobs_with_their_code(
         env: dict[str, str], thread_id: str, fields: Any, error_code: str, workdir: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     from graph.exitcodes import ErrorCode
-    from graph.queue import _advance_one
+    from graph.queue_worker import run_step
 
     for name, value in env.items():
         monkeypatch.setenv(name, _fill(value, workdir))
     before = _state(workdir)
-    result = _advance_one(None, thread_id, fields, False, None)  # type: ignore[arg-type]
+    result = run_step(os.environ.get("GRAPH_DB", ""), thread_id, fields, False, None).result
     assert result["error_code"] == error_code
     assert result["exit_code"] == ErrorCode(error_code).exit_code != 1
     assert _state(workdir) == before
