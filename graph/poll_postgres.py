@@ -14,10 +14,11 @@ all in place, a damaged row, no summary or a stale one.
 - `done` (0), `exhausted` (3), `cancelled` (4): the thread's summary, while its
   fingerprint matches the rows (`graph.summaries`).
 
-One connection, opened with `default_transaction_read_only`; the lock is tested first,
-then everything else is read in one `REPEATABLE READ READ ONLY` transaction (one
-snapshot, taken after the test: a writer that held the lock before had committed
-everything by then), rolled back at the end. No LangGraph import.
+One connection, on the URL as given (its `options`, such as a `search_path`, kept as
+the full path keeps them); after the schema check the lock is tested, then everything
+else is read in one `REPEATABLE READ READ ONLY` transaction (one snapshot, taken after
+the test: a writer that held the lock before had committed everything by then), rolled
+back at the end. No LangGraph import.
 """
 
 from __future__ import annotations
@@ -55,8 +56,7 @@ def postgres_answer(url: str, thread_id: str) -> Outcome | None:
     from psycopg.conninfo import make_conninfo
 
     conninfo = make_conninfo(url, connect_timeout=CONNECT_TIMEOUT_S,
-                             application_name="mandapi-resume",
-                             options="-c default_transaction_read_only=on")
+                             application_name="mandapi-resume")  # the URL's `options` kept
     with psycopg.connect(conninfo, autocommit=True, prepare_threshold=None) as conn:
         db = PostgresSql(conn)
         if not db.value(*postgres_objects_query()):

@@ -269,11 +269,12 @@ def _statement(db: Db, change: str) -> str:
     return statement
 
 
-@pytest.mark.parametrize("change", [*CHANGES, *PG_CHANGES])
-def test_any_fingerprinted_row_changed_takes_the_full_path_which_answers_as_before(
-        db: Db, change: str) -> None:
-    if change in PG_CHANGES and db.backend == "sqlite":
-        pytest.skip("a PostgreSQL table")
+SQLITE_ONLY = pytest.mark.parametrize("template", ["sqlite"], indirect=True)
+POSTGRES_ONLY = pytest.mark.parametrize(
+    "template", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)
+
+
+def _changed_row_takes_the_full_path(db: Db, change: str) -> None:
     answer = quick_answer(db.db, "d")
     assert answer is not None
     db.execute(_statement(db, change))
@@ -289,9 +290,21 @@ def test_any_fingerprinted_row_changed_takes_the_full_path_which_answers_as_befo
     assert renewed is not None and renewed.to_json() == answer.to_json()
 
 
+@pytest.mark.parametrize("change", CHANGES)
+def test_any_fingerprinted_row_changed_takes_the_full_path_which_answers_as_before(
+        db: Db, change: str) -> None:
+    _changed_row_takes_the_full_path(db, change)
+
+
+@POSTGRES_ONLY
+@pytest.mark.parametrize("change", PG_CHANGES)
+def test_a_changed_value_blob_or_schema_version_takes_the_full_path_on_postgres(
+        db: Db, change: str) -> None:
+    _changed_row_takes_the_full_path(db, change)
+
+
+@SQLITE_ONLY
 def test_a_summary_stored_as_a_blob_takes_the_full_path(db: Db) -> None:
-    if db.backend != "sqlite":
-        pytest.skip("SQLite's own column types")
     db.execute("UPDATE thread_summaries SET fingerprint = CAST(fingerprint AS BLOB)")
     assert quick_answer(db.db, "d") is None
 
@@ -317,9 +330,8 @@ def test_pruning_a_thread_deletes_its_summary(db: Db) -> None:
     assert pruned is not None and pruned.error_code == "pruned"
 
 
+@SQLITE_ONLY
 def test_a_file_others_can_read_takes_the_full_path(db: Db) -> None:
-    if db.backend != "sqlite":
-        pytest.skip("a file's mode")
     Path(db.db).chmod(0o644)
     assert quick_answer(db.db, "d") is None  # the full path warns about it on stderr
 
@@ -331,11 +343,9 @@ def test_an_unreachable_server_takes_the_full_path_which_reports_it() -> None:
     assert (out["exit_code"], out["error_code"]) == (2, "db_unreachable")
 
 
-@pytest.mark.postgres
+@POSTGRES_ONLY
 def test_a_password_in_the_db_flag_takes_the_full_path_which_warns(
         db: Db, capsys: pytest.CaptureFixture[str]) -> None:
-    if db.backend != "postgres":
-        pytest.skip("a URL")
     with_password = db.db.replace("://postgres@", "://postgres:secret@")
     assert quick_answer(with_password, "d") is not None  # the password is not the problem
     assert run_cli(["--thread", "d", "--db", with_password])["status"] == "done"
