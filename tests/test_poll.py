@@ -352,6 +352,23 @@ def test_a_password_in_the_db_flag_takes_the_full_path_which_warns(
     assert "a password in --db is visible" in capsys.readouterr().err
 
 
+@POSTGRES_ONLY
+def test_a_writer_lock_is_seen_held_by_another_session_whatever_its_key(db: Db) -> None:
+    import psycopg
+
+    from graph.pg_locks import held_elsewhere
+
+    with psycopg.connect(db.db, autocommit=True) as holder, \
+            psycopg.connect(db.db, autocommit=True) as poller:
+        for key in (5, -5, 1 << 40, (1 << 63) - 1, -(1 << 63)):
+            assert not held_elsewhere(poller, key)
+            holder.execute("SELECT pg_advisory_lock(%s)", (key,))
+            assert held_elsewhere(poller, key) and not held_elsewhere(holder, key), key
+            assert not held_elsewhere(poller, key + 1 if key < 0 else key - 1)
+            holder.execute("SELECT pg_advisory_unlock(%s)", (key,))
+            assert not held_elsewhere(poller, key)
+
+
 def test_graph_run_imports_no_langgraph_before_deciding() -> None:
     code = ("import sys, graph.run, graph.poll, graph.poll_postgres, graph.settings, graph.spec; "
             f"print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))")
