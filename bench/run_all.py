@@ -36,7 +36,7 @@ def plan(quick: bool, postgres: str | None, skip_400: bool) -> dict[str, list[st
     """Script name -> its arguments (before `--json`), in running order."""
     steps = "5,10" if quick else "50,100,200" if skip_400 else "50,100,200,400"
     scripts = {
-        "startup": ["--repeat", "2" if quick else "7"],
+        "startup": ["--repeat", "2" if quick else "7"] + (["--postgres", postgres] if postgres else []),
         "step_cost": ["--steps", "5" if quick else "100"],
         "storage": ["--steps", steps, "--repeat", "2" if quick else "5"]
                    + (["--postgres", postgres] if postgres else []),

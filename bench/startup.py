@@ -1,14 +1,17 @@
 """Cold start of one `graph.run` invocation, as a scheduler runs it, beside its anchors.
 
-  python -m bench.startup [--repeat N] [--json PATH]
+  python -m bench.startup [--repeat N] [--postgres URL] [--json PATH]
 
 Whole processes, one of each per round (the order rotating), in two passes:
 `python -c pass`, `python -c "import langgraph.graph"` (the import floor), a plain
 JSON-file step (load, count, write a temporary file, fsync, rename), ours with
 `--once` on a new thread (the offline demo model), and ours on a thread that is done
 (nothing to do: the quick answer of `graph.poll`, and the full path forced by
-`--task`). Also lists what this project's own modules add to
-start-up (`python -X importtime`).
+`--task`). With `--postgres` (a URL whose user may create databases), the same two
+polls of a done thread in a fresh PostgreSQL database (dropped at the end), and
+`python -c "import psycopg"` (the driver's own import, which the quick answer pays
+there). Also lists what this project's own modules add to start-up
+(`python -X importtime`).
 """
 
 from __future__ import annotations
@@ -16,10 +19,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
 from bench.common import PASSES, alternate, cli_parser, pass_summaries, ratios, table, timing_row, write_json
-from bench.scratch import workdir
+from bench.scratch import fresh_database, workdir
 
 JSON_STEP = r"""
 import json, os, sys
@@ -40,6 +45,11 @@ LABELS = {
     "done": "graph.run, thread already done (ours: the quick answer)",
     "done_full": "graph.run, thread already done, full path (--task given)",
 }
+POSTGRES_LABELS = {
+    "psycopg": "import psycopg",
+    "pg_done": "PostgreSQL: graph.run, thread already done (ours: the quick answer)",
+    "pg_done_full": "PostgreSQL: graph.run, thread already done, full path (--task given)",
+}
 TASK = "How long does shipping take?"
 
 
@@ -48,26 +58,36 @@ def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(("MANDAPI_", "GRAPH_DB"))}
 
 
-def one_pass(repeat: int) -> dict[str, list[float]]:
-    """Seconds per process of each variant, `repeat` rounds alternated."""
+def one_pass(repeat: int, postgres: str | None = None) -> dict[str, list[float]]:
+    """Seconds per process of each variant, `repeat` rounds alternated.
+
+    With `postgres` (an admin URL), also the PostgreSQL variants, in a fresh database.
+    """
     py, env = sys.executable, _env()
 
     def run(*args: str) -> None:
         subprocess.run([py, *args], check=True, capture_output=True, env=env)
 
-    with workdir("startup") as work:
+    def done(db: str, *full: str) -> Callable[[int], None]:
+        return lambda i: run("-m", "graph.run", "--thread", "done", "--db", db, *full)
+
+    with workdir("startup") as work, \
+            fresh_database(postgres, "startup") if postgres else nullcontext("") as url:
         db = str(work / "c.sqlite")
-        run("-m", "graph.run", "--thread", "done", "--task", TASK, "--db", db)  # to the answer
+        for where in filter(None, (db, url)):  # a thread done, to the answer
+            run("-m", "graph.run", "--thread", "done", "--task", TASK, "--db", where)
         variants = {
             "pass": lambda i: run("-c", "pass"),
             "floor": lambda i: run("-c", "import langgraph.graph"),
             "json": lambda i: run("-c", JSON_STEP, str(work / "s.json")),
             "once": lambda i: run("-m", "graph.run", "--thread", f"t{i}", "--task", TASK, "--once",
                                   "--db", db),
-            "done": lambda i: run("-m", "graph.run", "--thread", "done", "--db", db),
-            "done_full": lambda i: run("-m", "graph.run", "--thread", "done", "--task", TASK,
-                                       "--db", db),
+            "done": done(db),
+            "done_full": done(db, "--task", TASK),
         }
+        if url:
+            variants.update({"psycopg": lambda i: run("-c", "import psycopg"),
+                             "pg_done": done(url), "pg_done_full": done(url, "--task", TASK)})
         return alternate(variants, repeat)
 
 
@@ -84,19 +104,20 @@ def own_import_time() -> tuple[float, list[tuple[str, float]]]:
     return sum(t for _, t in own), sorted(own, key=lambda x: -x[1])[:4]
 
 
-def measure(repeat: int) -> dict[str, Any]:
+def measure(repeat: int, postgres: str | None = None) -> dict[str, Any]:
     """Both passes and our import time, as the JSON `bench.run_all` reads."""
-    summaries = pass_summaries([one_pass(repeat) for _ in range(PASSES)])
+    summaries = pass_summaries([one_pass(repeat, postgres) for _ in range(PASSES)])
     total, top = own_import_time()
     return {"repeat": repeat, "summaries": summaries,
-            "ratios": {name: ratios(summaries, name, "floor") for name in LABELS},
+            "ratios": {name: ratios(summaries, name, "floor") for name in summaries},
             "own_import_ms": total, "own_import_top": top}
 
 
 def report(results: dict[str, Any]) -> str:
     """The table of `results` (from `measure`)."""
     summaries = results["summaries"]
-    rows = [timing_row(label, summaries[name], results["ratios"][name]) for name, label in LABELS.items()]
+    rows = [timing_row(label, summaries[name], results["ratios"][name])
+            for name, label in {**LABELS, **POSTGRES_LABELS}.items() if name in summaries]
     top = ", ".join(f"{name} {t:.1f}" for name, t in results["own_import_top"])
     return (table(f"Cold start, whole process, {results['repeat']} rounds × {PASSES} passes, "
                   "variants alternated (cells: pass 1 / pass 2)",
@@ -108,9 +129,10 @@ def main(argv: list[str] | None = None) -> None:
     """Measures and prints the report (and writes the results as JSON with `--json`)."""
     parser = cli_parser(__doc__)
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--postgres", help="also poll a done thread on PostgreSQL (an admin URL)")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
-    results = measure(args.repeat)
+    results = measure(args.repeat, args.postgres)
     write_json(args.json, results)
     print(report(results))
 

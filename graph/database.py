@@ -24,7 +24,7 @@ from graph.factory import build_graph
 from graph.ledger import LedgerRow, SqlLedger
 from graph.schema import CHECKPOINTS, TOMBSTONES
 from graph.sql import Sql
-from graph.summaries import SqliteSummaries
+from graph.summaries import SqlSummaries
 from graph.tombstones import SqlTombstones, Tombstone
 
 
@@ -96,8 +96,7 @@ class Store:
         tombstones: Tombstones of pruned threads.
         approvals: Decisions on write calls.
         locks: Per-thread writer locks (`hold(thread_id)`).
-        summaries: Summaries of finished threads (`graph.summaries`); None on PostgreSQL,
-            which has no quick answer.
+        summaries: Summaries of finished threads (`graph.summaries`), or None.
     """
 
     location: str
@@ -109,7 +108,7 @@ class Store:
     approvals: SqlApprovals
     locks: WriterLocks
     _conns: tuple[Closable, ...] = field(repr=False)
-    summaries: SqliteSummaries | None = None
+    summaries: SqlSummaries | None = None
 
     @classmethod
     def build(cls, location: str, checkpointer: BaseCheckpointSaver[str], sql: Sql, *,
@@ -119,11 +118,11 @@ class Store:
 
         `ledger_type` lets a backend add what its claims need (`graph.sqlite_ledger`);
         `conns` are every connection the store closes, in order; `summaries` keeps
-        summaries of finished threads (SQLite).
+        summaries of finished threads (for `graph.poll`).
         """
         return cls(location, checkpointer, sql, ledger_type(sql), SqlAttemptLog(sql),
                    SqlTombstones(sql), SqlApprovals(sql), locks, conns,
-                   SqliteSummaries(sql) if summaries else None)
+                   SqlSummaries(sql) if summaries else None)
 
     @cached_property
     def graph(self) -> CompiledStateGraph[Any, Any, Any, Any]:

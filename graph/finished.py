@@ -4,12 +4,14 @@ A summary is stored only from a thread's latest checkpoint as the full path read
 checks it (`graph.loading.load_thread`, the ledger cross-check, the decisions), while
 the invocation still holds the thread's writer lock: right after the step that
 finished the thread, and on any later full-path answer whose summary is missing or
-stale (a database from before summaries gains them this way).
+stale (a database from before summaries gains them this way). The same on SQLite and
+PostgreSQL (`graph.summaries`).
 """
 
 from __future__ import annotations
 
 import sqlite3
+import sys
 from typing import TYPE_CHECKING
 
 from graph.approvals import pending_review
@@ -27,8 +29,8 @@ def remember_finished(store: Store, outcome: Outcome, *, checked: bool = False) 
     """Stores the summary of a finished thread (`graph.summaries`); returns `outcome` as is.
 
     Nothing is stored for a thread that is not done, exhausted or cancelled, on a store
-    without summaries (PostgreSQL), or when the thread fails a check or the write fails:
-    the next invocation then takes the full path, which checks and reports it.
+    without summaries, or when the thread fails a check or the write fails: the next
+    invocation then takes the full path, which checks and reports it.
 
     Args:
         store: The open store; the caller holds the thread's writer lock.
@@ -40,13 +42,20 @@ def remember_finished(store: Store, outcome: Outcome, *, checked: bool = False) 
     thread_id = outcome.thread_id
     if store.summaries is None or thread_id is None or outcome.status not in FINAL_STATUSES:
         return outcome
+    expected: tuple[type[Exception], ...] = (RunError, *_database_errors())
     try:
         summary = outcome if checked else _checked_summary(store, thread_id)
         if summary is not None:
             store.summaries.keep(thread_id, summary)
-    except (RunError, sqlite3.Error):
+    except expected:
         pass  # no summary: the next invocation takes the full path
     return outcome
+
+
+def _database_errors() -> tuple[type[Exception], ...]:
+    """The drivers' errors: sqlite3's, and psycopg's once it is imported (a PostgreSQL store)."""
+    psycopg = sys.modules.get("psycopg")
+    return (sqlite3.Error,) if psycopg is None else (sqlite3.Error, psycopg.Error)
 
 
 def _checked_summary(store: Store, thread_id: str) -> Outcome | None:

@@ -28,6 +28,26 @@ def advisory_key(name: str) -> int:
                           "big", signed=True)
 
 
+def thread_key(thread_id: str) -> int:
+    """The key of a thread's writer lock (`AdvisoryThreadLocks`)."""
+    return advisory_key(f"thread:{thread_id}")
+
+
+def held_elsewhere(conn: psycopg.Connection[Any], key: int) -> bool:
+    """Whether another session holds advisory lock `key` in this database; never takes it.
+
+    Read from `pg_locks`, which shows a `bigint` key as its high and low 32 bits
+    (`classid`, `objid`, `objsubid` 1). Testing without taking means a poller never
+    makes a writer that starts at the same moment busy.
+    """
+    row = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted "
+        "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+        "AND classid = %s::oid AND objid = %s::oid AND objsubid = 1 "
+        "AND pid <> pg_backend_pid())", ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF)).fetchone()
+    return bool(row and row[0])
+
+
 def _try_lock(conn: psycopg.Connection[Any], key: int) -> bool:
     row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
     return bool(row and row[0])
@@ -86,7 +106,7 @@ class AdvisoryThreadLocks:
         Raises:
             BusyError: Another session holds the lock (exit 5).
         """
-        key = advisory_key(f"thread:{thread_id}")
+        key = thread_key(thread_id)
         if not _try_lock(self._conn, key):
             raise BusyError.for_thread(thread_id)
         try:

@@ -1,8 +1,9 @@
 """The quick answer: a thread with nothing to do, answered without importing LangGraph.
 
 `graph.run` asks here first when it was given no flag that needs checking against the
-thread (only `--thread`, `--once`, `--json`, `--db`, `--timeout`). For a SQLite file it
-answers as the full path would, in the same words and with the same exit code:
+thread (only `--thread`, `--once`, `--json`, `--db`, `--timeout`). It answers as the
+full path would, in the same words and with the same exit code, for a SQLite file
+(here) and a PostgreSQL URL (`graph.poll_postgres`):
 
 - `busy` (exit 5) while another process holds the thread's writer lock;
 - `pruned` (exit 4) when the thread has a tombstone;
@@ -11,10 +12,10 @@ answers as the full path would, in the same words and with the same exit code:
 
 Anything else returns None and `graph.run` takes the full path, which checks
 everything and reports it: no summary, a stale or damaged one, a refusal or error on
-the way, a PostgreSQL URL, a database that needs its schema set up, a file other users
-can read (the full path warns about it). The checks before the answer are the full
-path's own (`graph.access`, `graph.sqlite_file`, `graph.names`), in its order. The rows
-are read with plain sqlite3, read-only, in one read transaction; the thread's lock is
+the way, a database that needs its schema set up, a file other users can read (the
+full path warns about it). On SQLite the checks before the answer are the full path's
+own (`graph.access`, `graph.sqlite_file`, `graph.names`), in its order. The rows are
+read with plain sqlite3, read-only, in one read transaction; the thread's lock is
 tested, not taken, so polling never makes a writer busy.
 """
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import sqlite3
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from graph.access import check_sqlite_access, read_only_uri
@@ -31,7 +33,8 @@ from graph.names import NameSlot, check_one_name
 from graph.outcome import Outcome
 from graph.sql import SqliteSql
 from graph.sqlite_file import check_database, schema_needs_setup
-from graph.summaries import SqliteSummaries
+from graph.storage import is_postgres
+from graph.summaries import SqlSummaries
 from graph.thread_checks import pruned_refusal
 from graph.tombstones import SqlTombstones
 
@@ -46,10 +49,17 @@ def quick_answer(db: str, thread_id: str) -> Outcome | None:
     Returns:
         The outcome the full path would give, or None (see the module doc).
     """
-    if "://" in db or "=" in db:
-        return None  # PostgreSQL, or a form the full path refuses with its reason
+    answer: Callable[[str, str], Outcome | None]
+    if is_postgres(db):
+        from graph.poll_postgres import postgres_answer
+
+        answer = postgres_answer
+    elif "://" in db or "=" in db:
+        return None  # a form the full path refuses with its reason
+    else:
+        answer = _answer
     try:
-        return _answer(db, thread_id)
+        return answer(db, thread_id)
     except Exception:  # noqa: BLE001 - anything unusual: the full path checks and reports it
         return None
 
@@ -91,7 +101,7 @@ def _read(path: Path, thread_id: str) -> Outcome | None:
                 if tombstone is not None:
                     return Outcome.from_error(thread_id, pruned_refusal(tombstone).at(
                         location=str(path)))
-                return SqliteSummaries(sql).answer(thread_id)
+                return SqlSummaries(sql).answer(thread_id)
             except RunError:
                 return None  # a damaged row: the full path refuses it
             finally:

@@ -16,11 +16,10 @@ Three promises need care on PostgreSQL:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from graph.checked_saver import postgres_saver
 from graph.database import Store
@@ -28,7 +27,8 @@ from graph.digest import SqlDigests, new_marker
 from graph.errors import RefusedError, UsageError
 from graph.exitcodes import ErrorCode
 from graph.pg_locks import AdvisoryThreadLocks, advisory_key, advisory_lock
-from graph.schema import LEDGER, POSTGRES_MIGRATIONS_TABLE, TABLES, TRIGGERS, ddl
+from graph.pg_url import redact
+from graph.schema import LEDGER, POSTGRES_MIGRATIONS_TABLE, TRIGGERS, ddl, postgres_objects_query
 from graph.sql import PostgresSql
 
 if TYPE_CHECKING:
@@ -44,26 +44,9 @@ SETUP_TIMEOUT_S = 120.0
 """How long a process waits for another one's schema set-up (seconds)."""
 
 
-def redact(url: str) -> str:
-    """Returns `url` with any password (in the user part or a query parameter) as `***`."""
-    try:
-        parts = urlsplit(url)
-        netloc = parts.netloc
-        if parts.password is not None:
-            netloc = f"{parts.username or ''}:***@{netloc.rsplit('@', 1)[-1]}"
-        query = re.sub(r"(?i)(^|&)(password|passfile)=[^&]*", r"\1\2=***", parts.query)
-        return urlunsplit(parts._replace(netloc=netloc, query=query))
-    except ValueError:
-        return "postgresql://(unparsable URL)"
-
-
 def _schema_ready(db: PostgresSql, migrations: int) -> bool:
     """True when LangGraph's migrations and our tables and triggers are all in place."""
-    checks = ["to_regclass(?) IS NOT NULL" for _ in (*TABLES, POSTGRES_MIGRATIONS_TABLE)]
-    checks += ["EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = ? AND tgrelid = to_regclass(?))"
-               for _ in TRIGGERS]
-    params = [*TABLES, POSTGRES_MIGRATIONS_TABLE, *(p for t in TRIGGERS for p in (t.name, t.table))]
-    if not db.value("SELECT " + " AND ".join(checks), params):
+    if not db.value(*postgres_objects_query()):
         return False
     return bool(db.value(f"SELECT max(v) FROM {POSTGRES_MIGRATIONS_TABLE}") == migrations - 1)
 
@@ -164,7 +147,7 @@ def open_postgres(url: str, *, create: bool = True, read_only: bool = False
                 _setup_serialized(control, checkpointer)
         _check_triggers(db, location)
         yield Store.build(location, checkpointer, db, locks=AdvisoryThreadLocks(control),
-                          conns=(saver_conn, control))
+                          conns=(saver_conn, control), summaries=True)
     finally:
         saver_conn.close()
         control.close()

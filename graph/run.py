@@ -140,10 +140,13 @@ def _quick_answer(parser: Parser, args: argparse.Namespace, thread_id: str) -> O
     """The answer of `graph.poll` (no LangGraph import), or None for the full path.
 
     Only when every other flag is at its default: a task, model, limit, folder,
-    `--live`, `--cancel` or a decision must be checked against the thread.
+    `--live`, `--cancel` or a decision must be checked against the thread; and not for
+    a `--db` URL holding a password, which the full path warns about.
     """
     if any(value != parser.get_default(name) for name, value in vars(args).items()
            if name not in _QUICK_FLAGS):
+        return None
+    if args.db and "://" in args.db and _has_password(args.db):
         return None
     from graph.poll import quick_answer
     from graph.settings import resolve_settings

@@ -32,12 +32,11 @@ APPROVALS = "write_approvals"
 DIGESTS = "checkpoint_digests"
 """Per-checkpoint and per-write digests (`graph.digest`)."""
 SUMMARIES = "thread_summaries"
-"""SQLite only: what `graph.run` answers for a finished thread, with the fingerprint of
-the rows it was read from (`graph.summaries`, read by `graph.poll`)."""
+"""What `graph.run` answers for a finished thread, with the fingerprint of the rows it
+was read from (`graph.summaries`, read by `graph.poll`)."""
 
-TABLES = (REQUEST_CAPS, LEDGER, LOG, TOMBSTONES, APPROVALS, DIGESTS)
-"""Every table of ours on both backends, in the order the schema creates them (SQLite
-files also have `SUMMARIES`)."""
+TABLES = (REQUEST_CAPS, LEDGER, LOG, TOMBSTONES, APPROVALS, DIGESTS, SUMMARIES)
+"""Every table of ours on both backends, in the order the schema creates them."""
 
 CHECKPOINTS = "checkpoints"
 """LangGraph's checkpoint table (same name on both backends)."""
@@ -242,8 +241,8 @@ def ddl(backend: Backend, marker: str) -> str:
     triggers = _SQLITE_TRIGGERS if backend == "sqlite" else _POSTGRES_TRIGGERS
     return "".join([
         _CAPS, _LEDGER, triggers[REQUEST_CAPS], triggers[LEDGER],
-        _LOG[backend], triggers[LOG], _TOMBSTONES, APPROVALS_DDL, _digests(marker),
-        _SUMMARIES if backend == "sqlite" else "", "\n"])
+        _LOG[backend], triggers[LOG], _TOMBSTONES, APPROVALS_DDL, _digests(marker), _SUMMARIES,
+        "\n"])
 
 
 def sqlite_objects() -> frozenset[tuple[str, str]]:
@@ -252,6 +251,22 @@ def sqlite_objects() -> frozenset[tuple[str, str]]:
     Returns:
         `(type, name)` pairs as `sqlite_master` lists them.
     """
-    return frozenset({("table", name) for name in (*TABLES, SUMMARIES, *SQLITE_LANGGRAPH_TABLES)}
+    return frozenset({("table", name) for name in (*TABLES, *SQLITE_LANGGRAPH_TABLES)}
                      | {("index", name) for name in INDEXES}
                      | {("trigger", t.name) for t in TRIGGERS})
+
+
+def postgres_objects_query() -> tuple[str, list[str]]:
+    """A query whose one value says whether our whole schema is in place on PostgreSQL.
+
+    True when our tables and triggers and LangGraph's record of its migrations exist,
+    whatever LangGraph's version (`graph.postgres_store` also compares that version).
+
+    Returns:
+        The statement, written with `?` markers (`graph.sql.Sql.value`), and its parameters.
+    """
+    checks = ["to_regclass(?) IS NOT NULL" for _ in (*TABLES, POSTGRES_MIGRATIONS_TABLE)]
+    checks += ["EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = ? AND tgrelid = to_regclass(?))"
+               for _ in TRIGGERS]
+    params = [*TABLES, POSTGRES_MIGRATIONS_TABLE, *(p for t in TRIGGERS for p in (t.name, t.table))]
+    return "SELECT " + " AND ".join(checks), params

@@ -99,7 +99,7 @@ def check_postgres_url(db: str) -> None:
     """
     from urllib.parse import urlsplit
 
-    from graph.postgres_store import redact
+    from graph.pg_url import redact
 
     try:
         import psycopg.conninfo

@@ -13,8 +13,9 @@ sends the invocation the full way, which checks everything. Damage that the full
 does not read for a finished thread either (an older checkpoint, the rows of the
 attempt log) is answered alike by both; `graph.verify` lists it.
 
-SQLite only: the fingerprint reads LangGraph's SQLite tables as stored. Imports stay
-light (no LangGraph): `graph.poll` uses this module before deciding.
+The fingerprint reads LangGraph's tables as stored, on SQLite and on PostgreSQL (whose
+rows come as psycopg returns them: `jsonb` as parsed JSON, `bytea` as bytes). Imports
+stay light (no LangGraph, no psycopg): `graph.poll` uses this module before deciding.
 """
 
 from __future__ import annotations
@@ -26,26 +27,46 @@ from typing import Any
 from graph.outcome import Outcome
 from graph.rowcheck import is_int, is_text, is_text_or_none
 from graph.schema import SUMMARIES
-from graph.sql import SqlTable
+from graph.sql import PostgresSql, Sql, SqlTable
 
 FINAL = ("done", "exhausted", "cancelled")
 """The statuses of a finished thread (`nodes.state.FINAL_STATUSES`)."""
 
 _LATEST = ("(SELECT max(checkpoint_id) FROM checkpoints WHERE thread_id = ? "
            "AND checkpoint_ns = '')")
-_FINGERPRINTED = (
-    ("SELECT * FROM attempt_ledger WHERE thread_id = ?", 1),
-    (f"SELECT * FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = '' "
-     f"AND checkpoint_id = {_LATEST}", 2),
-    (f"SELECT * FROM writes WHERE thread_id = ? AND checkpoint_ns = '' "
-     f"AND checkpoint_id = {_LATEST} ORDER BY task_id, idx", 2),
+_LEDGER = ("SELECT * FROM attempt_ledger WHERE thread_id = ?", 1)
+_CHECKPOINT = (f"SELECT * FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = '' "
+               f"AND checkpoint_id = {_LATEST}", 2)
+_OURS = (
     (f"SELECT * FROM checkpoint_digests WHERE thread_id = '' OR (thread_id = ? "
      f"AND checkpoint_ns = '' AND checkpoint_id = {_LATEST}) "
      "ORDER BY thread_id, checkpoint_ns, checkpoint_id, task_id, idx, digest", 2),
     ("SELECT * FROM write_approvals WHERE thread_id = ? ORDER BY attempt, tool_call_id", 1),
     ("SELECT max(attempt) FROM attempt_log WHERE thread_id = ? AND kind = 'reason'", 1),
 )
-"""The rows a summary stands for: each query with how many times it takes the thread id."""
+_SQLITE = (
+    _LEDGER, _CHECKPOINT,
+    (f"SELECT * FROM writes WHERE thread_id = ? AND checkpoint_ns = '' "
+     f"AND checkpoint_id = {_LATEST} ORDER BY task_id, idx", 2),
+    *_OURS,
+)
+_POSTGRES = (
+    _LEDGER, _CHECKPOINT,
+    ("SELECT b.* FROM checkpoints c CROSS JOIN jsonb_each_text(c.checkpoint -> "
+     "'channel_versions') v JOIN checkpoint_blobs b ON b.thread_id = c.thread_id AND "
+     "b.checkpoint_ns = c.checkpoint_ns AND b.channel = v.key AND b.version = v.value "
+     f"WHERE c.thread_id = ? AND c.checkpoint_ns = '' AND c.checkpoint_id = {_LATEST} "
+     "ORDER BY b.channel", 2),
+    (f"SELECT * FROM checkpoint_writes WHERE thread_id = ? AND checkpoint_ns = '' "
+     f"AND checkpoint_id = {_LATEST} ORDER BY task_id, idx", 2),
+    *_OURS,
+    ("SELECT max(v) FROM checkpoint_migrations", 0),
+)
+"""The rows a summary stands for, per backend: each query with how many times it takes
+the thread id. LangGraph's tables differ: on SQLite a checkpoint is one row with its
+pending writes beside it; on PostgreSQL its row holds the channel versions of its
+values, whose blobs are rows of their own, and the version of LangGraph's schema
+(`checkpoint_migrations`) is the one the full path found set up."""
 
 
 def _is_usage(value: Any) -> bool:
@@ -81,12 +102,17 @@ def _fields(text: str) -> dict[str, Any] | None:
     return fields if all(ok(fields[key]) for key, ok in _FIELDS.items()) else None
 
 
-class SqliteSummaries(SqlTable):
+class SqlSummaries(SqlTable):
     """Reads and writes `thread_summaries` (see `graph.sql.SqlTable`)."""
+
+    def __init__(self, db: Sql) -> None:
+        super().__init__(db)
+        self._fingerprinted = _POSTGRES if isinstance(db, PostgresSql) else _SQLITE
 
     def fingerprint(self, thread_id: str, text: str) -> str:
         """SHA-256 of summary `text` and the rows it stands for, as stored (types included)."""
-        rows = [self._run(sql, (thread_id,) * uses).fetchall() for sql, uses in _FINGERPRINTED]
+        rows = [self._run(sql, (thread_id,) * uses).fetchall()
+                for sql, uses in self._fingerprinted]
         return hashlib.sha256(repr((text, rows)).encode()).hexdigest()
 
     def _stored(self, thread_id: str) -> tuple[Any, Any] | None:

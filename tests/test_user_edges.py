@@ -108,7 +108,7 @@ def test_a_summary_with_a_lone_surrogate_is_left_to_the_full_path(tmp_path, caps
 
     from graph.poll import quick_answer
     from graph.sql import SqliteSql
-    from graph.summaries import SqliteSummaries
+    from graph.summaries import SqlSummaries
 
     db = tmp_path / "c.sqlite"
     for _ in range(2):
@@ -117,7 +117,7 @@ def test_a_summary_with_a_lone_surrogate_is_left_to_the_full_path(tmp_path, caps
     with sqlite3.connect(db) as conn:
         text = conn.execute("SELECT outcome FROM thread_summaries WHERE thread_id = 's1'").fetchone()[0]
         forged = json.dumps({**json.loads(text), "answer": "\udc80"})  # an escape JSON allows
-        fingerprint = SqliteSummaries(SqliteSql(conn)).fingerprint("s1", forged)
+        fingerprint = SqlSummaries(SqliteSql(conn)).fingerprint("s1", forged)
         conn.execute("UPDATE thread_summaries SET outcome = ?, fingerprint = ? WHERE thread_id = 's1'",
                      (forged, fingerprint))
     assert quick_answer(str(db), "s1") is None

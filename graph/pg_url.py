@@ -1,0 +1,23 @@
+"""PostgreSQL URLs in messages: the password never shown.
+
+Light on purpose (no psycopg, no LangGraph): `graph.poll_postgres` names the database
+in its answers exactly as `graph.postgres_store` does.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit, urlunsplit
+
+
+def redact(url: str) -> str:
+    """Returns `url` with any password (in the user part or a query parameter) as `***`."""
+    try:
+        parts = urlsplit(url)
+        netloc = parts.netloc
+        if parts.password is not None:
+            netloc = f"{parts.username or ''}:***@{netloc.rsplit('@', 1)[-1]}"
+        query = re.sub(r"(?i)(^|&)(password|passfile)=[^&]*", r"\1\2=***", parts.query)
+        return urlunsplit(parts._replace(netloc=netloc, query=query))
+    except ValueError:
+        return "postgresql://(unparsable URL)"
