@@ -1,11 +1,13 @@
 """A thread's fixed settings: built from flags or a tasks line, validated once, checked on resume.
 
 Task, model, attempt maximum, token cap, context limit, workspace, write folder and
-checkpoint window are fixed when a thread is created (INVARIANTS I7). `ThreadSpec` holds what the caller
-gave for them, whether from `graph.run`'s flags, a `graph.batch` tasks line or a
-queued job, and every bound and message lives here, so every entry point accepts
-exactly the same values. `ThreadSpec.check_against` refuses a resume that names
-other values than the stored thread's.
+checkpoint window are fixed when a thread is created (INVARIANTS I7). `ThreadSpec`
+holds what the caller gave for them, whether from `graph.run`'s flags, a `graph.batch`
+tasks line, a queued job or a `graph.api` call, and every bound and message lives here
+(single values in `graph.value_checks`), so every entry point accepts exactly the same
+values and a refusal names the setting as that caller spelled it.
+`ThreadSpec.check_against` refuses a resume that names other values than the stored
+thread's.
 """
 
 from __future__ import annotations
