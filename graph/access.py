@@ -22,10 +22,11 @@ def _denied(path: Path, what: str) -> UsageError:
                       error_code=ErrorCode.PERMISSION_DENIED)
 
 
-def check_sqlite_access(db: str, *, read_only: bool) -> None:
+def check_sqlite_access(db: str, *, read_only: bool, name: str = "--db") -> None:
     """Refuses a `--db` path that is a folder, unreachable, or lacks the needed permission.
 
-    A missing file passes (the caller reports `no_such_file` or creates it).
+    A missing file passes (the caller reports `no_such_file` or creates it). `name` is
+    how a refusal names the setting: `--db`, or `db` for a caller of `graph.api`.
 
     Raises:
         UsageError: `usage` for a folder or an impossible path; `permission_denied`
@@ -35,7 +36,7 @@ def check_sqlite_access(db: str, *, read_only: bool) -> None:
         path = Path(db)
         os.stat(path)
     except ValueError as exc:  # an embedded NUL byte
-        raise UsageError(f"--db {db[:80]!r} is not a usable path: {exc}") from None
+        raise UsageError(f"{name} {db[:80]!r} is not a usable path: {exc}") from None
     except PermissionError:
         raise _denied(Path(db).parent, "look inside this folder (search permission)") from None
     except OSError as exc:
@@ -43,11 +44,11 @@ def check_sqlite_access(db: str, *, read_only: bool) -> None:
             if not read_only and path.parent.is_dir() and not os.access(path.parent, os.W_OK):
                 raise _denied(path.parent, "create a database file in this folder") from None
             return
-        raise UsageError(f"--db {db[:80]!r} is not a usable path: {exc.strerror}") from None
+        raise UsageError(f"{name} {db[:80]!r} is not a usable path: {exc.strerror}") from None
     if os.path.isdir(path):
-        raise UsageError(f"--db {path} is a folder, not a checkpoint database file")
+        raise UsageError(f"{name} {path} is a folder, not a checkpoint database file")
     if not os.path.isfile(path):  # a FIFO would block open() forever; devices are no files
-        raise UsageError(f"--db {path} is not a regular file (a FIFO, socket or device), not "
+        raise UsageError(f"{name} {path} is not a regular file (a FIFO, socket or device), not "
                          "a checkpoint database file")
     if not os.access(path, os.R_OK):
         raise _denied(path, "read this file")
@@ -57,7 +58,7 @@ def check_sqlite_access(db: str, *, read_only: bool) -> None:
     except PermissionError:
         raise _denied(path, "read this file") from None
     except OSError as exc:  # an I/O error, a special file
-        raise UsageError(f"--db {path} cannot be read: {exc.strerror or exc}") from None
+        raise UsageError(f"{name} {path} cannot be read: {exc.strerror or exc}") from None
     if read_only:
         if not writable(path) and _wal_size(path) and not _sidecar(path, "-shm").exists():
             raise _denied(path.parent, "create the -shm file needed to read this database's "

@@ -7,9 +7,12 @@
         print(outcome.status, outcome.attempts, outcome.answer)
         print(db.history("task_abc")["steps"])
 
-Each method runs the shared function behind `graph.run`, `graph.history`, `graph.prune`
-or `graph.verify` (every promise of the README holds), returns what the command prints
-and raises a `RunError` subclass, with `error_code` and `exit_code`, for every refusal.
+Each method runs the shared function behind `graph.run`, `graph.history`, `graph.prune`,
+`graph.verify`, `graph.copy` or `graph.batch` (every promise of the README holds; those
+commands are thin layers over these calls), returns what the command prints and raises
+a `RunError` subclass, with `error_code` and `exit_code`, for every refusal. A refusal
+of a setting names it as you spelled it (`max_attempts`, `db`, `live=True`), where the
+command names its flag (`--max-attempts`).
 
 Calls on one `Database` run one at a time (a lock): it holds one connection. The
 `a…` variants (`arun`, `ahistory`, ...) are for async callers (FastAPI, notebooks);
@@ -20,11 +23,12 @@ synchronous savers, so they do not block the event loop but are not natively asy
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from graph.api_base import DatabaseBase, ModelFactory, known_errors
+from graph.api_base import ModelFactory, known_errors
+from graph.api_store import StoreOperations, verify_database
 from graph.errors import (
     BusyError,
     DatabaseLostError,
@@ -35,24 +39,33 @@ from graph.errors import (
 )
 from graph.exitcodes import ErrorCode, ExitCode
 from graph.outcome import Outcome
+from graph.retention import Candidate, PruneReport
+from graph.verification import VerifyReport
 
 if TYPE_CHECKING:
+    from graph.batch_run import BatchReport, Progress
     from graph.step import StepRequest
+    from graph.tasks_file import BatchItem
     from nodes.context import StepContext
 
 __all__ = [
     "BusyError",
+    "Candidate",
     "Database",
     "DatabaseLostError",
     "ErrorCode",
     "ExitCode",
     "Outcome",
+    "PruneReport",
     "RefusedError",
     "RunError",
     "SecondNameError",
     "UsageError",
+    "VerifyReport",
     "open_database",
+    "verify_database",
 ]
+
 
 def open_database(db: str | None = None, *, create: bool = False, read_only: bool = False,
                   live: bool = False, timeout_s: float | None = None,
@@ -74,19 +87,22 @@ def open_database(db: str | None = None, *, create: bool = False, read_only: boo
         An unopened `Database`; `with` opens it and closes it on exit.
 
     Raises:
-        UsageError: A bad setting (checked now, before anything is opened).
+        UsageError: A bad setting (checked now, before anything is opened), named as
+            the keyword (`db is empty`, `live=True needs MANDAPI_API_KEY`).
     """
     from graph.settings import resolve_settings
 
-    settings = resolve_settings(db=db, live=live, timeout_s=timeout_s)
+    settings = resolve_settings(db=db, live=live, timeout_s=timeout_s, source="keywords")
     return Database(settings, create=create, read_only=read_only, model_factory=model_factory)
 
 
-class Database(DatabaseBase):
+class Database(StoreOperations):
     """An open checkpoint database: the command line's operations as methods.
 
     Open it with `open_database`. Attributes `location` (path, or URL with its password
-    redacted), `checkpointer` and `graph` are available while it is open.
+    redacted), `checkpointer` and `graph` are available while it is open. What does not
+    advance a thread (`history`, `threads`, `prune`, `prune_report`, `verify`,
+    `copy_to`) is documented on `graph.api_store.StoreOperations`.
     """
 
     # -- advancing threads (graph.run) --------------------------------------------------
@@ -138,7 +154,8 @@ class Database(DatabaseBase):
             keep_checkpoints: Checkpoints the thread keeps (default 10), or "all".
             restart_pruned: Start a pruned thread anew, with a fresh budget (needs `task`).
 
-        Returns and raises as `advance`.
+        Returns and raises as `advance`; an invalid setting is refused (`UsageError`)
+        naming its keyword (`max_attempts must be a positive integer`).
         """
         from graph.spec import ThreadSpec
         from graph.step import StepRequest
@@ -146,7 +163,7 @@ class Database(DatabaseBase):
         spec = ThreadSpec(thread_id=thread_id, task=task, model=model, max_attempts=max_attempts,
                           max_tokens=max_tokens, context_tokens=context_tokens,
                           workspace=workspace, allow_writes=allow_writes,
-                          keep_checkpoints=keep_checkpoints)
+                          keep_checkpoints=keep_checkpoints, source=self.source)
         return self.advance(StepRequest(spec, once=once, restart_pruned=restart_pruned))
 
     def cancel(self, thread_id: str) -> Outcome:
@@ -158,7 +175,8 @@ class Database(DatabaseBase):
         from graph.spec import ThreadSpec
         from graph.step import StepRequest
 
-        return self.advance(StepRequest(ThreadSpec(thread_id=thread_id), cancel=True))
+        return self.advance(StepRequest(ThreadSpec(thread_id=thread_id, source=self.source),
+                                        cancel=True))
 
     def decide(self, thread_id: str, *, approve: tuple[str, ...] | list[str] = (),
                reject: tuple[str, ...] | list[str] = (), reason: str | None = None) -> Outcome:
@@ -177,8 +195,42 @@ class Database(DatabaseBase):
 
         if reason is not None and not reject:
             raise UsageError("reason explains a rejection: give the calls it rejects")
-        return self.advance(StepRequest(ThreadSpec(thread_id=thread_id), approve=tuple(approve),
-                                        reject=tuple(reject), reason=reason))
+        spec = ThreadSpec(thread_id=thread_id, source=self.source)
+        return self.advance(StepRequest(spec, approve=tuple(approve), reject=tuple(reject),
+                                        reason=reason))
+
+    def batch(self, items: Sequence[BatchItem], *, once: bool = True, cap_id: str | None = None,
+              max_requests: int | None = None, progress: Progress | None = None) -> BatchReport:
+        """Advances each thread of `items`, in order, as `graph.batch` does (`graph.batch_run`).
+
+        A finished thread is not run again; a thread busy in another process is skipped
+        for now. Each thread's refusal is its outcome, never raised.
+
+        Args:
+            items: The threads: `graph.tasks_file.read_tasks(path)` reads and checks a
+                tasks file (`BatchItem(line, ThreadSpec(...))` builds one by hand).
+            once: One graph invocation per thread; False: each until it stops.
+            cap_id: A shared request cap, charged durably before each request.
+            max_requests: The cap's maximum (1 to 10^9): creates `cap_id` if new; it is
+                never reset or changed. None: an existing cap of that name is charged.
+            progress: Shows each thread's outcome (`graph.batch_run.Progress`).
+
+        Returns:
+            `graph.batch_run.BatchReport`: the outcomes in input order, `cap_reached`,
+            `exit_code` (0, 8 when the cap stopped the batch, else the first failure's).
+
+        Raises:
+            UsageError: `cap_id` or `max_requests` out of range (named as keywords).
+            RefusedError: `identity_mismatch` when the cap exists with another maximum.
+        """
+        from graph.batch_run import run_batch
+        from graph.models import make_model
+        from graph.request_cap import check_cap
+
+        check_cap(cap_id, max_requests, self.source)
+        return self._call(run_batch, self.store, list(items), self.settings, once=once,
+                          cap_id=cap_id, max_requests=max_requests, progress=progress,
+                          model_factory=self._model_factory or make_model)
 
     @contextmanager
     def invocation(self, thread_id: str) -> Iterator[StepContext]:
@@ -213,62 +265,6 @@ class Database(DatabaseBase):
                 if close is not None:
                     close()
 
-    # -- reading and retention (graph.history, graph.prune, graph.verify) ----------------
-
-    def history(self, thread_id: str, checkpoints: int = 50) -> dict[str, Any]:
-        """What `graph.history --thread ID --json` prints (`graph.thread_history`).
-
-        Raises:
-            RefusedError: `no_such_thread`, or a checkpoint in the page fails its checks.
-        """
-        from graph.spec import check_thread_id
-        from graph.thread_history import thread_history
-
-        check_thread_id(thread_id)
-        return self._call(thread_history, self.store, thread_id, checkpoints)
-
-    def threads(self) -> list[dict[str, Any]]:
-        """Every thread, as `graph.history --list --json` lists them."""
-        from graph.thread_history import list_threads
-
-        return self._call(list_threads, self.store)
-
-    def prune(self, *, completed: str = "24h", failed: str = "7d",
-              dry_run: bool = False) -> dict[str, Any]:
-        """Deletes finished threads older than the ages; never one that can continue.
-
-        Args:
-            completed: Age of `done` threads to delete (`90s`, `30m`, `24h`, `7d`).
-            failed: Age of `exhausted` and `cancelled` threads to delete.
-            dry_run: Only select: returns `would_prune` and `skipped`.
-
-        Returns:
-            `pruned`, `skipped`, `swept`, `trimmed`, `freed_bytes` (as `--json`).
-        """
-        from graph.retention import parse_age, prune, select
-
-        completed_age, failed_age = parse_age(completed), parse_age(failed)
-
-        def body() -> dict[str, Any]:
-            candidates, notes = select(self.store, completed=completed_age, failed=failed_age)
-            if dry_run:
-                return {"would_prune": [c.__dict__ for c in candidates], "skipped": notes}
-            report = prune(self.store, candidates)
-            report["skipped"] = notes + report["skipped"]
-            return report
-
-        return self._call(body)
-
-    def verify(self) -> list[str]:
-        """SQLite's full integrity check and every thread's checks (`graph.verify`).
-
-        Returns:
-            One line per problem; empty when everything reads back intact.
-        """
-        from graph.verify import verify
-
-        return self._call(verify, self.settings.db)
-
     # -- async variants: the same calls in a worker thread ------------------------------
 
     async def arun(self, thread_id: str, **kwargs: Any) -> Outcome:
@@ -283,18 +279,6 @@ class Database(DatabaseBase):
         """`decide` in a worker thread."""
         return await asyncio.to_thread(self.decide, thread_id, **kwargs)
 
-    async def ahistory(self, thread_id: str, checkpoints: int = 50) -> dict[str, Any]:
-        """`history` in a worker thread."""
-        return await asyncio.to_thread(self.history, thread_id, checkpoints)
-
-    async def athreads(self) -> list[dict[str, Any]]:
-        """`threads` in a worker thread."""
-        return await asyncio.to_thread(self.threads)
-
-    async def aprune(self, **kwargs: Any) -> dict[str, Any]:
-        """`prune` in a worker thread."""
-        return await asyncio.to_thread(self.prune, **kwargs)
-
-    async def averify(self) -> list[str]:
-        """`verify` in a worker thread."""
-        return await asyncio.to_thread(self.verify)
+    async def abatch(self, items: Sequence[BatchItem], **kwargs: Any) -> BatchReport:
+        """`batch` in a worker thread."""
+        return await asyncio.to_thread(self.batch, items, **kwargs)

@@ -13,6 +13,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar
 
 from graph.errors import RunError
+from graph.spec import Source, setting_name
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -44,11 +45,23 @@ def known_errors() -> Iterator[None]:
 
 
 class DatabaseBase:
-    """Opening, closing and the open store of a `graph.api.Database`."""
+    """Opening, closing and the open store of a `graph.api.Database`.
+
+    Args:
+        settings: Resolved settings (`graph.settings.resolve_settings`; `Settings(db=...)`
+            is enough to read, prune or copy); `open_database` resolves them for you.
+        create: Allow creating a missing SQLite file (see `open_database`).
+        read_only: Never write (see `open_database`).
+        model_factory: Builds the chat model for a thread's model id (see `open_database`).
+        source: How refusals name a setting: `keywords` (`db`, `max_attempts`, for
+            Python callers) or `flags` (`--db`, `--max-attempts`: the command line).
+    """
 
     def __init__(self, settings: Settings, *, create: bool = False, read_only: bool = False,
-                 model_factory: ModelFactory | None = None) -> None:
+                 model_factory: ModelFactory | None = None,
+                 source: Source = "keywords") -> None:
         self.settings = settings
+        self.source: Source = source
         self._create, self._read_only = create, read_only
         self._model_factory = model_factory
         self._lock = threading.RLock()
@@ -63,7 +76,8 @@ class DatabaseBase:
         with self._lock, known_errors():
             stack = ExitStack()
             self._store = stack.enter_context(open_store(
-                self.settings.db, create=self._create, read_only=self._read_only))
+                self.settings.db, create=self._create, read_only=self._read_only,
+                name=setting_name("db", self.source)))
             self._stack = stack
         return self
 

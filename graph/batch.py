@@ -22,7 +22,6 @@ first thread that failed (4 refused, 6 request failed, ...; see the results).
 from __future__ import annotations
 
 import json
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -59,13 +58,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(parser: Parser, argv: list[str], as_json: bool) -> int:
     args = parser.parse_args(argv)
-    from graph.batch_run import Progress, run_batch
+    from graph.api import Database
+    from graph.batch_run import Progress
     from graph.cli import resolve_db
     from graph.errors import UsageError
-    from graph.request_cap import MAX_REQUESTS_LIMIT
+    from graph.request_cap import check_cap_id, check_max_requests
     from graph.settings import resolve_settings
     from graph.spec import check_thread_id
-    from graph.storage import open_store
     from graph.subtasks import parent_result
     from graph.tasks_file import read_tasks
 
@@ -74,16 +73,13 @@ def _run(parser: Parser, argv: list[str], as_json: bool) -> int:
     if args.out is not None and (args.out.is_dir() or not args.out.parent.is_dir()):
         parser.error(f"--out {args.out}: " + ("is a folder" if args.out.is_dir() else
                                              "its folder does not exist"))
-    if args.max_requests is not None and not 1 <= args.max_requests <= MAX_REQUESTS_LIMIT:
-        parser.error(f"--max-requests must be a positive integer up to {MAX_REQUESTS_LIMIT}")
+    check_max_requests(args.max_requests)
     items = read_tasks(args.tasks, args.parent, live=args.live)
     settings = resolve_settings(db=resolve_db(args.db), live=args.live, timeout_s=None,
                                 trace=args.trace)
     cap_id = args.batch_id if args.batch_id is not None else (
         f"parent:{args.parent}" if args.parent else args.tasks.name)
-    if not re.fullmatch(r"[^\x00-\x1f\x7f]{1,200}", cap_id) or not _utf8(cap_id):
-        parser.error(f"batch id {cap_id[:40]!r} must be 1-200 printable characters "
-                     "(name it with --batch-id)")
+    check_cap_id(cap_id)
     if args.enqueue:
         from graph.queue import enqueue
 
@@ -96,9 +92,9 @@ def _run(parser: Parser, argv: list[str], as_json: bool) -> int:
         return 0
     progress = Progress(len(items), bar=not as_json)  # --json: plain lines on stderr at most
     try:
-        with open_store(settings.db, create=True) as store:
-            report = run_batch(store, items, settings, once=args.once, cap_id=cap_id,
-                               max_requests=args.max_requests, progress=progress)
+        with Database(settings, create=True, source="flags") as db:
+            report = db.batch(items, once=args.once, cap_id=cap_id,
+                              max_requests=args.max_requests, progress=progress)
     finally:
         progress.close()
     parent = parent_result(args.parent, _subtasks(report.outcomes)) if args.parent else None
@@ -120,14 +116,6 @@ def _run(parser: Parser, argv: list[str], as_json: bool) -> int:
 
 def _subtasks(outcomes: list[Any]) -> list[dict[str, Any]]:
     return [{"thread_id": o.thread_id, "status": o.status, "answer": o.answer} for o in outcomes]
-
-
-def _utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # a file name that is not UTF-8
-        return False
-    return True
 
 
 def _summary(report: Any, progress: Any, cap_id: str, parent: dict[str, Any] | None,

@@ -140,9 +140,9 @@ def resolve_db(flag: str | None, name: str = "--db") -> str:
     Raises:
         UsageError: The flag was given empty (`graph.settings.check_db_flag`).
     """
-    from graph.settings import DB_ENV, DEFAULT_DB, check_db_flag
+    from graph.settings import database_location
 
-    return check_db_flag(flag, name) or os.environ.get(DB_ENV) or DEFAULT_DB
+    return database_location(flag, name)
 
 
 def emit(text: str, stream: TextIO | None = None) -> None:

@@ -120,8 +120,10 @@ def _render_parent(data: dict[str, Any]) -> str:
 
 
 def _page(text: str) -> int:
+    from graph.api_store import MAX_CHECKPOINTS_PAGE
+
     value = whole_number(text)
-    if not 1 <= value <= 10_000:
+    if not 1 <= value <= MAX_CHECKPOINTS_PAGE:
         raise ValueError(text)
     return value
 
@@ -144,21 +146,20 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         args = parser.parse_args(argv)
+        from graph.api import Database
+        from graph.settings import Settings
         from graph.spec import check_thread_id
-        from graph.storage import open_store
 
         if args.thread is not None:
             check_thread_id(args.thread)
         elif args.checkpoints is not None:
             parser.error("--checkpoints pages one thread's checkpoints: use it with --thread")
-        from graph.thread_history import list_threads, thread_or_parent
-
-        with open_store(resolve_db(args.db), create=False, read_only=True) as store:
+        with Database(Settings(db=resolve_db(args.db)), read_only=True, source="flags") as db:
             if args.list:
-                data: Any = {"threads": list_threads(store)}
+                data: Any = {"threads": db.threads()}
                 text = render_list(data["threads"])
             else:
-                data = thread_or_parent(store, args.thread, args.checkpoints or 50)
+                data = db.history(args.thread, args.checkpoints or 50)
                 text = render(data) if "header" in data else _render_parent(data)
         emit(json.dumps(data, ensure_ascii=False, indent=2) if as_json else text)
         return 0

@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from graph.cli import Parser, emit, guard, resolve_db
+
+if TYPE_CHECKING:
+    from graph.retention import PruneReport
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,39 +37,35 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         args = parser.parse_args(argv)
-        from graph.retention import parse_age, prune, select
-        from graph.storage import open_store
+        from graph.api import Database
+        from graph.retention import parse_age
+        from graph.settings import Settings
 
         completed, failed = parse_age(args.completed), parse_age(args.failed)
-        with open_store(resolve_db(args.db), create=False) as store:
-            candidates, notes = select(store, completed=completed, failed=failed)
-            report: dict[str, Any]
-            if args.dry_run:
-                report = {"would_prune": [c.__dict__ for c in candidates], "skipped": notes}
-            else:
-                report = prune(store, candidates)
-                report["skipped"] = notes + report["skipped"]
-        _print_report(report, as_json, args.dry_run, {c.thread_id: c for c in candidates})
+        with Database(Settings(db=resolve_db(args.db)), source="flags") as db:
+            report = db.prune_report(completed=completed, failed=failed, dry_run=args.dry_run)
+        _print_report(report, as_json)
         return 0
 
     return guard(body, as_json)
 
 
-def _print_report(report: dict, as_json: bool, dry_run: bool, candidates: dict[str, Any]) -> None:
+def _print_report(report: PruneReport, as_json: bool) -> None:
     if as_json:
-        emit(json.dumps({**report, "exit_code": 0}, ensure_ascii=False))
-    elif dry_run:
-        for c in report["would_prune"]:
-            emit(f"would prune {c['thread_id']} ({c['status']}, last update {c['updated_at']})")
-        emit(f"{len(report['would_prune'])} thread(s) would be pruned")
+        emit(json.dumps({**report.to_dict(), "exit_code": 0}, ensure_ascii=False))
+    elif report.dry_run:
+        for c in report.candidates:
+            emit(f"would prune {c.thread_id} ({c.status}, last update {c.updated_at})")
+        emit(f"{len(report.candidates)} thread(s) would be pruned")
     else:
-        for thread_id in report["pruned"]:
+        candidates = {c.thread_id: c for c in report.candidates}
+        for thread_id in report.pruned:
             c = candidates[thread_id]
             emit(f"pruned {thread_id} ({c.status}, last update {c.updated_at}): its checkpoints, "
                  "ledger row and attempt log; a tombstone keeps its id")
-        emit(f"pruned {len(report['pruned'])} thread(s), trimmed {report['trimmed']} older "
-             f"checkpoint(s) of the other threads, freed {report['freed_bytes']} bytes")
-    for note in report["skipped"]:
+        emit(f"pruned {len(report.pruned)} thread(s), trimmed {report.trimmed} older "
+             f"checkpoint(s) of the other threads, freed {report.freed_bytes} bytes")
+    for note in report.skipped:
         emit(note, sys.stderr)
 
 if __name__ == "__main__":

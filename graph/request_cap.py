@@ -7,16 +7,64 @@ workers set it up with the same function, `open_cap`.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
-from graph.errors import RefusedError
+from graph.errors import RefusedError, UsageError
 from graph.exitcodes import ErrorCode
+from graph.spec import Source, setting_name
 
 if TYPE_CHECKING:
     from graph.database import Store
 
 MAX_REQUESTS_LIMIT = 10**9
 """Largest accepted `--max-requests` (the smallest is 1)."""
+_CAP_ID = re.compile(r"[^\x00-\x1f\x7f]{1,200}")
+"""A cap's name: 1-200 printable characters."""
+
+
+def check_max_requests(max_requests: int | None, name: str = "--max-requests") -> None:
+    """Refuses a cap maximum outside 1 to `MAX_REQUESTS_LIMIT` (None passes).
+
+    Raises:
+        UsageError: Naming the setting as `name` (exit 2).
+    """
+    if max_requests is not None and (not isinstance(max_requests, int)
+                                     or isinstance(max_requests, bool)
+                                     or not 1 <= max_requests <= MAX_REQUESTS_LIMIT):
+        raise UsageError(f"{name} must be a positive integer up to {MAX_REQUESTS_LIMIT}")
+
+
+def check_cap_id(cap_id: str | None, source: Source = "flags") -> None:
+    """Refuses a cap name that is not 1-200 printable characters of valid text (None passes).
+
+    Raises:
+        UsageError: `batch id ... (name it with --batch-id)` for the command, `cap_id ...`
+            for a caller of `graph.api` (exit 2).
+    """
+    if cap_id is None:
+        return
+    valid = isinstance(cap_id, str) and bool(_CAP_ID.fullmatch(cap_id))
+    try:
+        valid = valid and bool(cap_id.encode("utf-8"))
+    except UnicodeEncodeError:  # a file name that is not UTF-8
+        valid = False
+    if not valid:
+        shown = cap_id[:40] if isinstance(cap_id, str) else cap_id
+        raise UsageError(f"cap_id {shown!r} must be 1-200 printable characters"
+                         if source == "keywords" else
+                         f"batch id {shown!r} must be 1-200 printable characters "
+                         "(name it with --batch-id)")
+
+
+def check_cap(cap_id: str | None, max_requests: int | None, source: Source = "flags") -> None:
+    """`check_max_requests`, then `check_cap_id`, naming settings as `source` spells them.
+
+    Raises:
+        UsageError: The first setting out of range (exit 2).
+    """
+    check_max_requests(max_requests, setting_name("max_requests", source))
+    check_cap_id(cap_id, source)
 
 
 def open_cap(store: Store, cap_id: str | None, max_requests: int | None) -> str | None:

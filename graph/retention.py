@@ -21,34 +21,40 @@ not stepped since, gives its older checkpoints back without waiting for its next
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from graph.database import Store
 from graph.errors import BusyError, RefusedError, UsageError
-from graph.loading import load_thread
 from graph.tombstones import Tombstone
+
+if TYPE_CHECKING:  # the graph's modules load only when threads are read
+    from graph.database import Store
 
 _AGE = re.compile(r"([0-9]+)([smhd])")  # ASCII digits only, like the documented form
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
 
-def parse_age(text: str) -> timedelta:
+def parse_age(text: str, name: str = "age") -> timedelta:
     """Parses `90s`, `30m`, `24h` or `7d`.
 
+    Args:
+        text: The age as given.
+        name: How a refusal names it: `age` (the command's wording for `--completed`
+            and `--failed`), or the keyword of `graph.api` (`completed`, `failed`).
+
     Raises:
-        UsageError: Anything else (exit 2).
+        UsageError: Anything else, or not text (exit 2).
     """
-    match = _AGE.fullmatch(text)
+    match = _AGE.fullmatch(text) if isinstance(text, str) else None
     if not match:
-        raise UsageError(f"age {text!r} must look like 90s, 30m, 24h or 7d")
+        raise UsageError(f"{name} {text!r} must look like 90s, 30m, 24h or 7d")
     try:
         age = timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
     except (OverflowError, ValueError):  # ValueError: past 4,300 digits (CVE-2020-10735)
-        raise UsageError(f"age {text[:40]!r} is too large") from None
+        raise UsageError(f"{name} {text[:40]!r} is too large") from None
     if age > timedelta(days=36_500):
-        raise UsageError(f"age {text!r} is more than a hundred years")
+        raise UsageError(f"{name} {text!r} is more than a hundred years")
     return age
 
 
@@ -69,6 +75,8 @@ def select(store: Store, *, completed: timedelta, failed: timedelta,
         The candidates (by thread id) and one note per thread skipped because it could
         not be read (such a thread is never deleted).
     """
+    from graph.loading import load_thread
+
     now = now or datetime.now(UTC)
     chosen, notes = [], []
     for thread_id, updated_at in sorted(store.ledger.updated_at().items()):
@@ -94,6 +102,8 @@ def trim_windows(store: Store, skip: set[str]) -> tuple[int, list[str]]:
         How many checkpoints were deleted, and one note per thread busy in another
         process. An unreadable thread is left as it is (`select` notes it already).
     """
+    from graph.loading import load_thread
+
     deleted, notes = 0, []
     for thread_id in sorted(set(store.ledger.updated_at()) - skip):
         try:
@@ -106,6 +116,65 @@ def trim_windows(store: Store, skip: set[str]) -> tuple[int, list[str]]:
         except RefusedError:
             continue
     return deleted, notes
+
+
+@dataclass
+class PruneReport:
+    """What one retention pass selected and did (`retain`).
+
+    Attributes:
+        candidates: The threads selected for deletion (by thread id), with the status
+            and last update each had when selected.
+        dry_run: Only selected: nothing was deleted or trimmed.
+        pruned: Thread ids deleted (empty on a dry run).
+        skipped: One note per thread kept although it was considered: unreadable, or
+            busy in another process.
+        swept: Threads whose leftovers from an interrupted prune were deleted.
+        trimmed: Older checkpoints deleted beyond the other threads' windows.
+        freed_bytes: Space given back to the file system (SQLite) or reported freed.
+    """
+
+    candidates: list[Candidate]
+    dry_run: bool
+    pruned: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    swept: int = 0
+    trimmed: int = 0
+    freed_bytes: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """What `graph.prune --json` prints, less `exit_code`.
+
+        Returns:
+            On a dry run `would_prune` (the candidates as dicts) and `skipped`; else
+            `pruned`, `skipped`, `swept`, `trimmed` and `freed_bytes`.
+        """
+        if self.dry_run:
+            return {"would_prune": [asdict(c) for c in self.candidates], "skipped": self.skipped}
+        return {"pruned": self.pruned, "skipped": self.skipped, "swept": self.swept,
+                "trimmed": self.trimmed, "freed_bytes": self.freed_bytes}
+
+
+def retain(store: Store, *, completed: timedelta, failed: timedelta,
+           dry_run: bool = False) -> PruneReport:
+    """Selects finished threads older than the ages (`select`), then deletes them (`prune`).
+
+    Args:
+        store: The open store (read-only is enough with `dry_run`).
+        completed: Age after which a `done` thread is deleted.
+        failed: Age after which an `exhausted` or `cancelled` thread is deleted.
+        dry_run: Only select.
+
+    Returns:
+        The report; the notes of `select` come before those of `prune` in `skipped`.
+    """
+    candidates, notes = select(store, completed=completed, failed=failed)
+    if dry_run:
+        return PruneReport(candidates, dry_run=True, skipped=notes)
+    done = prune(store, candidates)
+    return PruneReport(candidates, dry_run=False, pruned=done["pruned"],
+                       skipped=notes + done["skipped"], swept=done["swept"],
+                       trimmed=done["trimmed"], freed_bytes=done["freed_bytes"])
 
 
 def prune(store: Store, candidates: list[Candidate]) -> dict[str, Any]:

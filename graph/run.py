@@ -121,7 +121,8 @@ def run(argv: list[str] | None = None, **step_kwargs: Any) -> Outcome:
         from graph.api import Database
 
         with Database(settings, create=args.task is not None and not args.cancel,
-                      model_factory=step_kwargs.pop("model_factory", None)) as db:
+                      model_factory=step_kwargs.pop("model_factory", None),
+                      source="flags") as db:
             return db.advance(request, **step_kwargs)
     except RunError as exc:
         return Outcome.from_error(thread_id, exc)

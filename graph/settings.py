@@ -13,8 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from graph.errors import UsageError
-from graph.spec import MODEL_ID_RE, check_model_id
+from graph.spec import Source, live_name, setting_name
 from graph.tracing import check_trace
+from graph.value_checks import MODEL_ID_RE, check_model_id
 from nodes.mandapi_defaults import DEFAULT_BASE_URL
 
 DB_ENV = "GRAPH_DB"
@@ -54,14 +55,29 @@ def check_db_flag(flag: str | None, name: str = "--db") -> str | None:
     An empty `--db` (an unset shell variable, `--db "$DB"`) must not silently become
     the default database.
 
+    Args:
+        flag: The value given, or None.
+        name: The setting, as the caller spelled it: `--db` (a flag), `db` (a keyword of
+            `graph.api`), `--from`, `--to`.
+
     Raises:
-        UsageError: `flag` is empty or only spaces (exit 2), naming the flag.
+        UsageError: `flag` is empty or only spaces (exit 2), naming the setting.
     """
     if flag is not None and not flag.strip():
+        default = f"${DB_ENV} or ./{DEFAULT_DB}"
         raise UsageError(f"{name} is empty: give a SQLite file or a postgresql:// URL"
-                         + (f", or leave {name} out to use ${DB_ENV} or ./{DEFAULT_DB}"
-                            if name == "--db" else ""))
+                         + (f", or leave {name} out to use {default}" if name == "--db" else
+                            f", or None to use {default}" if name == "db" else ""))
     return flag
+
+
+def database_location(db: str | None, name: str = "--db") -> str:
+    """`db`, else `$GRAPH_DB`, else `checkpoints.sqlite`.
+
+    Raises:
+        UsageError: `db` was given empty (`check_db_flag`, naming `name`).
+    """
+    return check_db_flag(db, name) or os.environ.get(DB_ENV) or DEFAULT_DB
 
 
 def _check_base_url(url: str) -> str:
@@ -147,8 +163,12 @@ def resolve_settings(
     timeout_s: float | None,
     environ: Mapping[str, str] | None = None,
     trace: bool = False,
+    source: Source = "flags",
 ) -> Settings:
     """Resolves settings from flags and the environment.
+
+    `source` says how refusals name a setting: `flags` (`--db`, `--live`) or `keywords`
+    (`db`, `live=True`: `graph.api.open_database`).
 
     Raises:
         UsageError: `--live` without a usable `MANDAPI_API_KEY` (printable ASCII), a
@@ -158,12 +178,12 @@ def resolve_settings(
             (`graph.tracing.check_trace`). All are checked before anything is counted.
     """
     env = os.environ if environ is None else environ
-    check_db_flag(db)
+    check_db_flag(db, setting_name("db", source))
     if trace:
         check_trace(env)
     api_key = env.get("MANDAPI_API_KEY") or None
     if live and not api_key:
-        raise UsageError("--live needs MANDAPI_API_KEY in the environment")
+        raise UsageError(f"{live_name(source)} needs MANDAPI_API_KEY in the environment")
     if live and not MODEL_ID_RE.fullmatch(api_key or ""):
         raise UsageError("MANDAPI_API_KEY must be printable ASCII without spaces")
     if timeout_s is None:

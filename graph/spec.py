@@ -1,32 +1,36 @@
 """A thread's fixed settings: built from flags or a tasks line, validated once, checked on resume.
 
 Task, model, attempt maximum, token cap, context limit, workspace, write folder and
-checkpoint window are fixed when a thread is created (INVARIANTS I7). `ThreadSpec` holds what the caller
-gave for them, whether from `graph.run`'s flags, a `graph.batch` tasks line or a
-queued job, and every bound and message lives here, so every entry point accepts
-exactly the same values. `ThreadSpec.check_against` refuses a resume that names
-other values than the stored thread's.
+checkpoint window are fixed when a thread is created (INVARIANTS I7). `ThreadSpec`
+holds what the caller gave for them, whether from `graph.run`'s flags, a `graph.batch`
+tasks line, a queued job or a `graph.api` call, and every bound and message lives here
+(single values in `graph.value_checks`), so every entry point accepts exactly the same
+values and a refusal names the setting as that caller spelled it.
+`ThreadSpec.check_against` refuses a resume that names other values than the stored
+thread's.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from dataclasses import InitVar, dataclass, fields
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from graph.errors import RefusedError, UsageError
 from graph.exitcodes import ErrorCode
+from graph.value_checks import (
+    check_limit,
+    check_model_id,
+    check_task,
+    check_thread_id,
+    resolve_folder,
+)
 from nodes.demo_model import DEMO_MODEL_ID
 
 if TYPE_CHECKING:
     from graph.settings import Settings
     from nodes.state import ThreadState
 
-THREAD_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-MODEL_ID_RE = re.compile(r"[\x21-\x7e]{1,200}")
-"""API keys and model ids: 1-200 printable ASCII characters, no spaces."""
 LIMITS: dict[str, int] = {"max_attempts": 1_000_000, "max_tokens": 10**12,
                           "context_tokens": 10_000_000, "keep_checkpoints": 1_000_000}
 """Largest accepted value of each integer setting (the smallest is 1)."""
@@ -38,105 +42,38 @@ FIELDS: dict[str, type] = {"thread_id": str, "task": str, "model": str, "max_att
 """The settings a tasks line may carry, named as `graph.run`'s flags (`max_attempts`:
 `--max-attempts`)."""
 
-Source = Literal["flags", "line"]
-"""Where a spec's values came from: it decides how messages name a setting."""
+Source = Literal["flags", "line", "keywords"]
+"""Where a spec's values came from, which decides how a refusal names a setting: `flags`
+(`graph.run`: `--max-attempts`), `line` (a tasks line or queued job, run by `graph.batch`
+or a worker: `max_attempts`, and `--live` for the batch's flag) or `keywords` (a Python
+caller of `graph.api`: `max_attempts`, `live=True`)."""
 
 
 def setting_name(key: str, source: Source) -> str:
-    """How a message names setting `key`: `--max-attempts` for flags, `max_attempts` in a line."""
+    """How a message names setting `key`: `--max-attempts` for flags, else `max_attempts`."""
     return "--" + key.replace("_", "-") if source == "flags" else key
 
 
-def check_thread_id(thread_id: str) -> str:
-    """Returns `thread_id` if it is 1-128 of letters, digits, `.`, `_`, `:`, `-`.
-
-    Raises:
-        UsageError: Otherwise (exit 2).
-    """
-    if not THREAD_ID_RE.fullmatch(thread_id):
-        raise UsageError(
-            f"invalid thread id {thread_id[:40]!r}: use 1-128 letters, digits, '.', '_', ':' or '-'"
-        )
-    return thread_id
+def live_name(source: Source) -> str:
+    """How a message names the switch that allows paid requests: `live=True` or `--live`."""
+    return "live=True" if source == "keywords" else "--live"
 
 
-def check_task(task: str | None, name: str = "--task") -> str | None:
-    """Returns `task` if it is non-blank, valid Unicode text (None passes).
-
-    Raises:
-        UsageError: Blank, or holding lone surrogates that are not UTF-8 (exit 2).
-    """
-    if task is None:
-        return None
-    try:
-        task.encode("utf-8")
-    except UnicodeEncodeError:
-        raise UsageError(f"{name} must be valid UTF-8 text") from None
-    if not task.strip():
-        raise UsageError(f"{name} must not be blank")
-    return task
-
-
-def check_model_id(model: str | None, source: str) -> str | None:
-    """Returns `model` if it is 1-200 printable ASCII characters without spaces (None passes).
-
-    A near miss of the demo model (`offline_demo`, `Offline-Demo`) is a typo, not a
-    paid model: it is refused with the right spelling.
-
-    Raises:
-        UsageError: Otherwise (exit 2), naming `source` (a flag, field or variable).
-    """
-    if model is not None and not MODEL_ID_RE.fullmatch(model):
-        raise UsageError(f"{source} must be 1-200 printable ASCII characters without spaces")
-    if model is not None and model != DEMO_MODEL_ID and _folded(model) == _folded(DEMO_MODEL_ID):
-        raise UsageError(f"{source} {model!r} is not a model: did you mean {DEMO_MODEL_ID}?")
-    return model
-
-
-def _folded(name: str) -> str:
-    return re.sub(r"[\W_]", "", name).lower()
-
-
-def check_paid(model: str | None, live: bool) -> None:
+def check_paid(model: str | None, live: bool, source: Source = "flags") -> None:
     """Refuses a model that makes paid requests without `--live` (None passes).
+
+    Args:
+        model: The model id, or None (not given).
+        live: Whether paid requests are allowed.
+        source: How the message names the switch (`live_name`).
 
     Raises:
         UsageError: A model other than `offline-demo` while `live` is false (exit 2).
     """
     if model not in (None, DEMO_MODEL_ID) and not live:
-        raise UsageError(f"model {model!r} makes paid requests: add --live to allow them")
-
-
-def check_limit(value: int | None, limit: int, name: str) -> None:
-    """Checks an integer setting: from 1 to `limit` (None passes).
-
-    Raises:
-        UsageError: Naming the setting `name` and the bound (exit 2).
-    """
-    if value is not None and value < 1:
-        raise UsageError(f"{name} must be a positive integer")
-    if value is not None and value > limit:
-        raise UsageError(f"{name} must be at most {limit}")
-
-
-def resolve_folder(folder: str | None, name: str = "workspace") -> str | None:
-    """The absolute path of an existing folder (`--workspace`, `--allow-writes`), or None.
-
-    Raises:
-        UsageError: `no_such_workspace` when the folder is missing here (exit 2,
-            nothing counted): a step reads the folder on the machine that runs it.
-    """
-    if folder is None:
-        return None
-    try:
-        path = Path(folder).expanduser().resolve()
-        found = path.is_dir()
-    except (OSError, ValueError, RuntimeError):  # too long, a NUL byte, a symlink loop
-        found = False
-    if not found:
-        raise UsageError(f"{name} folder {folder} does not exist on this machine",
-                         error_code=ErrorCode.NO_SUCH_WORKSPACE)
-    return str(path)
+        allow = ("open the database with live=True" if source == "keywords"
+                 else f"add {live_name(source)}")
+        raise UsageError(f"model {model!r} makes paid requests: {allow} to allow them")
 
 
 @dataclass(frozen=True)
@@ -158,7 +95,8 @@ class ThreadSpec:
         allow_writes: Folder of the write tools, as given (resolved when used).
         keep_checkpoints: How many latest checkpoints the thread keeps, 1 to 10^6, or
             `"all"` (`KEEP_ALL`).
-        source: `flags` or `line`: how messages name a setting (`setting_name`).
+        source: `flags`, `line` or `keywords`: how a refusal names a setting
+            (`setting_name`); not compared and not one of the thread's settings.
 
     Raises:
         UsageError: On construction, naming the first invalid setting (exit 2).
@@ -173,9 +111,10 @@ class ThreadSpec:
     workspace: str | None = None
     allow_writes: str | None = None
     keep_checkpoints: int | str | None = None
-    source: InitVar[Source] = "flags"
+    source: Source = field(default="flags", compare=False, repr=False)
 
-    def __post_init__(self, source: Source) -> None:
+    def __post_init__(self) -> None:
+        source = self.source
         for key, kind in FIELDS.items():
             value, name = getattr(self, key), setting_name(key, source)
             if key == "keep_checkpoints" and value == KEEP_ALL:
@@ -208,15 +147,14 @@ class ThreadSpec:
             if data.get(key) is None:
                 raise UsageError(f"{key} is missing")
         spec = cls(**data, source="line")
-        check_paid(spec.model, live)
+        check_paid(spec.model, live, "line")
         resolve_folder(spec.workspace, "workspace")
         resolve_folder(spec.allow_writes, "allow_writes")
         return spec
 
     def to_fields(self) -> dict[str, Any]:
         """The given settings as tasks-line fields (what a queued job carries)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)
-                if getattr(self, f.name) is not None}
+        return {key: getattr(self, key) for key in FIELDS if getattr(self, key) is not None}
 
     def new_thread_state(self, settings: Settings, created_at: str) -> ThreadState:
         """The input that creates the thread: defaults filled in, folders made absolute.
@@ -234,18 +172,19 @@ class ThreadSpec:
         if self.task is None:
             raise UsageError("a new thread needs a task", thread_id=self.thread_id)
         if settings.live and not (self.model or settings.env_model):
-            raise UsageError("--live needs a model for a new thread: --model or MANDAPI_MODEL_ID")
+            raise UsageError(f"{live_name(self.source)} needs a model for a new thread: "
+                             f"{self._name('model')} or MANDAPI_MODEL_ID")
         from graph.state import initial_state  # the graph's modules: not needed to check flags
         from nodes.state import DEFAULT_CONTEXT_TOKENS, DEFAULT_MAX_ATTEMPTS
 
         model = self.model or settings.env_model or DEMO_MODEL_ID
-        check_paid(model, settings.live)
+        check_paid(model, settings.live, self.source)
         return initial_state(
             thread_id=self.thread_id, task=self.task, model=model,
             max_attempts=self.max_attempts or DEFAULT_MAX_ATTEMPTS, created_at=created_at,
             workspace=resolve_folder(self.workspace), max_tokens=self.max_tokens,
             context_tokens=self.context_tokens or DEFAULT_CONTEXT_TOKENS,
-            allow_writes=resolve_folder(self.allow_writes, "allow-writes"),
+            allow_writes=resolve_folder(self.allow_writes, self._folder("allow_writes")),
             keep_checkpoints=self.window)
 
     @property
@@ -264,29 +203,41 @@ class ThreadSpec:
         `MANDAPI_MODEL_ID` (with `--live`), compared when no model is given.
 
         Raises:
-            RefusedError: `identity_mismatch`, naming the flag (exit 4).
+            RefusedError: `identity_mismatch`, naming the setting (exit 4).
             UsageError: `no_such_workspace` when a given folder is missing.
         """
-        fixed = (("--max-attempts", self.max_attempts, thread["max_attempts"]),
-                 ("--max-tokens", self.max_tokens, thread["max_tokens"]),
-                 ("--context-tokens", self.context_tokens, thread["context_tokens"]),
-                 ("--workspace", resolve_folder(self.workspace or None), thread["workspace"]),
-                 ("--allow-writes", resolve_folder(self.allow_writes or None, "allow-writes"),
-                  thread["allow_writes"]))
+        fixed = (("max_attempts", self.max_attempts), ("max_tokens", self.max_tokens),
+                 ("context_tokens", self.context_tokens),
+                 ("workspace", resolve_folder(self.workspace or None)),
+                 ("allow_writes", resolve_folder(self.allow_writes or None,
+                                                 self._folder("allow_writes"))))
         if self.keep_checkpoints is not None and self.window != thread["keep_checkpoints"]:
             stored = thread["keep_checkpoints"] or KEEP_ALL
-            raise self._mismatch(f"created with --keep-checkpoints {stored}; it is fixed at "
-                                 f"creation and cannot become {self.keep_checkpoints}")
-        for flag, given, stored in fixed:
-            if given is not None and given != stored:
-                raise self._mismatch(f"created with {flag} {stored}; it is fixed at creation "
-                                     f"and cannot become {given}")
+            raise self._mismatch(f"created with {self._name('keep_checkpoints')} {stored}; it is "
+                                 f"fixed at creation and cannot become {self.keep_checkpoints}")
+        for key, given in fixed:
+            if given is not None and given != thread[key]:
+                raise self._mismatch(f"created with {self._name(key)} {thread[key]}; it is fixed "
+                                     f"at creation and cannot become {given}")
         if self.task is not None and self.task != thread["task"]:
-            raise self._mismatch("created with a different task; omit --task to resume it")
-        source, model = ("--model", self.model) if self.model is not None else (
+            raise self._mismatch(f"created with a different task; omit {self._name('task')} "
+                                 "to resume it")
+        source, model = (self._name("model"), self.model) if self.model is not None else (
             "MANDAPI_MODEL_ID", env_model)
         if model is not None and model != thread["model"]:
             raise self._mismatch(f"uses model {thread['model']!r}, but {source} is {model!r}")
+
+    def _name(self, key: str) -> str:
+        """A setting in a creation or resume refusal: the flag, or the keyword from Python.
+
+        A tasks line's thread is run by `graph.batch` or a worker, so its refusals keep
+        naming `graph.run`'s flags, as they always have.
+        """
+        return setting_name(key, "keywords" if self.source == "keywords" else "flags")
+
+    def _folder(self, key: str) -> str:
+        """A folder setting in a missing-folder refusal (`allow-writes`, or `allow_writes`)."""
+        return self._name(key).removeprefix("--")
 
     def _mismatch(self, detail: str) -> RefusedError:
         return RefusedError(detail, error_code=ErrorCode.IDENTITY_MISMATCH,

@@ -26,7 +26,8 @@ def is_postgres(db: str) -> bool:
 
 
 @contextmanager
-def open_store(db: str, *, create: bool, read_only: bool = False) -> Iterator[Store]:
+def open_store(db: str, *, create: bool, read_only: bool = False,
+               name: str = "--db") -> Iterator[Store]:
     """Opens the checkpoint store named by `db`.
 
     Args:
@@ -34,6 +35,8 @@ def open_store(db: str, *, create: bool, read_only: bool = False) -> Iterator[St
         create: Whether a missing SQLite file may be created (only when a new thread
             is being created); resuming never creates a database.
         read_only: Never write: no schema set-up, no lock files (history, listing).
+        name: How a refusal of `db`'s form names it: `--db`, or `db` for a caller of
+            `graph.api`.
 
     Yields:
         The open store (`graph.database.Store`), closed on exit.
@@ -43,11 +46,11 @@ def open_store(db: str, *, create: bool, read_only: bool = False) -> Iterator[St
         graph.errors.UsageError: `--db` is a folder or an impossible path, or this user
             lacks a permission the command needs (`permission_denied`; exit 2).
     """
-    _check_form(db)
+    _check_form(db, name)
     if is_postgres(db):
         from graph.postgres_store import open_postgres
 
-        check_postgres_url(db)
+        check_postgres_url(db, name)
 
         with open_postgres(db, create=create, read_only=read_only) as store:
             yield store
@@ -55,23 +58,23 @@ def open_store(db: str, *, create: bool, read_only: bool = False) -> Iterator[St
         from graph.access import check_sqlite_access
         from graph.sqlite_store import open_sqlite
 
-        check_sqlite_access(db, read_only=read_only)
+        check_sqlite_access(db, read_only=read_only, name=name)
         with open_sqlite(Path(db), create=create, read_only=read_only) as store:
             yield store
 
 
-def _check_form(db: str) -> None:
+def _check_form(db: str, name: str) -> None:
     """Refuses a `--db` that is neither a file path nor a `postgresql://` URL (exit 2)."""
     if re.match(r"\s*\w+\s*=", db):
-        raise UsageError("--db takes a SQLite file path or a postgresql:// URL, not a libpq "
+        raise UsageError(f"{name} takes a SQLite file path or a postgresql:// URL, not a libpq "
                          "key=value string")
     scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", db)
     if scheme and not is_postgres(db):
-        raise UsageError(f"--db {scheme.group(1)}:// is not supported: give a SQLite file path "
-                         "or a postgresql:// URL")
+        raise UsageError(f"{name} {scheme.group(1)}:// is not supported: give a SQLite file "
+                         "path or a postgresql:// URL")
 
 
-def integrity_problems(db: str) -> list[str]:
+def integrity_problems(db: str, name: str = "--db") -> list[str]:
     """SQLite's full integrity check of file `db`, one line per problem (empty when intact).
 
     Reads only. A PostgreSQL database has no file-level check here (the server checks
@@ -86,13 +89,15 @@ def integrity_problems(db: str) -> list[str]:
     from graph.access import check_sqlite_access
     from graph.sqlite_file import check_database, integrity_check
 
-    check_sqlite_access(db, read_only=True)
+    check_sqlite_access(db, read_only=True, name=name)
     check_database(Path(db))
     return [f"{db}: integrity_check: {row}" for row in integrity_check(Path(db))]
 
 
-def check_postgres_url(db: str) -> None:
+def check_postgres_url(db: str, name: str = "--db") -> None:
     """Refuses a `postgresql://` URL that libpq or `urllib` cannot parse, before connecting.
+
+    `name` is how the message names the setting (`--db`, or `db` from `graph.api`).
 
     Raises:
         UsageError: Naming what is wrong (exit 2); a password is never shown.
@@ -114,7 +119,7 @@ def check_postgres_url(db: str) -> None:
         password = _password(db)
         if password:
             detail = detail.replace(password, "***")
-        raise UsageError(f"--db {redact(db)} is not a valid PostgreSQL URL: {detail[:200]}") \
+        raise UsageError(f"{name} {redact(db)} is not a valid PostgreSQL URL: {detail[:200]}") \
             from None
 
 

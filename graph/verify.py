@@ -14,60 +14,23 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field
 
 from graph.cli import Parser, emit, guard, report_error, resolve_db
 from graph.errors import RefusedError, error_line
 from graph.exitcodes import ErrorCode, ExitCode
 
 
-@dataclass
-class Checked:
-    """What `check_database` found: the problems, and how much it read.
-
-    Attributes:
-        problems: One line per problem (empty when intact).
-        threads: Thread ids checked (checkpoints, ledger rows or tombstones).
-        checkpoints: Checkpoints of those threads read and checked.
-    """
-
-    problems: list[str] = field(default_factory=list)
-    threads: int = 0
-    checkpoints: int = 0
-
-
-def check_database(db: str) -> Checked:
-    """Checks database `db` whole (see module doc); lists every problem found.
-
-    Raises:
-        RefusedError: The file is missing or not a checkpoint database at all.
-    """
-    from graph.checkpoint_window import count
-    from graph.loading import check_stored_thread
-    from graph.storage import integrity_problems, open_store
-
-    checked = Checked(integrity_problems(db))
-    if checked.problems:
-        return checked
-    with open_store(db, create=False, read_only=True) as store:
-        for thread_id in store.thread_ids():
-            checked.threads += 1
-            try:
-                store.tombstones.get(thread_id)  # a tombstone graph.run would refuse to read
-                check_stored_thread(store, store.graph, thread_id)
-            except RefusedError as exc:
-                checked.problems.append(exc.message)
-            checked.checkpoints += count(store.sql, thread_id)
-    return checked
-
-
 def verify(db: str) -> list[str]:
     """Returns one line per problem found in database `db` (empty when intact).
 
+    `graph.api.verify_database(db).problems`, kept for callers of this module.
+
     Raises:
         RefusedError: The file is missing or not a checkpoint database at all.
     """
-    return check_database(db).problems
+    from graph.api import verify_database
+
+    return verify_database(db, source="flags").problems
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,8 +42,11 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         args = parser.parse_args(argv)
+        from graph.api import verify_database
+
+        db = resolve_db(args.db)
         try:
-            checked = check_database(resolve_db(args.db))
+            checked = verify_database(db, source="flags")
         except RefusedError as exc:  # not a checkpoint database at all
             return report_error(exc, as_json, ok=False, problems=[exc.message], threads=0,
                                 checkpoints=0)

@@ -69,7 +69,7 @@ def test_refusals_raise_typed_errors_carrying_error_and_exit_codes(tmp_path: Pat
             db.run("t2", task=TASK, model="mandapi-large")
     assert (unknown.value.error_code, unknown.value.exit_code) == (ErrorCode.NO_SUCH_THREAD, 4)
     assert (bad_id.value.error_code, bad_id.value.exit_code) == (ErrorCode.USAGE, ExitCode.USAGE)
-    assert paid.value.exit_code == 2 and "--live" in paid.value.message
+    assert paid.value.exit_code == 2 and "live=True" in paid.value.message
 
 
 @pytest.mark.parametrize("error", [RunError("x"), UsageError("x"), BusyError("x")])
