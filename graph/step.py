@@ -19,7 +19,7 @@ from graph.approvals import pending_review
 from graph.errors import RefusedError, UsageError
 from graph.exitcodes import ErrorCode
 from graph.finished import remember_finished
-from graph.invocation import invoke_steps, store_migrated
+from graph.invocation import ClaimCounter, invoke_steps, store_migrated
 from graph.loading import LoadedThread, load_thread
 from graph.local_steps import cancel, review
 from graph.models import make_model
@@ -75,6 +75,8 @@ class _Start:
     graph_input: Any
     max_attempts: int
     keep_checkpoints: int | None
+    snapshot: Any = None
+    """The thread's latest state as loaded, when nothing was written since (else None)."""
 
 
 def _utc_now() -> str:
@@ -147,11 +149,11 @@ def _invoke(graph: Any, config: dict[str, Any], store: Store, start: _Start, *, 
             charge: str | None) -> Outcome:
     """Runs the invocations (`graph.invocation.invoke_steps`), then closes the model."""
     try:
-        ctx = StepContext(config["configurable"]["thread_id"], store.ledger, start.model,
-                          store.log, charge)
+        ctx = StepContext(config["configurable"]["thread_id"], ClaimCounter(store.ledger),
+                          start.model, store.log, charge)
         return invoke_steps(graph, config, store, ctx, start.graph_input, once=once,
                             max_attempts=start.max_attempts,
-                            keep_checkpoints=start.keep_checkpoints)
+                            keep_checkpoints=start.keep_checkpoints, snapshot=start.snapshot)
     finally:
         close = getattr(start.model, "close", None)
         if close is not None:
@@ -214,7 +216,9 @@ def _resume(graph: Any, config: dict[str, Any], store: Store, loaded: LoadedThre
         return remember_finished(store, outcome, checked=True)
     resolve_folder(values["thread"]["workspace"])
     model = model_factory(values["thread"]["model"], settings)
+    snapshot = loaded.snapshot
     if loaded.stored_version != SCHEMA_VERSION:
         store_migrated(graph, config, loaded)
+        snapshot = None  # written since it was loaded
     return _Start(model, None, values["thread"]["max_attempts"],
-                  values["thread"]["keep_checkpoints"])
+                  values["thread"]["keep_checkpoints"], snapshot)

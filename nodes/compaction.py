@@ -216,3 +216,39 @@ def _with_index(messages: list[dict[str, Any]], entries: list[str]) -> list[dict
 def fits(messages: Sequence[dict[str, Any]], limit_tokens: int, overhead_tokens: int = 0) -> bool:
     """True when `messages` fit the limit (after `compact`, nothing more can be removed)."""
     return estimate_tokens(list(messages)) <= limit_tokens - overhead_tokens
+
+
+def edit_script(stored: Sequence[dict[str, Any]], compacted: Sequence[dict[str, Any]]
+                ) -> list[Any]:
+    """Pieces that rebuild `compacted` from `stored` (`nodes.state.EDIT`), mostly slices.
+
+    Compaction keeps messages in order, replaces some and drops others, so a message of
+    `compacted` equal to a later message of `stored` becomes part of a `[start, stop]`
+    slice, and any other is a piece of its own. Applying the pieces to `stored` gives
+    a list equal to `compacted`, message by message (the caller checks it).
+    """
+    where: dict[tuple[Any, Any], list[int]] = {}
+    for index, msg in enumerate(stored):
+        where.setdefault(_key(msg), []).append(index)
+    pieces: list[Any] = []
+    after = 0  # the stored messages before this index are behind us
+    for msg in compacted:
+        found = next((i for i in where.get(_key(msg), ()) if i >= after and stored[i] == msg),
+                     None)
+        if found is None:
+            pieces.append(msg)
+            continue
+        index = found
+        last = pieces[-1] if pieces else None
+        if isinstance(last, list) and last[1] == index:
+            last[1] = index + 1
+        else:
+            pieces.append([index, index + 1])
+        after = index + 1
+    return pieces
+
+
+def _key(msg: dict[str, Any]) -> tuple[Any, Any]:
+    """A hashable summary of a message that equal messages share."""
+    content = msg.get("content")
+    return msg.get("role"), content if isinstance(content, str) else None
