@@ -6,9 +6,10 @@ trigger refuses any update that would lower them or change the maximum, so no fo
 replay or `update_state` of the graph can bring back a lower count. Each method is a
 single statement on an autocommit connection, so it is committed (on SQLite with
 `synchronous=FULL`, on PostgreSQL with `synchronous_commit` on) before it returns;
-except `count`, which may wait for the next commit (`graph.sql.Sql.deferred`: on
-SQLite its node's checkpoint, at the latest the claim, which commits it first). A
-count lost with its step is counted again by the rerun, and nothing was sent for it.
+except `count` and `create`, which may wait for the next commit (`graph.sql.Sql.deferred`:
+on SQLite their node's or the input's checkpoint, at the latest the claim, which commits
+them first). A count lost with its step is counted again by the rerun, and nothing was
+sent for it.
 The table and its trigger are defined in `graph.schema`.
 """
 
@@ -96,15 +97,19 @@ class SqlLedger(SqlTable):
     def create(self, thread_id: str, max_attempts: int) -> LedgerEntry:
         """Creates the thread's row with no attempts; keeps an existing row as it is.
 
+        Kept back for the next commit (`graph.sql.Sql.deferred`): on SQLite the thread's
+        input checkpoint, so a new thread reaches the file whole, row and input together
+        (a row with no attempts and no checkpoint is created again anyway).
+
         Returns:
             The row after the call (check `max_attempts` and `attempts` on reuse).
         """
         now = _now()
-        self._run(
-            "INSERT INTO attempt_ledger VALUES (?, 0, 0, ?, ?, ?) ON CONFLICT (thread_id) DO NOTHING",
-            (thread_id, max_attempts, now, now),
-        )
-        entry = self.read(thread_id)
+        with self._db.deferred():
+            self._run(
+                "INSERT INTO attempt_ledger VALUES (?, 0, 0, ?, ?, ?) "
+                "ON CONFLICT (thread_id) DO NOTHING", (thread_id, max_attempts, now, now))
+            entry = self.read(thread_id)
         assert entry is not None
         return entry
 

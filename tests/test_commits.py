@@ -159,3 +159,16 @@ def test_a_step_that_trims_the_window_costs_no_commit_more(tmp_path: Path,
     assert kept == 1
     # Each checkpoint's own transaction deletes the one that falls out of the window.
     assert all(0 < n <= COMMITS_PER_STEP for n in per_step), per_step
+
+
+def test_a_new_thread_commits_its_ledger_row_with_its_input(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "c.sqlite"
+    with open_store(str(db), create=True) as store:
+        store.sql.run("PRAGMA wal_autocheckpoint = 0")
+        counter = CommitCounter(store, db, monkeypatch)
+        before = counter.total()
+        _step(store, NeverFinishes(), task="How long does shipping take?", keep="all")
+        first = counter.total() - before
+    # The input with the new ledger row, __start__'s checkpoint, budget, the claim, reason.
+    assert 0 < first <= 1 + COMMITS_PER_STEP, first
