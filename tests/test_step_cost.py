@@ -102,3 +102,34 @@ def test_writes_saved_late_for_a_checkpoint_out_of_the_window_go_with_it(tmp_pat
                 "SELECT checkpoint_id FROM checkpoint_digests WHERE thread_id = 't'")}
     assert ids == {latest.config["configurable"]["checkpoint_id"]}
     assert written <= ids and digested <= ids
+
+
+def test_a_compacting_reply_whose_routing_failed_is_kept_exactly(backend, monkeypatch) -> None:
+    import graph.factory
+    import graph.routers
+    from nodes.request import prepare_request
+    from tests.conftest import run_cli
+    from tests.test_routing_failures import _flaky
+
+    model = NeverFinishes()
+    argv = ["--thread", "t", "--once", "--db", backend.db]
+    run_cli([*argv, "--task", "How long does shipping take?", "--max-attempts", "20",
+             "--context-tokens", "1500"], model_factory=lambda m, s: model)
+    for _ in range(8):
+        assert run_cli(argv, model_factory=lambda m, s: model)["exit_code"] == 0
+    with open_store(backend.db, create=False, read_only=True) as store:
+        before = store.graph.get_state({"configurable": {"thread_id": "t"}}).values
+    monkeypatch.setattr(graph.factory, "route_after_reason",
+                        _flaky(graph.routers.route_after_reason))
+    out = run_cli(argv, model_factory=lambda m, s: model)  # tools, budget, reason: its router fails
+    assert (out["exit_code"], out["error_code"], out["_next"]) == (6, "step_failed", ["tools"])
+    with open_store(backend.db, create=False, read_only=True) as store:
+        after = store.graph.get_state({"configurable": {"thread_id": "t"}}).values
+    # What reason saw: the stored conversation after tools ran; it kept it compacted.
+    seen = [*before["messages"], {"role": "tool", "tool_call_id": after["messages"][-2][
+        "tool_call_id"], "content": after["messages"][-2]["content"]}]
+    expected = prepare_request(before["thread"], seen).compacted
+    assert expected != seen, "the step compacted"
+    assert after["messages"][:-1] == expected
+    assert after["messages"][-1]["tool_calls"][0]["id"] == f"call_{len(model.requests)}"
+    assert run_cli(argv, model_factory=lambda m, s: model)["exit_code"] == 0
