@@ -9,6 +9,7 @@ next node is routed afterwards and reported as `step_failed` (exit 6).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from graph.approvals import pending_review
@@ -175,8 +176,9 @@ def invoke_steps(graph: Any, config: dict[str, Any], store: Store, ctx: StepCont
         graph: The compiled graph with the thread's checkpointer.
         config: The thread's config.
         store: The open store (ledger, location).
-        ctx: The runtime context (thread, model, log, request cap); its ledger a
-            `ClaimCounter`, which tells whether an invocation sent its request.
+        ctx: The runtime context (thread, ledger, model, log, request cap); the nodes
+            get its ledger through a `ClaimCounter`, which tells whether an invocation
+            sent its request.
         graph_input: The new thread's initial state, or None to resume.
         once: Stop after one invocation.
         max_attempts: The thread's maximum, which bounds the invocations.
@@ -190,8 +192,8 @@ def invoke_steps(graph: Any, config: dict[str, Any], store: Store, ctx: StepCont
         counted attempt could not be claimed (a full request cap).
     """
     thread_id = ctx.thread_id
-    claims = ctx.ledger
-    assert isinstance(claims, ClaimCounter)
+    claims = ClaimCounter(ctx.ledger)
+    ctx = replace(ctx, ledger=claims)
     store.keep_window(thread_id, keep_checkpoints)
     for _ in range(2 * max_attempts + 2):
         if graph_input is None:

@@ -19,7 +19,7 @@ from graph.approvals import pending_review
 from graph.errors import RefusedError, UsageError
 from graph.exitcodes import ErrorCode
 from graph.finished import remember_finished
-from graph.invocation import ClaimCounter, invoke_steps, store_migrated
+from graph.invocation import invoke_steps, store_migrated
 from graph.loading import LoadedThread, load_thread
 from graph.local_steps import cancel, review
 from graph.models import make_model
@@ -149,8 +149,8 @@ def _invoke(graph: Any, config: dict[str, Any], store: Store, start: _Start, *, 
             charge: str | None) -> Outcome:
     """Runs the invocations (`graph.invocation.invoke_steps`), then closes the model."""
     try:
-        ctx = StepContext(config["configurable"]["thread_id"], ClaimCounter(store.ledger),
-                          start.model, store.log, charge)
+        ctx = StepContext(config["configurable"]["thread_id"], store.ledger, start.model,
+                          store.log, charge)
         return invoke_steps(graph, config, store, ctx, start.graph_input, once=once,
                             max_attempts=start.max_attempts,
                             keep_checkpoints=start.keep_checkpoints, snapshot=start.snapshot)
