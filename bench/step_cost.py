@@ -15,21 +15,37 @@ conversation grows ~2 KB per step until compaction bounds it at the default
   durability, no ledger;
 - a JSON-file step (load, append, write a temporary file, fsync, rename).
 
-Two passes from scratch; medians, interquartile ranges and ratios per pass. Commits
-per step are counted under strace by `bench.syncs` (a separate, untimed run).
+Two passes from scratch; medians, interquartile ranges and ratios per pass, of the
+wall time and of the process's CPU time (every thread of it): their difference is time
+spent waiting, mostly for the disk's syncs that `durability="sync"` and
+`synchronous=FULL` promise. Commits per step are counted under strace by `bench.syncs`
+(a separate, untimed run). `--profile` instead prints where our step spends its CPU
+(cProfile of the main thread; LangGraph saves checkpoints on other threads).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 from bench import syncs
-from bench.common import PASSES, alternate, cli_parser, pass_summaries, ratios, table, timing_row, write_json
+from bench.common import (
+    PASSES,
+    alternate,
+    cli_parser,
+    ms,
+    pass_summaries,
+    per_pass,
+    ratios,
+    table,
+    timing_row,
+    write_json,
+)
 from bench.scratch import workdir
 
 LABELS = {
@@ -64,12 +80,20 @@ class JsonFileThread:
         os.replace(tmp, self.path)
 
 
-def _stepper(thread: Any) -> Callable[[int], None]:
-    return lambda i: thread.step()
+def _stepper(thread: Any, cpu: list[float]) -> Callable[[int], None]:
+    def step(i: int) -> None:
+        start = time.process_time()
+        thread.step()
+        cpu.append(time.process_time() - start)
+    return step
 
 
-def one_pass(steps: int) -> dict[str, list[float]]:
-    """Runs every variant `steps` times, alternated; returns name -> seconds per step."""
+def one_pass(steps: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Runs every variant `steps` times, alternated.
+
+    Returns:
+        Name -> wall seconds per step, and name -> CPU seconds per step.
+    """
     from bench.project import BareThreads, OurStore, ToolLoopModel, memory_saver, sqlite_saver
 
     with workdir("step") as work, ExitStack() as stack:
@@ -84,17 +108,24 @@ def one_pass(steps: int) -> dict[str, list[float]]:
             "ours": ours, "ours_no_claim": ours_no_claim,
             "json": JsonFileThread(work / "thread.json"),
         }
-        return alternate({name: _stepper(t) for name, t in threads.items()}, steps)
+        cpu: dict[str, list[float]] = {name: [] for name in threads}
+        wall = alternate({name: _stepper(t, cpu[name]) for name, t in threads.items()}, steps)
+        return wall, cpu
 
 
 def measure(steps: int) -> dict[str, Any]:
     """Both passes and the commit counts, as the JSON `bench.run_all` reads."""
     from bench.project import default_context_tokens
 
-    summaries = pass_summaries([one_pass(steps) for _ in range(PASSES)])
+    passes = [one_pass(steps) for _ in range(PASSES)]
+    summaries = pass_summaries([wall for wall, _ in passes])
+    cpu = pass_summaries([cpu for _, cpu in passes])
     sync_steps = min(steps, SYNC_STEPS)
     return {
         "steps": steps, "context_tokens": default_context_tokens(), "summaries": summaries,
+        "cpu_summaries": cpu,
+        "cpu_ratios": {"ours/memory": ratios(cpu, "ours", "memory"),
+                       "ours/bare": ratios(cpu, "ours", "bare")},
         "ratios": {"ours/memory": ratios(summaries, "ours", "memory"),
                    "ours/bare": ratios(summaries, "ours", "bare"),
                    "bare/memory": ratios(summaries, "bare", "memory"),
@@ -112,13 +143,16 @@ def report(results: dict[str, Any]) -> str:
         counts = counted.get(variant)
         return "-" if variant not in counted else f"{counts[key]:.1f}" if counts else "n/a"
 
+    cpu = results["cpu_summaries"]
     rows = [timing_row(LABELS[name], summaries[name], ratios(summaries, name, "memory"))
-            + [per_step(name, "commits"), per_step(name, "syncs")] for name in LABELS]
+            + [per_pass([p["median"] for p in cpu[name]], ms),
+               per_pass(ratios(cpu, name, "memory"), lambda r: f"{r:.2f}"),
+               per_step(name, "commits"), per_step(name, "syncs")] for name in LABELS]
     main = table(f"One step in process, default configuration (--context-tokens "
                  f"{results['context_tokens']}), {results['steps']} steps × {PASSES} passes, "
                  "variants alternated (cells: pass 1 / pass 2)",
-                 ["what", "median", "p25–p75 ms", "÷ InMemorySaver", "commits/step",
-                  "fsync+fdatasync/step"], rows)
+                 ["what", "median", "p25–p75 ms", "÷ InMemorySaver", "CPU median",
+                  "CPU ÷ InMemorySaver", "commits/step", "fsync+fdatasync/step"], rows)
     claim = table("Claim checkpoint (same loop)", ["what", "median", "p25–p75 ms", "ratio"],
                   [timing_row(LABELS[name], summaries[name], ratios(summaries, name, "ours_no_claim"))
                    for name in ("ours", "ours_no_claim")])
@@ -127,12 +161,39 @@ def report(results: dict[str, Any]) -> str:
     return "\n\n".join([main, claim, note])
 
 
+def profile(steps: int, top: int = 40) -> str:
+    """cProfile of our variant's loop (after a warm-up to steady compaction), top functions."""
+    import cProfile
+    import io
+    import pstats
+
+    from bench.project import OurStore, ToolLoopModel
+
+    with workdir("profile") as work:
+        ours = OurStore(str(work / "ours.sqlite"), ToolLoopModel())
+        try:
+            for _ in range(30):
+                ours.step()
+            profiler = cProfile.Profile()
+            profiler.runcall(lambda: [ours.step() for _ in range(steps)])
+        finally:
+            ours.close()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(top)
+    return out.getvalue()
+
+
 def main(argv: list[str] | None = None) -> None:
     """Measures and prints the report (and writes the results as JSON with `--json`)."""
     parser = cli_parser(__doc__)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--profile", action="store_true",
+                        help="print a profile of our step instead of measuring")
     args = parser.parse_args(argv)
+    if args.profile:
+        print(profile(args.steps))
+        return
     results = measure(args.steps)
     write_json(args.json, results)
     print(report(results))

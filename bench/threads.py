@@ -6,7 +6,9 @@ N threads × S steps (the offline demo model answers after one tool round, so a 
 is done in 2 steps), in the default configuration. Ours: `graph.step.advance` on one
 SQLite store kept open for the whole run. Anchor: the same compiled graph on
 `InMemorySaver` with an in-memory ledger, compiled once. Thread by thread alternated
-(thread i of ours, then thread i of the anchor, the order rotating), in two passes.
+(thread i of ours, then thread i of the anchor, the order rotating), in two passes,
+timing wall and CPU time (the process's, every thread of it; the difference is time
+spent waiting, mostly for the disk's syncs the durable steps promise).
 Also the peak resident set of one `--once` step run as its own process (`graph.run`).
 (Worker scaling on PostgreSQL needs the queue: `python -m bench.workers`.)
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from contextlib import ExitStack
 from typing import Any
 
@@ -22,22 +25,26 @@ from bench.common import PASSES, alternate, cli_parser, ms, pass_summaries, per_
 from bench.scratch import workdir
 
 
-def one_pass(threads: int, steps: int) -> dict[str, list[float]]:
-    """Seconds per thread (all its steps) of ours and of the anchor, alternated."""
+def one_pass(threads: int, steps: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Wall and CPU seconds per thread (all its steps) of ours and of the anchor, alternated."""
     from bench.project import BareThreads, OurStore, demo_model, memory_saver
 
     with workdir("threads") as work, ExitStack() as stack:
         ours = OurStore(str(work / "many.sqlite"), demo_model(), max_attempts=None)
         stack.callback(ours.close)
         anchor = BareThreads(memory_saver(), demo_model(), durability="sync", max_attempts=4)
+        cpu: dict[str, list[float]] = {"memory": [], "ours": []}
 
-        def run(thread: Any) -> Any:
+        def run(thread: Any, name: str) -> Any:
             def steps_of(i: int) -> None:
+                start = time.process_time()
                 for _ in range(steps):
                     thread.step(f"t{i}", task="How long does shipping take?")
+                cpu[name].append(time.process_time() - start)
             return steps_of
 
-        return alternate({"memory": run(anchor), "ours": run(ours)}, threads)
+        wall = alternate({"memory": run(anchor, "memory"), "ours": run(ours, "ours")}, threads)
+        return wall, cpu
 
 
 ONE_STEP = """
@@ -65,25 +72,33 @@ def one_step_rss() -> float | None:
 def measure(threads: int, steps: int) -> dict[str, Any]:
     """Both passes and the one-step RSS, as the JSON `bench.run_all` reads."""
     passes = [one_pass(threads, steps) for _ in range(PASSES)]
-    totals = {name: [sum(p[name]) for p in passes] for name in passes[0]}
-    return {"threads": threads, "steps": steps, "summaries": pass_summaries(passes),
+    walls = [wall for wall, _ in passes]
+    totals = {name: [sum(p[name]) for p in walls] for name in walls[0]}
+    cpu = {name: [sum(c[name]) for _, c in passes] for name in walls[0]}
+    return {"threads": threads, "steps": steps, "summaries": pass_summaries(walls),
             "threads_per_s": {name: [threads / t for t in ts] for name, ts in totals.items()},
             "ratio": [m / o for m, o in zip(totals["memory"], totals["ours"], strict=True)],
+            "cpu_s": cpu,
+            "cpu_ratio": [m / o for m, o in zip(cpu["memory"], cpu["ours"], strict=True)],
             "one_step_rss_mb": one_step_rss()}
 
 
 def report(results: dict[str, Any]) -> str:
     """The table of `results` (from `measure`)."""
     speed, summaries = results["threads_per_s"], results["summaries"]
+    ones = [1.0] * PASSES
     rows = [[label, per_pass(speed[name], lambda v: f"{v:.1f}"),
              per_pass([s["median"] for s in summaries[name]], ms),
-             per_pass([1.0, 1.0] if name == "memory" else results["ratio"], lambda r: f"{r:.2f}")]
+             per_pass(ones if name == "memory" else results["ratio"], lambda r: f"{r:.2f}"),
+             per_pass([c / results["threads"] for c in results["cpu_s"][name]], ms),
+             per_pass(ones if name == "memory" else results["cpu_ratio"], lambda r: f"{r:.2f}")]
             for name, label in (("memory", "InMemorySaver, graph compiled once (anchor)"),
                                 ("ours", "ours: advance on one SQLite store"))]
     rss = results["one_step_rss_mb"]
     return (table(f"{results['threads']} threads × {results['steps']} steps, one process, threads "
                   f"alternated, {PASSES} passes (cells: pass 1 / pass 2)",
-                  ["what", "threads/s", "median per thread", "× anchor speed"], rows)
+                  ["what", "threads/s", "median per thread", "× anchor speed",
+                   "CPU per thread", "× anchor CPU speed"], rows)
             + "\n\npeak RSS of one --once step as a process: "
             + (f"{rss:.0f} MB" if rss is not None else "n/a"))
 

@@ -35,6 +35,7 @@ from langgraph.checkpoint.base import (
 )
 
 from graph.checkpoint_shape import check_checkpoint, check_metadata, check_writes
+from graph.checkpoint_window import trim_in_transaction
 from graph.digest import SqlDigests, checkpoint_digest, write_digest
 from graph.serde import CheckpointIntegrityError, make_serde
 from graph.sql import SqliteSql
@@ -65,6 +66,9 @@ class CheckedSaver(BaseCheckpointSaver[str]):
     """
 
     digests: SqlDigests | None = None
+    windows: dict[str, int] | None = None
+    """Checkpoint windows (`keep_checkpoints`) by thread, kept inside each `put`'s own
+    transaction; None when this saver cannot (the store trims after a step instead)."""
     _marker: str | None = None
 
     def _checkpoint_block(self) -> AbstractContextManager[None]:
@@ -84,7 +88,12 @@ class CheckedSaver(BaseCheckpointSaver[str]):
                 key = (str(conf["thread_id"]), conf.get("checkpoint_ns", ""), checkpoint["id"],
                        "", 0)
                 self.digests.record(key, checkpoint_digest(self.serde, checkpoint))
-            return super().put(config, checkpoint, metadata, new_versions)
+            saved = super().put(config, checkpoint, metadata, new_versions)
+            self._keep_window(config)
+            return saved
+
+    def _keep_window(self, config: RunnableConfig) -> None:
+        """Inside a `put`'s block: trims the thread to its window; here nothing (`windows`)."""
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                    task_path: str = "") -> None:
@@ -222,7 +231,8 @@ def sqlite_saver(sql: SqliteSql, digests: SqlDigests) -> SqliteSaver:
     each graph call (`graph.invocation`) and when the store closes; writes that a
     background thread saves after their superstep's `put` (LangGraph waits only for
     the `put`) commit at once. LangGraph's own write statements run in a transaction
-    block too, and its lock is the connection's.
+    block too, and its lock is the connection's. A thread with a window in `windows` is
+    trimmed inside each `put`'s and late write's transaction (`graph.checkpoint_window`).
 
     Args:
         sql: The store's connection, shared by the saver and our tables.
@@ -231,8 +241,7 @@ def sqlite_saver(sql: SqliteSql, digests: SqlDigests) -> SqliteSaver:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     class CheckedSqliteSaver(CheckedSaver, SqliteSaver):
-        saved_after: dict[tuple[str, str], str | None]
-        """Per thread and namespace: the parent of the checkpoint last saved here."""
+        saved_after: dict[tuple[str, str], str | None]  # the parent of the last saved, by slot
 
         def put(self, config: RunnableConfig, checkpoint: Checkpoint,
                 metadata: CheckpointMetadata, new_versions: ChannelVersions) -> RunnableConfig:
@@ -251,6 +260,13 @@ def sqlite_saver(sql: SqliteSql, digests: SqlDigests) -> SqliteSaver:
                     "checkpoint_id")  # its superstep's checkpoint is saved: commit now
                 with sql.transaction() if late else sql.deferred():
                     yield
+                    if late:  # no later put trims them: here
+                        self._keep_window(config)
+
+        def _keep_window(self, config: RunnableConfig) -> None:
+            thread_id, ns = _slot(config)
+            if ns == "" and (keep := (self.windows or {}).get(thread_id)) is not None:
+                trim_in_transaction(sql, thread_id, keep)
 
         @contextmanager
         def cursor(self, transaction: bool = True) -> Iterator[sqlite3.Cursor]:
@@ -260,6 +276,7 @@ def sqlite_saver(sql: SqliteSql, digests: SqlDigests) -> SqliteSaver:
 
     saver = CheckedSqliteSaver(sql.conn, serde=make_serde())
     saver.lock, saver.digests, saver.saved_after = sql.lock, digests, {}  # type: ignore[assignment]
+    saver.windows = {}  # filled by `Store.keep_window`
     return saver
 
 

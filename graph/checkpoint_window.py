@@ -1,4 +1,4 @@
-"""Each thread keeps only its latest checkpoints: the window trimmed after every step.
+"""Each thread keeps only its latest checkpoints: the window trimmed as it steps.
 
 A thread's `keep_checkpoints` (fixed at creation, `--keep-checkpoints`) says how many
 of its latest checkpoints stay; None keeps them all. After a step, once its checkpoints
@@ -13,6 +13,20 @@ task's output, is never deleted (a window is at least 1), and the step's routing
 a resume reads only that checkpoint and the ledger. The ledger, attempt log and
 decisions are other tables and are never touched, so a kill mid-trim (the transaction
 rolls back) leaves the thread as it was, budget included.
+
+On SQLite the window is kept inside each checkpoint's own transaction instead
+(`trim_in_transaction`, called by `graph.checked_saver.sqlite_saver` for threads whose
+window the step registered, `Store.keep_window`): the new checkpoint and the deletion
+of the one that falls out of the window commit together, so trimming costs no commit
+of its own, a kill anywhere leaves both or neither, and the thread never holds more
+than its window. A kill there loses that checkpoint with its trim, as a kill just
+before it would: a reply it held is spent, never sent again uncounted. Writes that
+LangGraph saves for a checkpoint after the next one was put (a background thread; they
+are never read again) are trimmed in their own transaction the same way. This path
+leaves the oldest kept checkpoint's parent pointer as it is, naming a checkpoint that
+is gone (LangGraph loads none for it; `graph.thread_history` reads the window without
+it): SQLite rewrites a whole row, dozens of pages of state, to change one column, which
+here would double the bytes every checkpoint writes.
 
 With a window of 1 on PostgreSQL, LangGraph's own `prune(strategy="keep_latest")` does
 the checkpoints, writes and blobs in its transaction, and the digests of the deleted
@@ -109,6 +123,28 @@ def trim(sql: Sql, checkpointer: Any, thread_id: str, keep: int | None) -> int:
         execute(sql, _DIGESTS, (thread_id, cutoff))
         if postgres:
             execute(sql, _POSTGRES_BLOBS, (thread_id,))
+    return deleted
+
+
+def trim_in_transaction(sql: Sql, thread_id: str, keep: int) -> int:
+    """Deletes the thread's checkpoints older than its latest `keep`, in the open transaction.
+
+    For SQLite, where a checkpoint's `put` runs in a transaction on the same connection
+    (see module doc): the caller holds that transaction open and commits it. Pending
+    writes and digests older than the window go too, even when no checkpoint does (a
+    late write for a checkpoint already trimmed).
+
+    Returns:
+        How many checkpoints were deleted.
+    """
+    if keep < 1:
+        raise ValueError(f"a checkpoint window keeps at least 1, not {keep}")
+    cutoff = sql.value(_CUTOFF, (thread_id, keep - 1))
+    if cutoff is None:
+        return 0
+    execute(sql, WRITES["sqlite"], (thread_id, cutoff))
+    deleted = execute(sql, _CHECKPOINTS, (thread_id, cutoff))
+    execute(sql, _DIGESTS, (thread_id, cutoff))
     return deleted
 
 

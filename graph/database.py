@@ -188,6 +188,23 @@ class Store:
         """
         return trim(self.sql, self.checkpointer, thread_id, keep)
 
+    def keep_window(self, thread_id: str, keep: int | None) -> None:
+        """Registers the thread's window for a saver that keeps it as it saves (SQLite).
+
+        Each later checkpoint of the thread, in this store, deletes those that fall out
+        of its window in its own transaction (`graph.checked_saver.sqlite_saver`); hold
+        the thread's lock. Elsewhere nothing: call `trim_after_step`.
+        """
+        windows = getattr(self.checkpointer, "windows", None)
+        if windows is not None and keep is not None:
+            windows[thread_id] = keep
+
+    def trim_after_step(self, thread_id: str, keep: int | None) -> int:
+        """`trim`, unless the saver already keeps the window registered by `keep_window`."""
+        if getattr(self.checkpointer, "windows", None) is not None:
+            return 0
+        return self.trim(thread_id, keep)
+
     def sweep_buried(self) -> int:
         """Deletes leftover checkpoints of tombstoned threads (an interrupted `bury`).
 

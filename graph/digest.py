@@ -49,6 +49,16 @@ def _sha(*parts: bytes) -> str:
     return digest.hexdigest()
 
 
+def _stored_form(serde: SerializerProtocol, value: Any) -> tuple[str, bytes]:
+    """`serde.dumps_typed(value)`, without its read-back check where the serde has one.
+
+    A digest covers a value that is stored through `dumps_typed` as well (which checks
+    it) or that was just loaded, so checking it again here would only cost time.
+    """
+    checksummed = getattr(serde, "checksummed", None)
+    return checksummed(value) if checksummed is not None else serde.dumps_typed(value)
+
+
 def checkpoint_digest(serde: SerializerProtocol, checkpoint: Mapping[str, Any]) -> str:
     """The digest of a checkpoint as LangGraph hands it to `put` or loads it back."""
     head = json.dumps({"id": checkpoint["id"], "channel_versions": checkpoint["channel_versions"],
@@ -56,14 +66,14 @@ def checkpoint_digest(serde: SerializerProtocol, checkpoint: Mapping[str, Any]) 
                       sort_keys=True, separators=(",", ":")).encode()
     parts = [head]
     for name in sorted(checkpoint["channel_values"]):
-        type_, data = serde.dumps_typed(checkpoint["channel_values"][name])
+        type_, data = _stored_form(serde, checkpoint["channel_values"][name])
         parts += [name.encode(), type_.encode(), bytes(data)]
     return _sha(*parts)
 
 
 def write_digest(serde: SerializerProtocol, task_id: str, channel: str, value: Any) -> str:
     """The digest of one pending write."""
-    type_, data = serde.dumps_typed(value)
+    type_, data = _stored_form(serde, value)
     return _sha(task_id.encode(), channel.encode(), type_.encode(), bytes(data))
 
 

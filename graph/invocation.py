@@ -9,6 +9,7 @@ next node is routed afterwards and reported as `step_failed` (exit 6).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from graph.approvals import pending_review
@@ -16,7 +17,7 @@ from graph.errors import RefusedError
 from graph.exitcodes import ErrorCode
 from graph.outcome import Outcome
 from graph.repair import repair_routing, unrouted_output
-from nodes.context import LedgerEntry, StepContext
+from nodes.context import AttemptLedger, LedgerEntry, StepContext
 from nodes.pairing import UnsafeHistoryError
 from nodes.review import needs_review
 from nodes.state import FINAL_STATUSES
@@ -51,10 +52,53 @@ def _ledger_entry(store: Store, thread_id: str) -> LedgerEntry:
     return entry
 
 
-def route_before_resume(graph: Any, config: dict[str, Any], store: Store, thread_id: str) -> None:
-    """Makes sure a resumed thread goes on at a node that cannot send uncounted requests."""
-    repair_routing(graph, config, store.location)
-    snapshot = graph.get_state(config)
+class ClaimCounter:
+    """The store's ledger as the nodes see it (`AttemptLedger`), counting successful claims.
+
+    A step tells whether its invocation sent a request from the claims made through
+    it, instead of reading the ledger row again: the thread's writer lock is held, so
+    nothing else claims meanwhile.
+
+    Attributes:
+        made: Claims that succeeded since the last `reset`.
+    """
+
+    def __init__(self, ledger: AttemptLedger) -> None:
+        self._ledger = ledger
+        self.made = 0
+
+    def count(self, thread_id: str) -> LedgerEntry:
+        """As the ledger's `count`."""
+        return self._ledger.count(thread_id)
+
+    def claim(self, thread_id: str, attempt: int, charge: str | None = None) -> bool:
+        """As the ledger's `claim`; a success is counted in `made`."""
+        claimed = self._ledger.claim(thread_id, attempt, charge)
+        self.made += claimed
+        return claimed
+
+    def reset(self) -> None:
+        """Starts counting anew (before each invocation)."""
+        self.made = 0
+
+
+def route_before_resume(graph: Any, config: dict[str, Any], store: Store, thread_id: str,
+                        snapshot: Any = None) -> None:
+    """Makes sure a resumed thread goes on at a node that cannot send uncounted requests.
+
+    Args:
+        graph: The compiled graph.
+        config: The thread's config.
+        store: The open store.
+        thread_id: The thread.
+        snapshot: The thread's latest state, when the caller read it and nothing was
+            written since (the load before the first invocation, the read after the
+            previous one); None reads it here.
+    """
+    if snapshot is None:
+        snapshot = graph.get_state(config)
+    if repair_routing(graph, config, store.location, snapshot):
+        snapshot = graph.get_state(config)
     if snapshot.next == ("reason",) and not _ledger_entry(store, thread_id).unclaimed:
         # LangGraph would re-run reason (it raised or was killed) without passing
         # through budget. Its attempt is already claimed, so route the thread
@@ -101,8 +145,13 @@ def _invoke_once(graph: Any, config: dict[str, Any], store: Store, ctx: StepCont
 
 
 def _snapshot_after(graph: Any, config: dict[str, Any], store: Store, ctx: StepContext) -> Any:
-    """The thread after an invocation; a write call waiting for review is paused now."""
+    """The thread after an invocation, routed; a write call waiting for review is paused now.
+
+    One read of the thread, again only when something was written.
+    """
     snapshot = graph.get_state(config)
+    if repair_routing(graph, config, store.location, snapshot):
+        snapshot = graph.get_state(config)
     if tuple(snapshot.next) == ("tools",) and needs_review(snapshot.values):
         # Say it now: run tools up to its review pause (no request; budget never runs).
         try:
@@ -116,21 +165,26 @@ def _snapshot_after(graph: Any, config: dict[str, Any], store: Store, ctx: StepC
 
 def invoke_steps(graph: Any, config: dict[str, Any], store: Store, ctx: StepContext,
                  graph_input: Any, *, once: bool, max_attempts: int,
-                 keep_checkpoints: int | None = None) -> Outcome:
+                 keep_checkpoints: int | None = None, snapshot: Any = None) -> Outcome:
     """Invokes the graph once (`once`) or until the thread stops; returns its outcome.
 
     After each invocation the thread is trimmed to its latest `keep_checkpoints`
-    checkpoints (`Store.trim`; None keeps all), its new ones already durable.
+    checkpoints, its new ones already durable: on SQLite each checkpoint's own
+    transaction trims (`Store.keep_window`), elsewhere `Store.trim` runs after it.
 
     Args:
         graph: The compiled graph with the thread's checkpointer.
         config: The thread's config.
         store: The open store (ledger, location).
-        ctx: The runtime context (thread, ledger, model, log, request cap).
+        ctx: The runtime context (thread, ledger, model, log, request cap); the nodes
+            get its ledger through a `ClaimCounter`, which tells whether an invocation
+            sent its request.
         graph_input: The new thread's initial state, or None to resume.
         once: Stop after one invocation.
         max_attempts: The thread's maximum, which bounds the invocations.
         keep_checkpoints: The thread's checkpoint window (None: keep all).
+        snapshot: The thread's latest state as the caller loaded it, when nothing
+            was written since (saves reading it again); None reads it.
 
     Returns:
         The outcome: exit 0 (ran or done), 3 (exhausted), 6 (the request failed or
@@ -138,23 +192,25 @@ def invoke_steps(graph: Any, config: dict[str, Any], store: Store, ctx: StepCont
         counted attempt could not be claimed (a full request cap).
     """
     thread_id = ctx.thread_id
+    claims = ClaimCounter(ctx.ledger)
+    ctx = replace(ctx, ledger=claims)
+    store.keep_window(thread_id, keep_checkpoints)
     for _ in range(2 * max_attempts + 2):
         if graph_input is None:
-            route_before_resume(graph, config, store, thread_id)
-        claimed_before = _ledger_entry(store, thread_id).claimed if graph_input is None else 0
+            route_before_resume(graph, config, store, thread_id, snapshot)
+        claims.reset()
         failed = _invoke_once(graph, config, store, ctx, graph_input)
         if failed is not None:
-            store.trim(thread_id, keep_checkpoints)
+            store.trim_after_step(thread_id, keep_checkpoints)
             return failed
         graph_input = None
-        repair_routing(graph, config, store.location)
         snapshot = _snapshot_after(graph, config, store, ctx)
-        store.trim(thread_id, keep_checkpoints)
+        store.trim_after_step(thread_id, keep_checkpoints)
         pending = pending_review(snapshot)
         if pending is not None:
             return Outcome.waiting(thread_id, snapshot.values, pending, {})
-        sent = _ledger_entry(store, thread_id).claimed > claimed_before
-        outcome = Outcome.after_invocation(thread_id, snapshot.values, snapshot.next, sent)
+        outcome = Outcome.after_invocation(thread_id, snapshot.values, snapshot.next,
+                                           claims.made > 0)
         if (outcome.held_back or outcome.error_code is not None or once
                 or outcome.status in FINAL_STATUSES):
             return outcome

@@ -6,9 +6,10 @@ trigger refuses any update that would lower them or change the maximum, so no fo
 replay or `update_state` of the graph can bring back a lower count. Each method is a
 single statement on an autocommit connection, so it is committed (on SQLite with
 `synchronous=FULL`, on PostgreSQL with `synchronous_commit` on) before it returns;
-except `count`, which may wait for the next commit (`graph.sql.Sql.deferred`: on
-SQLite its node's checkpoint, at the latest the claim, which commits it first). A
-count lost with its step is counted again by the rerun, and nothing was sent for it.
+except `count` and `create`, which may wait for the next commit (`graph.sql.Sql.deferred`:
+on SQLite their node's or the input's checkpoint, at the latest the claim, which commits
+them first). A count lost with its step is counted again by the rerun, and nothing was
+sent for it.
 The table and its trigger are defined in `graph.schema`.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import astuple, dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from graph.rowcheck import check_row, damaged, is_int, is_iso_time, is_text, text_refused
 from graph.sql import SqlTable
@@ -41,7 +43,13 @@ class LedgerRow:
     created_at: str
     updated_at: str
 
+    @property
+    def entry(self) -> LedgerEntry:
+        """The counts the nodes use."""
+        return LedgerEntry(self.attempts, self.claimed, self.max_attempts)
 
+
+_SELECTED = "attempts, claimed, max_attempts, created_at, updated_at"
 _COLUMNS = {"attempts": is_int, "claimed": is_int, "max_attempts": lambda v: is_int(v, 1),
             "created_at": is_iso_time, "updated_at": is_iso_time}
 
@@ -56,7 +64,7 @@ class SqlLedger(SqlTable):
             RefusedError: `damaged` for a row with a wrong type or impossible counts.
         """
         row = self.row(thread_id)
-        return None if row is None else LedgerEntry(row.attempts, row.claimed, row.max_attempts)
+        return None if row is None else row.entry
 
     def row(self, thread_id: str) -> LedgerRow | None:
         """The thread's whole row, read with exact types, or None.
@@ -65,12 +73,17 @@ class SqlLedger(SqlTable):
             RefusedError: `damaged` for a row with a wrong type or impossible counts.
         """
         with text_refused("attempt_ledger"):
-            row = self._run(
-                "SELECT attempts, claimed, max_attempts, created_at, updated_at FROM "
-                "attempt_ledger WHERE thread_id = ?", (thread_id,),
-            ).fetchone()
-        if row is None:
-            return None
+            row = self._run(f"SELECT {_SELECTED} FROM attempt_ledger WHERE thread_id = ?",
+                            (thread_id,)).fetchone()
+        return None if row is None else self._checked(thread_id, row)
+
+    @staticmethod
+    def _checked(thread_id: str, row: Any) -> LedgerRow:
+        """`row` (the `_SELECTED` columns) with exact types and possible counts.
+
+        Raises:
+            RefusedError: `damaged` for a row with a wrong type or impossible counts.
+        """
         check_row("attempt_ledger", row, _COLUMNS)
         if not row[1] <= row[0] <= row[2]:
             raise damaged("attempt_ledger", f"thread {thread_id!r} has claimed {row[1]}, "
@@ -84,15 +97,19 @@ class SqlLedger(SqlTable):
     def create(self, thread_id: str, max_attempts: int) -> LedgerEntry:
         """Creates the thread's row with no attempts; keeps an existing row as it is.
 
+        Kept back for the next commit (`graph.sql.Sql.deferred`): on SQLite the thread's
+        input checkpoint, so a new thread reaches the file whole, row and input together
+        (a row with no attempts and no checkpoint is created again anyway).
+
         Returns:
             The row after the call (check `max_attempts` and `attempts` on reuse).
         """
         now = _now()
-        self._run(
-            "INSERT INTO attempt_ledger VALUES (?, 0, 0, ?, ?, ?) ON CONFLICT (thread_id) DO NOTHING",
-            (thread_id, max_attempts, now, now),
-        )
-        entry = self.read(thread_id)
+        with self._db.deferred():
+            self._run(
+                "INSERT INTO attempt_ledger VALUES (?, 0, 0, ?, ?, ?) "
+                "ON CONFLICT (thread_id) DO NOTHING", (thread_id, max_attempts, now, now))
+            entry = self.read(thread_id)
         assert entry is not None
         return entry
 
@@ -109,12 +126,14 @@ class SqlLedger(SqlTable):
             LookupError: The ledger has no row for the thread.
         """
         with self._db.deferred():
-            self._run(
-                "UPDATE attempt_ledger SET attempts = attempts + 1, updated_at = ? "
-                "WHERE thread_id = ? AND claimed = attempts AND attempts < max_attempts",
-                (_now(), thread_id),
-            )
-            entry = self.read(thread_id)
+            with text_refused("attempt_ledger"):
+                row = self._run(
+                    "UPDATE attempt_ledger SET attempts = attempts + 1, updated_at = ? "
+                    "WHERE thread_id = ? AND claimed = attempts AND attempts < max_attempts "
+                    f"RETURNING {_SELECTED}", (_now(), thread_id),
+                ).fetchone()
+            # The row as updated, checked like `read`; unchanged rows are read instead.
+            entry = self.read(thread_id) if row is None else self._checked(thread_id, row).entry
         if entry is None:
             raise LookupError(f"attempt ledger has no row for thread {thread_id!r}")
         return entry

@@ -54,13 +54,16 @@ def _proven_next(values: dict[str, Any]) -> str | None:
     return "budget"
 
 
-def repair_routing(graph: Any, config: dict[str, Any], location: str) -> bool:
+def repair_routing(graph: Any, config: dict[str, Any], location: str,
+                   snapshot: Any = None) -> bool:
     """Gives a thread that is not finished, but has no next step, its next step.
 
     Args:
         graph: The compiled graph with the thread's checkpointer.
         config: The thread's config (`configurable.thread_id`).
         location: The database, for the refusal message.
+        snapshot: The thread's latest `get_state(config)`, when the caller just read it
+            (nothing written since); None reads it here.
 
     Returns:
         True when a checkpoint was written (the thread now has a next step); False
@@ -70,7 +73,8 @@ def repair_routing(graph: Any, config: dict[str, Any], location: str) -> bool:
         RefusedError: `damaged` when the thread has no next step and its state does
             not prove which node comes next (nothing is written).
     """
-    snapshot = graph.get_state(config)
+    if snapshot is None:
+        snapshot = graph.get_state(config)
     stored = unrouted_output(snapshot)
     if stored is not None:
         node, writes = stored

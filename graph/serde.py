@@ -117,8 +117,7 @@ class ChecksummedSerializer(JsonPlusSerializer):
                 `ALLOWED_EXT_TYPES`): the mistake is reported where it is made, not
                 on the next run as a damaged checkpoint.
         """
-        type_, data = super().dumps_typed(obj)
-        stored = MAGIC + _digest(type_, bytes(data)) + bytes(data)
+        type_, stored = self.checksummed(obj)
         try:
             self.loads_typed((type_, stored))
         except CheckpointIntegrityError as exc:
@@ -126,6 +125,15 @@ class ChecksummedSerializer(JsonPlusSerializer):
                 f"cannot store a {type(obj).__name__} value: it would be refused when read "
                 f"back ({exc}); keep state to plain JSON values") from None
         return type_, stored
+
+    def checksummed(self, obj: Any) -> tuple[str, bytes]:
+        """What `dumps_typed` returns, without reading it back (for digests, `graph.digest`).
+
+        Only for values that are stored through `dumps_typed` too (which refuses what
+        could not be read back) or were just loaded.
+        """
+        type_, data = super().dumps_typed(obj)
+        return type_, MAGIC + _digest(type_, bytes(data)) + bytes(data)
 
     def loads_typed(self, data: tuple[str, bytes]) -> Any:
         """Verifies the checksum, then deserializes strictly.

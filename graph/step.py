@@ -75,6 +75,8 @@ class _Start:
     graph_input: Any
     max_attempts: int
     keep_checkpoints: int | None
+    snapshot: Any = None
+    """The thread's latest state as loaded, when nothing was written since (else None)."""
 
 
 def _utc_now() -> str:
@@ -151,7 +153,7 @@ def _invoke(graph: Any, config: dict[str, Any], store: Store, start: _Start, *, 
                           store.log, charge)
         return invoke_steps(graph, config, store, ctx, start.graph_input, once=once,
                             max_attempts=start.max_attempts,
-                            keep_checkpoints=start.keep_checkpoints)
+                            keep_checkpoints=start.keep_checkpoints, snapshot=start.snapshot)
     finally:
         close = getattr(start.model, "close", None)
         if close is not None:
@@ -214,7 +216,9 @@ def _resume(graph: Any, config: dict[str, Any], store: Store, loaded: LoadedThre
         return remember_finished(store, outcome, checked=True)
     resolve_folder(values["thread"]["workspace"])
     model = model_factory(values["thread"]["model"], settings)
+    snapshot = loaded.snapshot
     if loaded.stored_version != SCHEMA_VERSION:
         store_migrated(graph, config, loaded)
+        snapshot = None  # written since it was loaded
     return _Start(model, None, values["thread"]["max_attempts"],
-                  values["thread"]["keep_checkpoints"])
+                  values["thread"]["keep_checkpoints"], snapshot)

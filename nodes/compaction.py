@@ -50,21 +50,28 @@ class _Sizes:
 
     def __init__(self, messages: Sequence[dict[str, Any]]) -> None:
         self.lengths = [self.length(m) for m in messages]
+        self.total = sum(self.lengths)
 
     @staticmethod
     def length(message: dict[str, Any]) -> int:
         return len(json.dumps(message, ensure_ascii=False))
 
+    def update(self, index: int, message: dict[str, Any]) -> None:
+        """Message `index` was replaced by `message`."""
+        new = self.length(message)
+        self.total += new - self.lengths[index]
+        self.lengths[index] = new
+
     def tokens(self, skip: set[int] | frozenset[int] = frozenset(), extra: int = 0) -> int:
         """`estimate_tokens` of the list without the `skip` indexes, plus `extra` items.
 
         Args:
-            skip: Indexes left out.
+            skip: Indexes left out (each an index of the list).
             extra: Lengths of items added (each one more item in the list).
         """
-        kept = [n for i, n in enumerate(self.lengths) if i not in skip]
-        count = len(kept) + (1 if extra else 0)
-        chars = 2 + sum(kept) + extra + (2 * (count - 1) if count else 0)
+        count = len(self.lengths) - len(skip) + (1 if extra else 0)
+        kept = self.total - sum(self.lengths[i] for i in skip)
+        chars = 2 + kept + extra + (2 * (count - 1) if count else 0)
         return chars // CHARS_PER_TOKEN + 1
 
 
@@ -144,14 +151,14 @@ def compact(messages: Sequence[dict[str, Any]], limit_tokens: int,
             msg = out[index]
             if msg["role"] == "tool" and not str(msg["content"]).startswith(STUB_PREFIX):
                 out[index] = stub(msg, calls.get(index))
-                sizes.lengths[index] = sizes.length(out[index])
+                sizes.update(index, out[index])
         if sizes.tokens() <= budget:
             return out
     for unit in units[:-1]:  # 2. shorten old assistant text
         msg = out[unit[0]]
         if msg["role"] == "assistant" and len(msg.get("content") or "") > _ASSISTANT_KEEP_CHARS:
             out[unit[0]] = {**msg, "content": msg["content"][:_ASSISTANT_KEEP_CHARS] + " …"}
-            sizes.lengths[unit[0]] = sizes.length(out[unit[0]])
+            sizes.update(unit[0], out[unit[0]])
         if sizes.tokens() <= budget:
             return out
     index_at = 1 if len(out) > 1 and _is_index(out[1]) else None
@@ -216,3 +223,39 @@ def _with_index(messages: list[dict[str, Any]], entries: list[str]) -> list[dict
 def fits(messages: Sequence[dict[str, Any]], limit_tokens: int, overhead_tokens: int = 0) -> bool:
     """True when `messages` fit the limit (after `compact`, nothing more can be removed)."""
     return estimate_tokens(list(messages)) <= limit_tokens - overhead_tokens
+
+
+def edit_script(stored: Sequence[dict[str, Any]], compacted: Sequence[dict[str, Any]]
+                ) -> list[Any]:
+    """Pieces that rebuild `compacted` from `stored` (`nodes.state.EDIT`), mostly slices.
+
+    Compaction keeps messages in order, replaces some and drops others, so a message of
+    `compacted` equal to a later message of `stored` becomes part of a `[start, stop]`
+    slice, and any other is a piece of its own. Applying the pieces to `stored` gives
+    a list equal to `compacted`, message by message (the caller checks it).
+    """
+    where: dict[tuple[Any, Any], list[int]] = {}
+    for index, msg in enumerate(stored):
+        where.setdefault(_key(msg), []).append(index)
+    pieces: list[Any] = []
+    after = 0  # the stored messages before this index are behind us
+    for msg in compacted:
+        found = next((i for i in where.get(_key(msg), ()) if i >= after and stored[i] == msg),
+                     None)
+        if found is None:
+            pieces.append(msg)
+            continue
+        index = found
+        last = pieces[-1] if pieces else None
+        if isinstance(last, list) and last[1] == index:
+            last[1] = index + 1
+        else:
+            pieces.append([index, index + 1])
+        after = index + 1
+    return pieces
+
+
+def _key(msg: dict[str, Any]) -> tuple[Any, Any]:
+    """A hashable summary of a message that equal messages share."""
+    content = msg.get("content")
+    return msg.get("role"), content if isinstance(content, str) else None

@@ -14,10 +14,20 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
+from nodes.compaction import edit_script
 from nodes.context import StepContext
 from nodes.errors import ModelRequestError, RequestErrorCode
 from nodes.replies import check_reply, read_usage
-from nodes.state import REPLACE, Progress, ThreadState, ThreadUpdate, Usage
+from nodes.state import (
+    EDIT,
+    REPLACE,
+    Message,
+    Progress,
+    ThreadState,
+    ThreadUpdate,
+    Usage,
+    append_messages,
+)
 
 
 def _check_new_call_ids(message: Mapping[str, Any], stored: Sequence[Mapping[str, Any]]) -> None:
@@ -65,6 +75,21 @@ def _refused(ctx: StepContext, attempt: int, exc: ModelRequestError, usage: Mapp
     return {"progress": update}
 
 
+def _stored_messages(stored: list[Message], compacted: list[Message], message: Message) -> Any:
+    """The `messages` update that stores the compacted conversation and the reply.
+
+    The stored state stays bounded as the task grows. Only what changed is written:
+    the reply alone when nothing was compacted, else an `EDIT` of the stored list
+    (`REPLACE` of the whole list, should the edit not rebuild it exactly).
+    """
+    if compacted == stored:
+        return [message]
+    pieces = edit_script(stored, compacted)
+    if append_messages(stored, {EDIT: pieces}) != compacted:
+        return {REPLACE: [*compacted, message]}
+    return {EDIT: [*pieces, message]}
+
+
 def reason_node(state: ThreadState, runtime: Runtime[StepContext]) -> ThreadUpdate:
     """Claims the counted attempt, sends one request, and records what came back.
 
@@ -102,9 +127,7 @@ def reason_node(state: ThreadState, runtime: Runtime[StepContext]) -> ThreadUpda
         _check_new_call_ids(message, state["messages"])
     except ModelRequestError as exc:
         return _refused(ctx, attempt, exc, usage or exc.usage, progress, spent)
-    # Store the compacted conversation, so stored state stays bounded as the task grows.
-    compacted = request.compacted
-    stored = [message] if compacted == list(state["messages"]) else {REPLACE: [*compacted, message]}
+    stored = _stored_messages(state["messages"], request.compacted, message)
     done = Progress(usage=_add_usage(progress.get("usage") or {}, reply.usage))
     if message.get("tool_calls"):
         done.update(Progress(outcome="tool_calls", last_error=None, **spent))

@@ -50,6 +50,12 @@ Message = dict[str, Any]
 REPLACE = "__replace__"
 """A `messages` update `{REPLACE: [...]}` replaces the stored list (compaction)."""
 
+EDIT = "__edit__"
+"""A `messages` update `{EDIT: [piece, ...]}` rebuilds the stored list from pieces:
+`[start, stop]` keeps that slice of the stored list, a message is put in as it is.
+The reason node stores compaction this way, so a step stores only what changed, not
+the whole conversation a second time beside its checkpoint."""
+
 
 class ThreadInfo(TypedDict):
     """Identity, fixed when the thread is created (INVARIANTS I7)."""
@@ -114,12 +120,32 @@ class Progress(TypedDict, total=False):
 def append_messages(left: list[Message], right: Any) -> list[Message]:
     """Reducer for `messages`: appends new wire messages, keeping order and ids.
 
-    An update `{REPLACE: [...]}` replaces the whole list instead: the reason node
+    An update `{REPLACE: [...]}` replaces the whole list instead, and `{EDIT: [...]}`
+    rebuilds it from slices of the stored list and new messages: the reason node
     stores the compacted conversation so stored state stays bounded.
+
+    Raises:
+        ValueError: An `EDIT` piece names a slice the stored list does not have.
     """
     if isinstance(right, dict) and set(right) == {REPLACE}:
         return list(right[REPLACE])
+    if isinstance(right, dict) and set(right) == {EDIT}:
+        return _edited(left, right[EDIT])
     return [*left, *right]
+
+
+def _edited(left: list[Message], pieces: list[Any]) -> list[Message]:
+    """`left` rebuilt from `pieces` (see `EDIT`)."""
+    out: list[Message] = []
+    for piece in pieces:
+        if isinstance(piece, list):
+            start, stop = piece if len(piece) == 2 else (None, None)
+            if not (type(start) is int and type(stop) is int and 0 <= start < stop <= len(left)):
+                raise ValueError(f"an edit keeps messages {piece!r} of {len(left)}")
+            out.extend(left[start:stop])
+        else:
+            out.append(piece)
+    return out
 
 
 def merge_progress(left: Progress, right: Progress) -> Progress:
@@ -141,7 +167,7 @@ class ThreadState(TypedDict):
 class ThreadUpdate(TypedDict, total=False):
     """What a node returns: only the channels it changes."""
 
-    messages: list[Message] | dict[str, list[Message]]
-    """Messages to append, or `{REPLACE: [...]}` to replace the stored list."""
+    messages: list[Message] | dict[str, list[Any]]
+    """Messages to append, `{REPLACE: [...]}` to replace the stored list, or `{EDIT: [...]}`."""
     progress: Progress
     """Progress keys to change (see `merge_progress`)."""

@@ -27,8 +27,10 @@ WRITE_KILL_POINTS = ("before_write", "after_write", "after_mark")
 place but not marked applied; marked applied but the interrupt not yet resumed."""
 
 TRIM_KILL_POINTS = ("mid_trim",)
-"""Inside the transaction that trims a thread's window, after its checkpoints (or, after
-LangGraph's own `prune`, their digests) were deleted but before the commit."""
+"""Inside the first transaction after the claim that trims a thread's window, after its
+checkpoints (or, after LangGraph's own `prune`, their digests) were deleted but before the
+commit: on SQLite the reason checkpoint's own transaction, on PostgreSQL the trim after
+the step."""
 
 PRELOAD = ["graph.run", "graph.step", "graph.approvals", "graph.storage", "graph.sqlite_store",
            "graph.postgres_store", "nodes.mandapi", "langgraph.checkpoint.sqlite",
@@ -53,10 +55,14 @@ def _patch(kill_at: str) -> None:
             _die()
         return entry
 
+    claimed: list[bool] = []
+
     def patched_claim(self: Any, thread_id: str, attempt: int, charge: Any = None) -> bool:
         ok = claim(self, thread_id, attempt, charge)
         if ok and kill_at == "after_claim":
             _die()
+        if ok:
+            claimed.append(True)
         return ok
 
     def patched_complete(self: Any, messages: Any, tools: Any) -> Any:
@@ -94,8 +100,8 @@ def _patch(kill_at: str) -> None:
 
     def patched_execute(sql: Any, statement: str, params: Any) -> int:
         count = execute(sql, statement, params)
-        if kill_at == "mid_trim" and statement.startswith(("DELETE FROM checkpoints ",
-                                                           "DELETE FROM checkpoint_digests ")):
+        if kill_at == "mid_trim" and claimed and statement.startswith((
+                "DELETE FROM checkpoints ", "DELETE FROM checkpoint_digests ")):
             _die()
         return count
 

@@ -239,6 +239,11 @@ def test_a_sigkill_during_the_trim_leaves_a_loadable_thread_whose_budget_holds(
         backend, forkserver, tmp_path: Path, keep: str) -> None:
     argv = ["--thread", "t", "--task", TASK, "--once", "--keep-checkpoints", keep,
             "--db", backend.db, "--json"]
+    # On SQLite the trim runs in the reason checkpoint's own transaction, so the kill
+    # loses that checkpoint with the trim: its attempt is spent and the rerun counts
+    # another (the demo model asks for its tool again). On PostgreSQL the trim follows
+    # the stored step, and the kill loses nothing.
+    lost = 1 if backend.name == "sqlite" else 0
     for round_ in range(2):
         proc = forkserver.Process(target=child_main, args=(
             argv, "mid_trim", subprocess_env(), str(tmp_path), str(tmp_path / f"out{round_}")))
@@ -247,7 +252,10 @@ def test_a_sigkill_during_the_trim_leaves_a_loadable_thread_whose_budget_holds(
         assert proc.exitcode == -signal.SIGKILL
         assert backend.ledger_row("t") == (round_ + 1, round_ + 1, 4)
         assert verify(backend.db) == []
+        if lost:
+            assert len(stored(backend, "t")["checkpoints"]) <= int(keep)
         argv = argv[:2] + argv[4:5] + argv[7:]  # resume: --thread t --once --db ... --json
-    out = run_cli(["--thread", "t", "--once", "--db", backend.db])
-    assert (out["status"], out["attempts"]) == ("done", 2)  # never a fresh budget
+    out = run_cli(["--thread", "t", "--db", backend.db])
+    assert (out["status"], out["attempts"]) == ("done", 2 + 2 * lost)  # never a fresh budget
+    assert backend.ledger_row("t") == (2 + 2 * lost, 2 + 2 * lost, 4)
     assert_window(backend, "t", int(keep))

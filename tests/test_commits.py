@@ -81,7 +81,7 @@ def test_a_step_commits_at_most_four_times_on_sqlite(tmp_path: Path,
         counter = CommitCounter(store, db, monkeypatch)
         # A maximum above the steps measured: the step that ends a thread also writes its
         # summary for the quick answer (graph.finished), one commit more, checked below.
-        # `all`: no window trim either (a trimming step's extra commit is measured below).
+        # `all`: no window trim either (a trimming step is measured below).
         _step(store, model, task="How long does shipping take?", max_attempts=5, keep="all")
         per_step = []
         for _ in range(3):
@@ -142,8 +142,8 @@ def test_writes_wait_for_their_checkpoint_unless_it_is_already_saved(tmp_path: P
     assert committed_writes("at_close") == 1
 
 
-def test_a_step_that_trims_the_window_costs_one_commit_more(tmp_path: Path,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_step_that_trims_the_window_costs_no_commit_more(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     db = tmp_path / "c.sqlite"
     model = NeverFinishes()
     with open_store(str(db), create=True) as store:
@@ -157,4 +157,18 @@ def test_a_step_that_trims_the_window_costs_one_commit_more(tmp_path: Path,
             per_step.append(counter.total() - before)
         kept = store.sql.value("SELECT COUNT(*) FROM checkpoints WHERE thread_id = 't1'")
     assert kept == 1
-    assert all(0 < n <= COMMITS_PER_STEP + 1 for n in per_step), per_step  # + the trim's own
+    # Each checkpoint's own transaction deletes the one that falls out of the window.
+    assert all(0 < n <= COMMITS_PER_STEP for n in per_step), per_step
+
+
+def test_a_new_thread_commits_its_ledger_row_with_its_input(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "c.sqlite"
+    with open_store(str(db), create=True) as store:
+        store.sql.run("PRAGMA wal_autocheckpoint = 0")
+        counter = CommitCounter(store, db, monkeypatch)
+        before = counter.total()
+        _step(store, NeverFinishes(), task="How long does shipping take?", keep="all")
+        first = counter.total() - before
+    # The input with the new ledger row, __start__'s checkpoint, budget, the claim, reason.
+    assert 0 < first <= 1 + COMMITS_PER_STEP, first
