@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar, cast
 
 from graph.errors import RunError
 from graph.spec import Source, setting_name
@@ -134,9 +134,14 @@ class DatabaseBase:
         Invoking it needs a runtime context holding this database's ledger
         (`invocation`): every request is still counted before it is sent and refused
         at the thread's maximum, whatever checkpoint it starts from (forks, replays,
-        `update_state`).
+        `update_state`). An invocation without a context, or with another thread's, is
+        refused before anything is written (`graph.api_graph`): `UsageError`, or
+        `RefusedError` `identity_mismatch`.
         """
-        return self.store.graph
+        from graph.api_graph import CheckedGraph
+
+        return cast("CompiledStateGraph[Any, Any, Any, Any]",
+                    CheckedGraph(self.store.graph, self.store.location))
 
     def _call(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         with self._lock, known_errors():

@@ -88,6 +88,29 @@ class SqlAttemptLog(SqlTable):
         check_row("attempt_log", (value,), {"attempt": lambda v: is_int(v, 1)})
         return int(value)
 
+    def used_tokens(self, thread_id: str) -> int:
+        """The sum of `usage.total_tokens` over the thread's `reason` rows; 0 when none.
+
+        One aggregate, read before each attempt (`nodes.budget`): the token cap is checked
+        against this durable total, which a fork from an older checkpoint cannot lower.
+        Returns 0 for a database written before the log existed.
+
+        Raises:
+            RefusedError: `damaged` when the sum is not a non-negative integer.
+        """
+        number = self._db.json_number.format(column="payload", path="usage.total_tokens",
+                                             path_pg="usage,total_tokens")
+        with text_refused("attempt_log"):
+            found = self._rows_if_table(
+                LOG, f"SELECT sum({number}) FROM attempt_log WHERE thread_id = ? AND kind = 'reason'",
+                (thread_id,))
+        value = found[0][0] if found else None
+        if value is None:
+            return 0
+        if value != int(value) or value < 0:
+            raise damaged("attempt_log", "the recorded token usage is not a whole number")
+        return int(value)
+
     def rows(self, thread_id: str) -> list[dict[str, Any]]:
         """The thread's rows, oldest first: `attempt`, `kind`, `payload` (dict), `created_at`.
 

@@ -12,12 +12,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from graph.api_graph import refusal
 from graph.approvals import pending_review
 from graph.errors import RefusedError
 from graph.exitcodes import ErrorCode
 from graph.outcome import Outcome
 from graph.repair import repair_routing, unrouted_output
 from nodes.context import AttemptLedger, LedgerEntry, StepContext
+from nodes.errors import InvocationRefusedError
 from nodes.pairing import UnsafeHistoryError
 from nodes.review import needs_review
 from nodes.state import FINAL_STATUSES
@@ -137,6 +139,8 @@ def _invoke_once(graph: Any, config: dict[str, Any], store: Store, ctx: StepCont
         raise RefusedError(f"the conversation cannot be sent: {exc}",
                            error_code=ErrorCode.DAMAGED, location=store.location,
                            thread_id=ctx.thread_id) from None
+    except InvocationRefusedError as exc:  # never for a step's own context; kept as a RunError
+        raise refusal(exc, store.location) from None
     except Exception as exc:
         if unrouted_output(graph.get_state(config)) is None:
             raise

@@ -64,6 +64,9 @@ class Sql(ABC):
     """
 
     placeholder: ClassVar[str]
+    json_number: ClassVar[str]
+    """An expression template reading a number at `{path}` (`a.b`) / `{path_pg}` (`a,b`) of
+    the JSON text in `{column}` (SQLite `json_extract`, PostgreSQL `jsonb`)."""
     _exists_sql: ClassVar[str]
     """A query whose one value says whether the table named by its parameter exists."""
 
@@ -138,6 +141,7 @@ class SqliteSql(Sql):
     """
 
     placeholder = "?"
+    json_number = "json_extract({column}, '$.{path}')"
     _exists_sql = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
 
     def __init__(self, conn: sqlite3.Connection) -> None:
@@ -229,6 +233,7 @@ class PostgresSql(Sql):
     """A psycopg connection with `autocommit=True` and tuple rows."""
 
     placeholder = "%s"
+    json_number = "({column}::jsonb #>> '{{{path_pg}}}')::numeric"
     _exists_sql = "SELECT to_regclass(?) IS NOT NULL"
 
     def __init__(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:

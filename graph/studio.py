@@ -204,6 +204,11 @@ class StudioLog:
         with self._context.store() as store:
             store.log.record(thread_id, attempt, kind, payload)
 
+    def used_tokens(self, thread_id: str) -> int:
+        """`SqlAttemptLog.used_tokens`."""
+        with self._context.store() as store:
+            return store.log.used_tokens(thread_id)
+
 
 def _binding(node: Callable[..., Any]
              ) -> Callable[[ThreadState, Runtime[StudioContext], RunnableConfig], Any]:

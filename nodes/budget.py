@@ -8,9 +8,12 @@ display; the ledger decides (INVARIANTS I1, I2).
 
 from __future__ import annotations
 
+from typing import Any
+
 from langgraph.runtime import Runtime
 
-from nodes.context import StepContext
+from nodes.context import NodeContext, StepContext
+from nodes.errors import InvocationErrorCode, InvocationRefusedError
 from nodes.pairing import not_executed_results
 from nodes.state import Progress, ThreadState, ThreadUpdate
 
@@ -34,16 +37,23 @@ def budget_node(state: ThreadState, runtime: Runtime[StepContext]) -> ThreadUpda
         Running out of budget is a normal route to END, not an exception. A
         `cancelled` thread gets no update and routes to END without counting.
 
+    The token cap is checked against the larger of the state's total and the total the
+    attempt log recorded for the thread (`AttemptLog.used_tokens`): a fork from an older
+    checkpoint lowers the first, never the second.
+
     Raises:
+        InvocationRefusedError: No runtime context, or the invoked thread (the run's
+            `configurable.thread_id`) is not the context's thread: nothing counted.
         UnsafeHistoryError: The stored history breaks the pairing rules (nothing counted).
     """
+    ctx = check_invocation(runtime.context)
     progress, thread = state["progress"], state["thread"]
     if progress["status"] == "cancelled":
         return {}  # a cancelled thread never counts or sends again
     max_tokens = thread.get("max_tokens")
-    if max_tokens is not None and progress["usage"]["total_tokens"] >= max_tokens:
+    if max_tokens is not None and max(progress["usage"]["total_tokens"],
+                                      ctx.log.used_tokens(ctx.thread_id)) >= max_tokens:
         return {"progress": {"status": "exhausted", "stop_reason": "token_cap", "outcome": None}}
-    ctx = runtime.context
     repairs = not_executed_results(state["messages"])
     if not ctx.prepared.prepare(thread, [*state["messages"], *repairs]).fits():
         return {"progress": {"status": "exhausted", "stop_reason": "context_limit", "outcome": None}}
@@ -53,3 +63,37 @@ def budget_node(state: ThreadState, runtime: Runtime[StepContext]) -> ThreadUpda
     else:
         counted = Progress(status="ready", attempts=entry.attempts, outcome=None)
     return {"messages": repairs, "progress": counted} if repairs else {"progress": counted}
+
+
+def check_invocation(ctx: NodeContext | None) -> NodeContext:
+    """The runtime context, checked against the thread the running invocation advances.
+
+    The ledger and log a context carries are its thread's (`ctx.thread_id`); invoking
+    another thread with it would charge one thread's attempts to the other.
+
+    Raises:
+        InvocationRefusedError: `usage` without a context; `identity_mismatch` when the
+            run's `configurable.thread_id` is not `ctx.thread_id`. Called outside a
+            LangGraph run (unit tests), only the context is checked.
+    """
+    if ctx is None:
+        raise InvocationRefusedError(
+            InvocationErrorCode.USAGE, "invoke the graph with context=: the runtime context "
+            "of Database.invocation(thread_id) (its ledger counts each attempt)")
+    invoked = _invoked_thread()
+    if invoked is not None and invoked != ctx.thread_id:
+        raise InvocationRefusedError(
+            InvocationErrorCode.IDENTITY_MISMATCH,
+            f"the context is thread {ctx.thread_id!r}'s, not this thread's; use "
+            "Database.invocation() of the thread you invoke", thread_id=str(invoked))
+    return ctx
+
+
+def _invoked_thread() -> Any:
+    from langgraph.config import get_config
+
+    try:
+        config = get_config()
+    except RuntimeError:  # not inside a LangGraph run
+        return None
+    return (config.get("configurable") or {}).get("thread_id")

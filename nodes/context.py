@@ -86,12 +86,23 @@ class AttemptLog(Protocol):
         """Appends one row: `kind` is `reason` (an attempt's outcome) or `tool` (a tool result)."""
         ...
 
+    def used_tokens(self, thread_id: str) -> int:
+        """The tokens the thread's recorded attempts used (`usage.total_tokens` summed).
+
+        Durable: a fork from an older checkpoint lowers the state's total, never this.
+        """
+        ...
+
 
 class NoAttemptLog:
     """An attempt log that keeps nothing (for graphs run without a database log)."""
 
     def record(self, thread_id: str, attempt: int, kind: str, payload: dict[str, Any]) -> None:
         """Does nothing."""
+
+    def used_tokens(self, thread_id: str) -> int:
+        """0: nothing is kept."""
+        return 0
 
 
 @dataclass(frozen=True)

@@ -57,3 +57,32 @@ class ModelRequestError(Exception):
         self.message = message
         self.usage = dict(usage) if usage is not None else None
         self.stop_reason = stop_reason
+
+
+class InvocationErrorCode(StrEnum):
+    """Why the budget node refused an invocation; each value is also a `graph.exitcodes.ErrorCode`.
+
+    `tests/test_error_contract.py` checks that every value is in the project-wide enum.
+    """
+
+    IDENTITY_MISMATCH = "identity_mismatch"
+    """The invoked thread (`configurable.thread_id`) is not the context's thread."""
+    USAGE = "usage"
+    """The graph was invoked without a runtime context (`Database.invocation`)."""
+
+
+class InvocationRefusedError(Exception):
+    """The budget node refused the invocation before counting or sending anything.
+
+    Attributes:
+        error_code: `identity_mismatch` or `usage` (`InvocationErrorCode`).
+        message: One line for people.
+        thread_id: The thread the invocation's config names, or None.
+    """
+
+    def __init__(self, error_code: InvocationErrorCode, message: str, *,
+                 thread_id: str | None = None) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+        self.message = message
+        self.thread_id = thread_id

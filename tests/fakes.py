@@ -80,6 +80,10 @@ class RecordingLog:
     def record(self, thread_id: str, attempt: int, kind: str, payload: dict[str, Any]) -> None:
         self.rows.append((thread_id, attempt, kind, json.loads(json.dumps(payload))))
 
+    def used_tokens(self, thread_id: str) -> int:
+        return sum(int((p.get("usage") or {}).get("total_tokens", 0))
+                   for t, _, kind, p in self.rows if t == thread_id and kind == "reason")
+
 
 def timeout_error() -> ModelRequestError:
     return ModelRequestError(RequestErrorCode.TIMEOUT, "request to http://fake/chat/completions timed out")

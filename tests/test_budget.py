@@ -82,3 +82,28 @@ def test_budget_answers_a_tool_call_a_crash_left_open_before_counting() -> None:
     (result,) = update["messages"]
     assert (result["role"], result["tool_call_id"]) == ("tool", "call_7")
     assert update["progress"]["attempts"] == 2
+
+
+def test_budget_stops_at_the_token_cap_the_log_recorded_though_the_state_says_less() -> None:
+    from tests.fakes import RecordingLog
+
+    ledger, log = _ledger(claimed=2), RecordingLog()
+    for attempt in (1, 2):  # 2 x 15 tokens recorded; a fork's state shows none of them
+        log.record("t1", attempt, "reason", {"outcome": "tool_calls", "usage": {"total_tokens": 15}})
+    state = new_state()
+    state["thread"]["max_tokens"] = 20
+    update = budget_node(state, node_runtime(ledger, log=log))
+    assert update == {"progress": {"status": "exhausted", "stop_reason": "token_cap", "outcome": None}}
+    assert ledger.read("t1") == LedgerEntry(2, 2, 4)  # nothing counted
+
+
+def test_budget_refuses_an_invocation_without_a_runtime_context() -> None:
+    from types import SimpleNamespace
+
+    import pytest
+
+    from nodes.errors import InvocationErrorCode, InvocationRefusedError
+
+    with pytest.raises(InvocationRefusedError) as refused:
+        budget_node(new_state(), SimpleNamespace(context=None))  # type: ignore[arg-type]
+    assert refused.value.error_code == InvocationErrorCode.USAGE

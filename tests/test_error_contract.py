@@ -72,6 +72,13 @@ def test_every_request_error_code_of_the_nodes_is_a_request_failure_error_code()
         assert ErrorCode(code.value).exit_code == ExitCode.REQUEST_FAILED, code
 
 
+def test_every_invocation_refusal_code_of_the_nodes_is_a_project_error_code() -> None:
+    from graph.exitcodes import ErrorCode
+    from nodes.errors import InvocationErrorCode
+
+    assert {code.value for code in InvocationErrorCode} <= {c.value for c in ErrorCode}
+
+
 def _process(module: str, *args: str, **kwargs) -> subprocess.Popen:
     return subprocess.Popen([PYTHON, "-m", module, *args], env=subprocess_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
