@@ -27,8 +27,9 @@ def stored(db: Any, thread_id: str) -> Any:
 
 
 def _first_budget(db: Any, thread_id: str) -> Any:
+    """The oldest checkpoint before budget: no request made yet (history is newest first)."""
     config = {"configurable": {"thread_id": thread_id}}
-    return next(s for s in db.graph.get_state_history(config) if s.next == ("budget",))
+    return [s for s in db.graph.get_state_history(config) if s.next == ("budget",)][-1]
 
 
 def test_a_fork_after_the_token_cap_stopped_the_thread_sends_nothing(backend: Any) -> None:
@@ -38,6 +39,7 @@ def test_a_fork_after_the_token_cap_stopped_the_thread_sends_nothing(backend: An
         assert (first.status, first.stop_reason) == ("exhausted", "token_cap")
         ledger = backend.ledger_row("t1")
         start = _first_budget(db, "t1")  # before any request: the state's total is 0
+        assert start.values["progress"]["usage"]["total_tokens"] == 0
         for _ in range(2):
             with db.invocation("t1") as context:
                 db.graph.invoke(None, start.config, context=context, durability="sync")
