@@ -62,6 +62,7 @@ def _run(parser: Parser, argv: list[str], as_json: bool) -> int:
     from graph.batch_run import Progress
     from graph.cli import resolve_db
     from graph.errors import UsageError
+    from graph.output_file import check_output_path, write_atomic
     from graph.request_cap import check_cap_id, check_max_requests
     from graph.settings import resolve_settings
     from graph.spec import check_thread_id
@@ -70,9 +71,8 @@ def _run(parser: Parser, argv: list[str], as_json: bool) -> int:
 
     if args.parent is not None:
         check_thread_id(args.parent)
-    if args.out is not None and (args.out.is_dir() or not args.out.parent.is_dir()):
-        parser.error(f"--out {args.out}: " + ("is a folder" if args.out.is_dir() else
-                                             "its folder does not exist"))
+    if args.out is not None:
+        check_output_path(args.out, "--out")
     check_max_requests(args.max_requests)
     items = read_tasks(args.tasks, args.parent, live=args.live)
     settings = resolve_settings(db=resolve_db(args.db), live=args.live, timeout_s=None,
@@ -99,17 +99,15 @@ def _run(parser: Parser, argv: list[str], as_json: bool) -> int:
         progress.close()
     parent = parent_result(args.parent, _subtasks(report.outcomes)) if args.parent else None
     if args.out:
-        tmp = args.out.with_name(args.out.name + ".tmp")
         lines = [o.to_json() for o in report.outcomes]
         if parent is not None:  # the last line: the parent's result
             lines.append(json.dumps({**parent, "thread_id": args.parent},
                                     ensure_ascii=False, sort_keys=True))
         try:
-            tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-            tmp.replace(args.out)
-        except OSError as exc:  # the batch ran: its threads' state is in the database
-            raise UsageError(f"cannot write the results ({exc.strerror or exc}); the threads' "
-                             "state is stored, see graph.history", location=str(args.out)) from None
+            write_atomic(args.out, "".join(line + "\n" for line in lines), "--out", private=False)
+        except UsageError as exc:  # the batch ran: its threads' state is in the database
+            raise UsageError(f"cannot write the results: {exc.detail}; the threads' state is "
+                             "stored, see graph.history", location=str(args.out)) from None
     _summary(report, progress, cap_id, parent, as_json)
     return int(report.exit_code)
 

@@ -21,7 +21,8 @@ paths per test and record-mode options, which a replay of a named file does not 
 
 exit codes:
   0 the recording was written
-  2 usage: a bad flag, or FILE's folder missing or not writable
+  2 usage: a bad flag; FILE's folder missing or not writable; or FILE is a folder,
+    device, FIFO, socket or symbolic link (only a regular file is replaced)
   4 the database or thread is missing or refused, or the thread cannot be replayed
     (`not_replayable`: its attempt log does not reproduce its requests)
 """
@@ -56,8 +57,10 @@ def export(db: str, thread_id: str, output: str) -> dict[str, object]:
 
     Raises:
         RefusedError: The thread is missing, refused, or `not_replayable`.
-        UsageError: An invalid environment setting, or `output` cannot be written.
+        UsageError: An invalid environment setting, or `output` cannot be written or is
+            not a regular file (`graph.output_file.check_output_path`).
     """
+    from graph.output_file import check_output_path
     from graph.replay_export import export_thread
     from graph.replay_format import META_KEY, write_recording
     from graph.settings import resolve_settings
@@ -65,6 +68,7 @@ def export(db: str, thread_id: str, output: str) -> dict[str, object]:
     from graph.storage import open_store
 
     check_thread_id(thread_id)
+    check_output_path(output, "-o")  # before reading the database: nothing is done for nothing
     uri = resolve_settings(db=db, live=False, timeout_s=None).base_url.rstrip("/") + "/chat/completions"
     with open_store(db, create=False, read_only=True) as store:
         cassette = export_thread(store, thread_id, uri)

@@ -21,8 +21,6 @@ Recordings never hold a header other than `Content-Type` (no `Authorization`).
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -168,27 +166,16 @@ def load_recording(path: str | Path) -> Recording:
     return Recording(path, requests, uris, meta)
 
 
-def write_recording(path: str | Path, cassette: dict[str, Any]) -> None:
+def write_recording(path: str | Path, cassette: dict[str, Any], flag: str = "-o") -> None:
     """Writes `cassette` to `path` atomically (temporary file, fsync, rename), mode 0600.
 
     A recording holds the conversation (private, like the checkpoint), so it is created
     readable by its owner only.
 
     Raises:
-        UsageError: The folder does not exist or cannot be written.
+        UsageError: `path` is not a regular file (`graph.output_file.check_output_path`),
+            or its folder does not exist or cannot be written.
     """
-    path = Path(path)
-    text = serialize(cassette)
-    try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from graph.output_file import write_atomic
+
+    write_atomic(path, serialize(cassette), flag, private=True)

@@ -84,17 +84,19 @@ def resolve_folder(folder: str | None, name: str = "workspace") -> str | None:
     """The absolute path of an existing folder (`--workspace`, `--allow-writes`), or None.
 
     Raises:
-        UsageError: `no_such_workspace` when the folder is missing here (exit 2,
-            nothing counted): a step reads the folder on the machine that runs it.
+        UsageError: `no_such_workspace` when the folder is missing here, or the path
+            names something that is not a folder (exit 2, nothing counted): a step reads
+            the folder on the machine that runs it.
     """
     if folder is None:
         return None
     try:
         path = Path(folder).expanduser().resolve()
-        found = path.is_dir()
+        found, exists = path.is_dir(), path.exists()
     except (OSError, ValueError, RuntimeError):  # too long, a NUL byte, a symlink loop
-        found = False
+        found = exists = False
     if not found:
-        raise UsageError(f"{name} folder {folder} does not exist on this machine",
+        raise UsageError(f"{name} {folder} exists but is not a folder"
+                         if exists else f"{name} folder {folder} does not exist on this machine",
                          error_code=ErrorCode.NO_SUCH_WORKSPACE)
     return str(path)

@@ -19,14 +19,17 @@ class VerifyReport:
     Attributes:
         problems: One line per problem (empty when intact), in the order found: the
             file-level lines first, then each thread's, by thread id.
-        threads: Thread ids checked (checkpoints, ledger rows or tombstones); 0 when the
+        threads: Live threads checked (with checkpoints or ledger rows; a pruned thread
+            whose checkpoints are gone is counted in `pruned` instead); 0 when the
             file-level check found problems (threads are then not read).
         checkpoints: Checkpoints of those threads read and checked.
+        pruned: Pruned threads remembered by their tombstone alone (checked too).
     """
 
     problems: list[str] = field(default_factory=list)
     threads: int = 0
     checkpoints: int = 0
+    pruned: int = 0
 
     @property
     def ok(self) -> bool:
@@ -60,11 +63,16 @@ def check_database(db: str, name: str = "--db") -> VerifyReport:
         return report
     with open_store(db, create=False, read_only=True, name=name) as store:
         for thread_id in store.thread_ids():
-            report.threads += 1
-            try:
-                store.tombstones.get(thread_id)  # a tombstone graph.run would refuse to read
+            tombstone = None
+            try:  # a tombstone graph.run would refuse to read is a problem
+                tombstone = store.tombstones.get(thread_id)
                 check_stored_thread(store, store.graph, thread_id)
             except RefusedError as exc:
                 report.problems.append(exc.message)
-            report.checkpoints += count(store.sql, thread_id)
+            checkpoints = count(store.sql, thread_id)
+            report.checkpoints += checkpoints
+            if tombstone is not None and not checkpoints:
+                report.pruned += 1
+            else:
+                report.threads += 1
     return report

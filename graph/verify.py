@@ -49,17 +49,19 @@ def main(argv: list[str] | None = None) -> int:
             checked = verify_database(db, source="flags")
         except RefusedError as exc:  # not a checkpoint database at all
             return report_error(exc, as_json, ok=False, problems=[exc.message], threads=0,
-                                checkpoints=0)
+                                checkpoints=0, pruned_threads=0)
         problems = checked.problems
         code = ExitCode.REFUSED if problems else ExitCode.OK
         if as_json:
             emit(json.dumps({"ok": not problems, "problems": problems,
                              "threads": checked.threads, "checkpoints": checked.checkpoints,
+                             "pruned_threads": checked.pruned,
                              "error": problems[0] if problems else None,
                              "error_code": ErrorCode.DAMAGED if problems else None,
                              "exit_code": int(code)}, ensure_ascii=False))
             return int(code)
-        counted = f"{checked.threads} thread(s) and {checked.checkpoints} checkpoint(s)"
+        counted = f"{checked.threads} thread(s) and {checked.checkpoints} checkpoint(s)" + (
+            f"; {checked.pruned} pruned thread(s) remembered" if checked.pruned else "")
         if not problems:
             emit(f"ok: checked {counted}; every thread reads back intact")
             return int(code)
@@ -68,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"checked); the first: {problems[0]}"), sys.stderr)
         return int(code)
 
-    return guard(body, as_json, ok=False, problems=[], threads=0, checkpoints=0)
+    return guard(body, as_json, ok=False, problems=[], threads=0, checkpoints=0,
+                 pruned_threads=0)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -413,3 +413,15 @@ def test_folder_in_place_of_the_database_is_a_usage_error_not_damage(
     assert "is a folder" in out["error"] and str(db) in out["error"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoints.sqlite"]
     assert not any(db.iterdir())
+
+
+def test_a_workspace_that_is_a_file_is_called_not_a_folder(tmp_path: Path) -> None:
+    from graph.errors import UsageError
+    from graph.value_checks import resolve_folder
+
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(UsageError) as refused:
+        resolve_folder(str(tmp_path / "notes.txt"), "--workspace")
+    assert refused.value.error_code == "no_such_workspace"
+    assert "exists but is not a folder" in refused.value.message
+    assert "does not exist" not in refused.value.message

@@ -42,3 +42,19 @@ def test_the_readme_replay_example_runs_as_shown(tmp_path: Path) -> None:
     assert ("thread ship_1: 2 exchange(s) written to tests/recordings/ship_1.json (status done)"
             in "".join(outputs))
     assert "1 passed" in outputs[-1]
+
+
+def test_the_readme_replay_install_brings_pytest_which_it_then_runs() -> None:
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    commands = readme_block("ci:replay-example").splitlines()
+    extras = re.search(r"\[([\w,]+)\]", commands[0])
+    assert extras, "the example installs the package with an extra"
+    optional = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    installed = {Requirement(req).name for extra in extras.group(1).split(",")
+                 for req in optional[extra]}
+    assert any("python -m pytest" in command for command in commands)
+    assert {"pytest", "vcrpy"} <= installed

@@ -44,3 +44,22 @@ def test_verify_finds_a_damaged_page_that_steps_never_read(sqlite_db) -> None:
     assert run_cli(["--thread", "a", "--db", str(sqlite_db)])["status"] == "done"
     problems = verify(str(sqlite_db))
     assert problems and "integrity_check" in problems[0]
+
+
+def test_verify_counts_live_threads_and_pruned_tombstones_apart(backend, capsys) -> None:
+    import json
+
+    from graph.prune import main as prune_main
+
+    for thread in ("old1", "old2"):
+        run_cli(["--thread", thread, "--task", TASK, "--db", backend.db])
+    assert prune_main(["--db", backend.db, "--completed", "0s"]) == 0
+    run_cli(["--thread", "live1", "--task", TASK, "--once", "--db", backend.db])
+    capsys.readouterr()
+    assert main(["--db", backend.db, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["threads"], data["pruned_threads"]) == (1, 2)
+    assert main(["--db", backend.db]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("ok: checked 1 thread(s) and ")
+    assert "; 2 pruned thread(s) remembered; every thread reads back intact" in out
