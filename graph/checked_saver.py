@@ -228,11 +228,12 @@ def sqlite_saver(sql: SqliteSql, digests: SqlDigests) -> SqliteSaver:
     superstep reaches the file in one commit, with the attempt-log row or count its
     node kept back, and a digest never commits apart from what it covers. Writes with
     no `put` after them (a node that raised, an `interrupt()`) are committed after
-    each graph call (`graph.invocation`) and when the store closes; writes that a
-    background thread saves after their superstep's `put` (LangGraph waits only for
-    the `put`) commit at once. LangGraph's own write statements run in a transaction
-    block too, and its lock is the connection's. A thread with a window in `windows` is
-    trimmed inside each `put`'s and late write's transaction (`graph.checkpoint_window`).
+    each graph call (`graph.invocation`) and when the store closes; so are writes that a
+    background thread saves after their superstep's `put` (LangGraph waits only for the
+    `put`), which a resume never needs: the checkpoint after them holds their effect.
+    LangGraph's own write statements run in a transaction block too, and its lock is the
+    connection's. A thread with a window in `windows` is trimmed inside each `put`'s
+    transaction, and with late writes (`graph.checkpoint_window`).
 
     Args:
         sql: The store's connection, shared by the saver and our tables.
@@ -257,8 +258,8 @@ def sqlite_saver(sql: SqliteSql, digests: SqlDigests) -> SqliteSaver:
         def _writes_block(self, config: RunnableConfig) -> Iterator[None]:
             with sql.lock:
                 late = self.saved_after.get(_slot(config)) == config["configurable"].get(
-                    "checkpoint_id")  # its superstep's checkpoint is saved: commit now
-                with sql.transaction() if late else sql.deferred():
+                    "checkpoint_id")  # its superstep's checkpoint is saved already
+                with sql.deferred():
                     yield
                     if late:  # no later put trims them: here
                         self._keep_window(config)

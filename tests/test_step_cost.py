@@ -95,6 +95,7 @@ def test_writes_saved_late_for_a_checkpoint_out_of_the_window_go_with_it(tmp_pat
         # LangGraph saves a task's writes on a background thread and waits only for the
         # next checkpoint's put: these arrive for a checkpoint the put already trimmed.
         store.checkpointer.put_writes(latest.parent_config, [("progress", {})], "late")
+        store.commit()  # as after every graph call
         with closing(sqlite3.connect(db)) as conn:
             ids = {r[0] for r in conn.execute("SELECT checkpoint_id FROM checkpoints")}
             written = {r[0] for r in conn.execute("SELECT checkpoint_id FROM writes")}
