@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from collections.abc import Sequence
-from functools import cache
 from typing import Any
 
 _WORD = re.compile(r"[^\W_]+")
@@ -33,11 +33,21 @@ STOPWORDS = frozenset(
 """Question words that say nothing about the subject (lowercase, before stemming)."""
 
 
-@cache
-def _stemmer() -> Any:
-    import snowballstemmer  # here: only a process that ranks pays for it
+_LOCAL = threading.local()
 
-    return snowballstemmer.stemmer("english")
+
+def _stemmer() -> Any:
+    """This thread's own Snowball stemmer.
+
+    A stemmer keeps state while it works: one shared by queue-worker slots or
+    `asyncio.to_thread` calls returned wrong stems or raised IndexError.
+    """
+    stemmer = getattr(_LOCAL, "stemmer", None)
+    if stemmer is None:
+        import snowballstemmer  # here: only a process that ranks pays for it
+
+        stemmer = _LOCAL.stemmer = snowballstemmer.stemmer("english")
+    return stemmer
 
 
 def words(text: str) -> list[str]:
