@@ -233,7 +233,7 @@ def sqlite_saver(sql: SqliteSql, digests: SqlDigests) -> SqliteSaver:
     `put`), which a resume never needs: the checkpoint after them holds their effect.
     LangGraph's own write statements run in a transaction block too, and its lock is the
     connection's. A thread with a window in `windows` is trimmed inside each `put`'s
-    transaction, and with late writes (`graph.checkpoint_window`).
+    transaction, and with late writes (`graph.checkpoint_window`; `Store.keep_window`).
 
     Args:
         sql: The store's connection, shared by the saver and our tables.
@@ -276,8 +276,7 @@ def sqlite_saver(sql: SqliteSql, digests: SqlDigests) -> SqliteSaver:
                 yield cur
 
     saver = CheckedSqliteSaver(sql.conn, serde=make_serde())
-    saver.lock, saver.digests, saver.saved_after = sql.lock, digests, {}  # type: ignore[assignment]
-    saver.windows = {}  # filled by `Store.keep_window`
+    saver.lock, saver.digests, saver.saved_after, saver.windows = sql.lock, digests, {}, {}  # type: ignore[assignment]
     return saver
 
 
