@@ -21,6 +21,7 @@ from typing import Any, NoReturn, TextIO
 
 from graph.errors import DatabaseLostError, RunError, SignalledError, UsageError, error_line
 from graph.exitcodes import ErrorCode
+from graph.terminal_text import escape_controls
 
 PROGRAM = "mandapi-resume"
 """The distribution's name, its console script's name and the first word of `--version`."""
@@ -148,13 +149,16 @@ def resolve_db(flag: str | None, name: str = "--db") -> str:
 def emit(text: str, stream: TextIO | None = None) -> None:
     """Prints `text` and flushes; a closed pipe silences the stream instead of failing.
 
+    Control characters are written as escapes (`graph.terminal_text`): text from a
+    reply or a database never drives the reader's terminal.
+
     After a `BrokenPipeError` the stream's descriptor is pointed at /dev/null (what
     CPython's documentation recommends), so later output and the interpreter's final
     flush are discarded quietly and the command keeps its own exit code.
     """
     stream = stream or sys.stdout
     try:
-        stream.write(text + "\n")
+        stream.write(escape_controls(text) + "\n")
         stream.flush()
     except BrokenPipeError:
         silence(stream)

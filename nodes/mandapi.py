@@ -17,6 +17,7 @@ import httpx
 from nodes.context import ModelReply
 from nodes.errors import ModelRequestError, RequestErrorCode
 from nodes.mandapi_defaults import DEFAULT_BASE_URL
+from nodes.redaction import redact_value
 from nodes.replies import MAX_REPLY_BYTES, parse_reply
 from nodes.server_errors import MAX_ERROR_BODY_BYTES, http_error
 
@@ -53,6 +54,9 @@ class MandApiModel:
                 with the server's message; `stop_reason` set when no rerun can fix it:
                 `nodes.server_errors`) or `bad_response` (a body that is not JSON,
                 larger than `MAX_REPLY_BYTES`, or fails `parse_reply`). Never retried here.
+
+        The API key never comes back in the reply: every string of the answer is passed
+        through `nodes.redaction.redact_value` before it is checked (INVARIANTS I9).
         """
         body = {"model": self.model_id, "messages": messages, "tools": tools}
         try:
@@ -72,7 +76,8 @@ class MandApiModel:
                 RequestErrorCode.CONNECTION, f"request to {self.url} failed ({type(exc).__name__})"
             ) from None
         try:
-            payload = json.loads(data)
+            # The key is removed from every string before anything is kept (I9).
+            payload = redact_value(json.loads(data), (self._api_key,))
         except (ValueError, RecursionError):  # not JSON, not UTF-8, too deep, huge numbers
             raise ModelRequestError(
                 RequestErrorCode.BAD_RESPONSE, f"{self.url} answered with a body that is not JSON"

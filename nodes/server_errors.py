@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from nodes.errors import ModelRequestError, RequestErrorCode, StopReason
+from nodes.redaction import redact
 
 MAX_ERROR_BODY_BYTES = 16 * 1024
 """Most bytes of an error answer read for its message; the rest is never read."""
@@ -61,9 +62,7 @@ def sanitize(text: str, secrets: Sequence[str] = ()) -> str:
     key).
     """
     text = "".join(" " if unicodedata.category(c).startswith(("C", "Z")) else c for c in text)
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
+    text = redact(text, secrets, "***")
     words = text.split()
     for secret in secrets:
         windows = {secret[i:i + _KEY_WINDOW] for i in range(len(secret) - _KEY_WINDOW + 1)}

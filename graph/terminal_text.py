@@ -1,0 +1,25 @@
+r"""Text for a terminal: stored or model-written characters never act as terminal controls.
+
+A reply, a tool's observation or a server's message can hold `ESC[2J` (clear the
+screen), an OSC 52 sequence (set the clipboard), `\r` or a C1 control such as U+009B
+(the one-byte CSI): printed raw, it runs in the reader's terminal. `graph.cli.emit`,
+the one place the commands print, passes every line through `escape_controls`.
+"""
+
+from __future__ import annotations
+
+import re
+
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+"""C0 controls except tab and newline, DEL, C1 controls, and the bidirectional marks,
+embeddings, overrides and isolates (text that reads otherwise than it is stored)."""
+
+
+def escape_controls(text: str) -> str:
+    r"""`text` with each control character written as its `\uXXXX` escape.
+
+    Tab and newline are kept. The escape is also how JSON spells the character, so a
+    JSON document stays valid and decodes to the same value: `json.dumps` escapes C0
+    controls itself, but with `ensure_ascii=False` leaves C1 and bidirectional ones raw.
+    """
+    return _CONTROLS.sub(lambda match: f"\\u{ord(match.group()):04x}", text)

@@ -1,0 +1,89 @@
+r"""Removing the API key from whatever the model service sends back (INVARIANTS I9).
+
+A server, or a model told to, can echo the key it was sent: in an error message, in
+the reply's content, in a tool call's id, name or arguments. Everything kept from a
+reply is stored (checkpoint, attempt log), printed and exported, so the key is
+replaced where a reply enters: `redact_value` on the decoded body before it is
+checked (`nodes.mandapi`), `redact` on an error message (`nodes.server_errors`).
+
+Only the key's exact characters are replaced, however short the key (a wrongly short
+key mangles some text; a kept key would leak). A string that is itself JSON text (a
+tool call's arguments) may spell the key with escapes (`\u0073k-...`); such a string
+is decoded, redacted and written back as JSON, with every key of every object kept in
+order, duplicates too (so `nodes.arguments` still refuses an ambiguous call).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+REDACTED = "[redacted: API key]"
+"""What replaces the API key in a reply's text."""
+
+
+def redact(text: str, secrets: Sequence[str], marker: str = REDACTED) -> str:
+    """`text` with every occurrence of each non-empty secret replaced by `marker`."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, marker)
+    return text
+
+
+class _Pairs(list[tuple[str, Any]]):
+    """A JSON object decoded as its pairs, in order and with any duplicate key."""
+
+
+def _has(value: Any, secrets: Sequence[str]) -> bool:
+    if isinstance(value, str):
+        return any(secret and secret in value for secret in secrets)
+    if isinstance(value, _Pairs):
+        return any(_has(key, secrets) or _has(item, secrets) for key, item in value)
+    return isinstance(value, list) and any(_has(item, secrets) for item in value)
+
+
+def _dump(value: Any, secrets: Sequence[str]) -> str:
+    """`value` (decoded with `_Pairs`) as JSON text, each string redacted."""
+    if isinstance(value, _Pairs):
+        return "{" + ",".join(f"{_dump(key, secrets)}:{_dump(item, secrets)}"
+                              for key, item in value) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_dump(item, secrets) for item in value) + "]"
+    if isinstance(value, str):
+        value = redact(value, secrets)
+    return json.dumps(value)  # ASCII escapes keep lone surrogates as they were sent
+
+
+def _redact_string(text: str, secrets: Sequence[str]) -> str:
+    """`text` redacted; JSON text spelling a secret with escapes is rewritten too."""
+    text = redact(text, secrets)
+    if "\\" not in text:
+        return text
+    try:
+        decoded = json.loads(text, object_pairs_hook=_Pairs)
+    except (ValueError, RecursionError):
+        return text
+    return _dump(decoded, secrets) if _has(decoded, secrets) else text
+
+
+def redact_value(value: Any, secrets: Sequence[str]) -> Any:
+    """A decoded JSON value with each secret removed from every string in it.
+
+    Args:
+        value: What `json.loads` returned (dicts, lists, strings, numbers, ...).
+        secrets: The texts to remove (the API key); empty ones are ignored.
+
+    Returns:
+        The same shape; every string, dict keys included, passed through `redact`
+        (and JSON text inside a string decoded and redacted, see the module doc).
+        Two keys of one dict that become equal keep the later value, like `json.loads`.
+    """
+    if isinstance(value, str):
+        return _redact_string(value, secrets)
+    if isinstance(value, dict):
+        return {redact_value(key, secrets): redact_value(item, secrets)
+                for key, item in value.items()}
+    if isinstance(value, list):
+        return [redact_value(item, secrets) for item in value]
+    return value
