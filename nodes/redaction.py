@@ -16,6 +16,7 @@ order, duplicates too (so `nodes.arguments` still refuses an ambiguous call).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,14 +36,6 @@ class _Pairs(list[tuple[str, Any]]):
     """A JSON object decoded as its pairs, in order and with any duplicate key."""
 
 
-def _has(value: Any, secrets: Sequence[str]) -> bool:
-    if isinstance(value, str):
-        return any(secret and secret in value for secret in secrets)
-    if isinstance(value, _Pairs):
-        return any(_has(key, secrets) or _has(item, secrets) for key, item in value)
-    return isinstance(value, list) and any(_has(item, secrets) for item in value)
-
-
 def _dump(value: Any, secrets: Sequence[str]) -> str:
     """`value` (decoded with `_Pairs`) as JSON text, each string redacted."""
     if isinstance(value, _Pairs):
@@ -55,35 +48,63 @@ def _dump(value: Any, secrets: Sequence[str]) -> str:
     return json.dumps(value)  # ASCII escapes keep lone surrogates as they were sent
 
 
+_ESCAPE = re.compile(r'\\(u[0-9a-fA-F]{4}|["\\/bfnrt])')
+_SIMPLE = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+
+
+def _unescaped(text: str) -> str:
+    """`text` with its JSON escapes decoded (what a JSON reader would make of them)."""
+    def one(match: re.Match[str]) -> str:
+        code = match.group(1)
+        return chr(int(code[1:], 16)) if code[0] == "u" else _SIMPLE.get(code, code)
+    return _ESCAPE.sub(one, text)
+
+
 def _redact_string(text: str, secrets: Sequence[str]) -> str:
-    """`text` redacted; JSON text spelling a secret with escapes is rewritten too."""
+    """`text` redacted; JSON text spelling a secret with escapes is rewritten too.
+
+    Text that spells a secret with escapes but is not JSON is kept: nothing here
+    decodes it. JSON too deeply nested to rewrite is replaced whole by `REDACTED`.
+    """
     text = redact(text, secrets)
-    if "\\" not in text:
+    if "\\" not in text or not any(s and s in _unescaped(text) for s in secrets):
         return text
     try:
-        decoded = json.loads(text, object_pairs_hook=_Pairs)
-    except (ValueError, RecursionError):
+        return _dump(json.loads(text, object_pairs_hook=_Pairs), secrets)
+    except ValueError:
         return text
-    return _dump(decoded, secrets) if _has(decoded, secrets) else text
+    except RecursionError:
+        return REDACTED
 
 
 def redact_value(value: Any, secrets: Sequence[str]) -> Any:
     """A decoded JSON value with each secret removed from every string in it.
 
     Args:
-        value: What `json.loads` returned (dicts, lists, strings, numbers, ...).
+        value: What `json.loads` returned (dicts, lists, strings, numbers, ...); its
+            dicts and lists are changed in place, without recursion (any depth).
         secrets: The texts to remove (the API key); empty ones are ignored.
 
     Returns:
-        The same shape; every string, dict keys included, passed through `redact`
-        (and JSON text inside a string decoded and redacted, see the module doc).
-        Two keys of one dict that become equal keep the later value, like `json.loads`.
+        `value`, every string in it, dict keys included, passed through `redact` (and
+        JSON text inside a string decoded and redacted, see the module doc). Two keys
+        of one dict that become equal keep the later value, like `json.loads`.
     """
-    if isinstance(value, str):
-        return _redact_string(value, secrets)
-    if isinstance(value, dict):
-        return {redact_value(key, secrets): redact_value(item, secrets)
-                for key, item in value.items()}
-    if isinstance(value, list):
-        return [redact_value(item, secrets) for item in value]
+    def clean(item: Any) -> Any:
+        if isinstance(item, str):
+            return _redact_string(item, secrets)
+        if isinstance(item, dict | list):
+            pending.append(item)
+        return item
+
+    pending: list[Any] = []
+    value = clean(value)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, list):
+            node[:] = [clean(item) for item in node]
+        else:
+            items = list(node.items())
+            node.clear()
+            node.update((clean(key), clean(item)) for key, item in items)
     return value

@@ -107,3 +107,24 @@ def test_the_key_is_removed_from_keys_and_nested_values_and_other_text_is_kept()
 
 def test_a_short_key_is_still_removed_everywhere() -> None:
     assert redact_value({"c": "sk1 and sk1"}, ["sk1"]) == {"c": f"{REDACTED} and {REDACTED}"}
+
+
+def test_a_deeply_nested_reply_is_scrubbed_without_running_out_of_stack() -> None:
+    import httpx
+
+    from nodes.mandapi import MandApiModel
+
+    body = json.dumps(reply(f"hi {KEY}")).replace('"model":', '"x": ' + "[" * 600 + "]" * 600 + ', "model":')
+    client = httpx.Client(transport=httpx.MockTransport(lambda request: httpx.Response(200, text=body)))
+    done = MandApiModel(client, api_key=KEY, model_id="m").complete([], [])
+    assert done.message["content"] == f"hi {REDACTED}"
+
+
+def test_arguments_too_deep_to_rewrite_that_spell_the_key_are_replaced_whole() -> None:
+    arguments = '{"a": ' + "[" * 5000 + '"' + escaped(KEY) + '"' + "]" * 5000 + "}"
+    assert redact_value({"arguments": arguments}, [KEY]) == {"arguments": REDACTED}
+
+
+def test_text_that_spells_the_key_with_escapes_but_is_not_json_is_kept() -> None:
+    text = "not json: " + escaped(KEY)
+    assert redact_value(text, [KEY]) == text
