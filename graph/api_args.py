@@ -44,7 +44,8 @@ def checked_call(fn: Callable[P, R]) -> Callable[P, R]:
         try:
             signature.bind(*args, **kwargs)
         except TypeError as exc:
-            raise UsageError(_misfit(fn.__name__, signature, kwargs, exc)) from None
+            name = type(args[0]).__name__ if fn.__name__ == "__init__" and args else fn.__name__
+            raise UsageError(_misfit(name, signature, kwargs, exc)) from None
 
     if inspect.iscoroutinefunction(fn):
         async_fn = cast("Callable[..., Coroutine[Any, Any, Any]]", fn)
