@@ -70,9 +70,10 @@ class ThreadOperations(StoreOperations):
     @checked_call
     def run(self, thread_id: str, *, task: str | None = None, model: str | None = None,
             once: bool = True, max_attempts: int | None = None, max_tokens: int | None = None,
-            context_tokens: int | None = None, workspace: str | os.PathLike[str] | None = None,
-            allow_writes: str | os.PathLike[str] | None = None, keep_checkpoints: int | str | None = None,
-            restart_pruned: bool = False) -> Outcome:
+            context_tokens: int | None = None,
+            workspace: str | os.PathLike[str] | None = None,
+            allow_writes: str | os.PathLike[str] | None = None,
+            keep_checkpoints: int | str | None = None, restart_pruned: bool = False) -> Outcome:
         """Creates (with `task`) or resumes a thread and advances it (`graph.run`).
 
         Args:
@@ -224,6 +225,7 @@ class ThreadOperations(StoreOperations):
                     close()
 
     # -- async variants: the same calls in a worker thread ------------------------------
+    # (their arguments are refused as the synchronous call's, when awaited)
 
     @checked_call
     async def arun(self, thread_id: str, **kwargs: Any) -> Outcome:
