@@ -12,8 +12,10 @@ from contextlib import ExitStack, contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar, cast
 
-from graph.errors import RunError
+from graph.api_args import check_callable, check_source, checked_call
+from graph.errors import RunError, UsageError
 from graph.spec import Source, setting_name
+from graph.value_checks import check_flag, shown
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -55,13 +57,26 @@ class DatabaseBase:
         model_factory: Builds the chat model for a thread's model id (see `open_database`).
         source: How refusals name a setting: `keywords` (`db`, `max_attempts`, for
             Python callers) or `flags` (`--db`, `--max-attempts`: the command line).
+
+    Raises:
+        UsageError: An argument of the wrong type (`create must be True or False, not
+            1`), an unknown keyword (exit 2).
     """
 
+    @checked_call
     def __init__(self, settings: Settings, *, create: bool = False, read_only: bool = False,
                  model_factory: ModelFactory | None = None,
                  source: Source = "keywords") -> None:
+        from graph.settings import Settings
+
+        if not isinstance(settings, Settings):
+            raise UsageError("settings must be a graph.settings.Settings (open_database "
+                             f"resolves them), not {shown(settings)}")
+        check_flag(create, "create")
+        check_flag(read_only, "read_only")
+        check_callable(model_factory, "model_factory")
         self.settings = settings
-        self.source: Source = source
+        self.source: Source = check_source(source)
         self._create, self._read_only = create, read_only
         self._model_factory = model_factory
         self._lock = threading.RLock()
@@ -104,11 +119,15 @@ class DatabaseBase:
         """The open `graph.database.Store` (ledger, attempt log, locks, ...).
 
         Raises:
-            RuntimeError: The database is not open (use `with`).
+            UsageError: The database is not open, or was closed (use `with`).
         """
         if self._store is None:
-            raise RuntimeError("the database is not open: use `with open_database(...) as db`")
+            raise UsageError("the database is not open: use `with open_database(...) as db`")
         return self._store
+
+    def _name(self, key: str) -> str:
+        """How a refusal names setting `key` (`once`, or `--once` for the command line)."""
+        return setting_name(key, self.source)
 
     @property
     def location(self) -> str:

@@ -2,11 +2,20 @@
 
 Split from `graph.spec` (which re-exports them) to keep modules small. Each refusal is a
 `UsageError` (exit 2) naming the setting as its caller spelled it.
+
+The type checks (`check_flag`, `check_whole`, `check_text`, `check_seconds`,
+`check_path`, `check_names`) are for Python callers (`graph.api`), whose values arrive
+with any type: each refusal names the keyword and shows what it got (`once must be True
+or False, not 'yes'`). They are strict on purpose: a flag takes only a bool (not 1 or
+"yes"), a whole number only an int (not True, 2.0 or "5"), a number of seconds an int or
+a float (not "5"); only a path also takes an `os.PathLike` (a `pathlib.Path`).
 """
 
 from __future__ import annotations
 
+import os
 import re
+import reprlib
 from pathlib import Path
 
 from graph.errors import UsageError
@@ -18,12 +27,111 @@ MODEL_ID_RE = re.compile(r"[\x21-\x7e]{1,200}")
 """API keys and model ids: 1-200 printable ASCII characters, no spaces."""
 
 
-def check_thread_id(thread_id: str) -> str:
-    """Returns `thread_id` if it is 1-128 of letters, digits, `.`, `_`, `:`, `-`.
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring = _SHOWN.maxother = 40
+
+
+def shown(value: object) -> str:
+    """`value` as a refusal shows it: its repr, cut to about 40 characters.
+
+    `reprlib` also stands in for an object whose own `repr` raises.
+    """
+    return _SHOWN.repr(value)
+
+
+def _refuse(name: str, what: str, value: object) -> UsageError:
+    return UsageError(f"{name} must be {what}, not {shown(value)}")
+
+
+def check_flag(value: object, name: str) -> bool:
+    """Returns `value` if it is True or False (not 1, not "yes").
+
+    Raises:
+        UsageError: Otherwise (exit 2): `once must be True or False, not 'yes'`.
+    """
+    if not isinstance(value, bool):
+        raise _refuse(name, "True or False", value)
+    return value
+
+
+def check_whole(value: object, name: str, what: str = "a whole number") -> int | None:
+    """Returns `value` if it is an int (not a bool, float or text; None passes).
+
+    The range is the caller's to check (`check_limit`).
+
+    Raises:
+        UsageError: Otherwise (exit 2), saying `name` must be `what`.
+    """
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+        raise _refuse(name, what, value)
+    return value
+
+
+def check_text(value: object, name: str, *, optional: bool = True) -> str | None:
+    """Returns `value` if it is a str (None passes when `optional`).
 
     Raises:
         UsageError: Otherwise (exit 2).
     """
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise _refuse(name, "text (a str)", value)
+    return value
+
+
+def check_seconds(value: object, name: str) -> float | None:
+    """Returns `value` if it is an int or a float (not a bool or text; None passes).
+
+    The range is the caller's to check (`graph.settings.resolve_settings`).
+
+    Raises:
+        UsageError: Otherwise (exit 2).
+    """
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+        raise _refuse(name, "a number of seconds (an int or a float)", value)
+    return value
+
+
+def check_path(value: object, name: str,
+               what: str = "a path or a postgresql:// URL") -> str | None:
+    """`value` as text: a str, or an `os.PathLike` (`pathlib.Path`) converted with `os.fspath`.
+
+    None passes. A path of bytes is refused: paths and URLs are text here.
+
+    Raises:
+        UsageError: Otherwise (exit 2), saying `name` must be `what`.
+    """
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, os.PathLike):
+        try:
+            path = os.fspath(value)
+        except TypeError:  # __fspath__ returned neither str nor bytes
+            path = None
+        if isinstance(path, str):
+            return path
+    raise _refuse(name, f"{what} (a str or os.PathLike)", value)
+
+
+def check_names(value: object, name: str, what: str = "call ids") -> tuple[str, ...]:
+    """`value` as a tuple, if it is a list or tuple of str (a bare str is refused).
+
+    Raises:
+        UsageError: Otherwise (exit 2).
+    """
+    if isinstance(value, list | tuple) and all(isinstance(item, str) for item in value):
+        return tuple(value)
+    raise _refuse(name, f"a list or tuple of {what} (str)", value)
+
+
+def check_thread_id(thread_id: str, name: str = "thread_id") -> str:
+    """Returns `thread_id` if it is 1-128 of letters, digits, `.`, `_`, `:`, `-`.
+
+    Raises:
+        UsageError: Otherwise (exit 2); a value that is no str is named as `name`.
+    """
+    check_text(thread_id, name, optional=False)
     if not THREAD_ID_RE.fullmatch(thread_id):
         raise UsageError(
             f"invalid thread id {thread_id[:40]!r}: use 1-128 letters, digits, '.', '_', ':' or '-'"

@@ -47,7 +47,7 @@ def test_an_invalid_run_setting_is_named_by_its_keyword_and_by_its_flag_on_the_c
 def test_a_wrongly_typed_setting_is_named_by_its_keyword(db_path: str) -> None:
     with open_database(db_path, create=True) as db, pytest.raises(UsageError) as refused:
         db.run("t1", task=TASK, max_attempts="4")  # type: ignore[arg-type]
-    assert refused.value.message == "max_attempts must be a positive integer"
+    assert refused.value.message == "max_attempts must be a positive integer, not '4'"
 
 
 def test_a_resume_with_another_fixed_setting_names_the_keyword_and_the_flag(db_path: str) -> None:
