@@ -175,7 +175,7 @@ class StoreOperations(DatabaseBase):
         Args:
             target: Another open `Database` (opened with `create=True` to make its file).
             thread_ids: The threads to copy, a list or tuple of str; None: every thread
-                (tombstones included).
+                (tombstones included); an empty list copies nothing.
 
         Returns:
             The copied thread ids, sorted.
@@ -192,10 +192,12 @@ class StoreOperations(DatabaseBase):
         if not isinstance(target, StoreOperations):
             raise UsageError(f"target must be an open graph.api.Database, not {shown(target)}")
         given = () if thread_ids is None else check_names(thread_ids, "thread_ids", "thread ids")
-        ids = [check_thread_id(t) for t in dict.fromkeys(given)] or None
+        ids = [check_thread_id(t) for t in dict.fromkeys(given)]
         target.store  # noqa: B018 - refuses a closed target before anything is read
+        if thread_ids is not None and not ids:
+            return []
         with target._lock:
-            return self._call(copy_threads, self.store, target.store, ids)
+            return self._call(copy_threads, self.store, target.store, ids or None)
 
     # -- async variants: the same calls in a worker thread ------------------------------
 

@@ -82,6 +82,17 @@ def test_copy_to_copies_whole_threads_and_refuses_existing_ones(tmp_path: Path) 
     assert (resumed.status, resumed.attempts) == ("done", 2)
 
 
+def test_copy_to_with_an_empty_list_copies_nothing(tmp_path: Path) -> None:
+    source, target = str(tmp_path / "src.sqlite"), str(tmp_path / "dst.sqlite")
+    with open_database(source, create=True) as src:
+        src.run("t1", task=TASK)
+        with open_database(target, create=True) as dst:
+            copied = src.copy_to(dst, [])
+            listed = dst.threads()
+    assert copied == []
+    assert listed == []
+
+
 def test_batch_runs_a_tasks_file_and_history_shows_the_parent(tmp_path: Path) -> None:
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(json.dumps({"task": TASK}) + "\n" + json.dumps({"task": TASK}) + "\n")
