@@ -1,0 +1,104 @@
+"""The checkpoint digests of `graph.digest`, kept in Redis beside LangGraph's documents.
+
+`graph.checked_saver.CheckedSaver` records and checks digests through this object, as
+through `graph.digest.SqlDigests` on SQL backends. Each checkpoint has one hash
+(`graph.redis_keys.digest_key`): field `""` holds the checkpoint's own digest(s),
+field `METADATA` its metadata's, and `task_id NUL idx` each pending write's; a field
+keeps every digest recorded for its slot, space separated. A thread's set
+(`graph.redis_keys.digests_key`) lists its hashes so `delete_thread` removes them.
+
+A digest is recorded (one atomic script) before LangGraph writes what it covers: a
+process killed in between leaves an unused digest, never an undigested checkpoint.
+There are no checkpoints from before digests on Redis: a checkpoint without its digest
+is refused.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from graph import redis_keys
+
+METADATA = "\0metadata"
+"""The field (and task id slot) of a checkpoint's metadata digest."""
+
+_RECORD = r"""
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if not cur then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+elseif not string.find(' ' .. cur .. ' ', ' ' .. ARGV[2] .. ' ', 1, true) then
+  redis.call('HSET', KEYS[1], ARGV[1], cur .. ' ' .. ARGV[2])
+end
+redis.call('SADD', KEYS[2], KEYS[1])
+return 1
+"""
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else str(value)
+
+
+class RedisDigests:
+    """Digests of one Redis database (the interface of `graph.digest.SqlDigests`).
+
+    Args:
+        client: A `redis.Redis` client (bytes or decoded replies).
+        checkpoint_key: LangGraph's key of a checkpoint document, from
+            `(thread_id, ns, checkpoint_id)` (`RedisSaver`'s own key function).
+    """
+
+    def __init__(self, client: Any, checkpoint_key: Callable[[str, str, str], Any]) -> None:
+        self._client = client
+        self._checkpoint_key = checkpoint_key
+        self._record = client.register_script(_RECORD)
+        self._lock = threading.Lock()
+
+    def record(self, key: tuple[str, str, str, str, int], digest: str) -> None:
+        """Adds a digest to a slot `(thread_id, ns, checkpoint_id, task_id, idx)`.
+
+        The checkpoint's own slot has task id `""` and idx 0 (its field is `""`).
+        """
+        thread_id, ns, checkpoint_id, task_id, idx = key
+        field = "" if task_id == "" else task_id if task_id == METADATA else f"{task_id}\0{idx}"
+        with self._lock:
+            self._record(keys=[redis_keys.digest_key(thread_id, ns, checkpoint_id),
+                               redis_keys.digests_key(thread_id)], args=[field, digest])
+
+    def marker(self) -> str:
+        """The id before which checkpoints have no digest: none on Redis (`""`)."""
+        return ""
+
+    def of_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> dict[str, set[str]]:
+        """Every digest recorded for one checkpoint, by task id (the checkpoint's own: '').
+
+        Raises:
+            ValueError: A field is not one this program writes.
+        """
+        with self._lock:
+            rows = self._client.hgetall(redis_keys.digest_key(thread_id, ns, checkpoint_id))
+        found: dict[str, set[str]] = {}
+        for field, value in rows.items():
+            name = _text(field)
+            task = name if name in ("", METADATA) else name.rpartition("\0")[0]
+            if name not in ("", METADATA) and "\0" not in name:
+                raise ValueError(f"its digest hash has a field {name!r} never written here")
+            found.setdefault(task, set()).update(_text(value).split(" "))
+        return found
+
+    def checkpoint_exists(self, thread_id: str, ns: str, checkpoint_id: str) -> bool:
+        """Whether LangGraph's checkpoint document is there now."""
+        with self._lock:
+            return bool(self._client.exists(self._checkpoint_key(thread_id, ns, checkpoint_id)))
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Deletes a thread's digest hashes and their set."""
+        index = redis_keys.digests_key(thread_id)
+        with self._lock:
+            keys = list(self._client.smembers(index))
+            pipe = self._client.pipeline(transaction=True)
+            for start in range(0, len(keys), 500):
+                pipe.delete(*keys[start:start + 500])
+            pipe.delete(index)
+            pipe.execute()

@@ -1,0 +1,150 @@
+"""LangGraph's Redis checkpointer with this project's checks: `CheckedRedisSaver`.
+
+`RedisSaver` (langgraph-checkpoint-redis) stores each checkpoint as one RedisJSON
+document, channel values inline, and each pending write as another; it takes no
+serializer, so `graph.serde`'s checksum inside serialized bytes cannot be used. Instead:
+
+* `graph.checked_saver.CheckedSaver` is mixed in, as on SQLite and PostgreSQL: before
+  `put` and `put_writes` write, the digests of `graph.digest` (a SHA-256 over the
+  canonical form of the checkpoint id, channel versions, versions seen and channel
+  values; of each pending write) are recorded in `graph.redis_digests`, and every load
+  (`get_tuple`, which `get_state` and LangGraph's Pregel loop call, and `list`, which
+  `get_state_history` calls) checks the shape of what was loaded and recomputes them;
+* the metadata gets a digest of its own, checked the same way;
+* the serializer is `graph.redis_serde.StrictRedisSerializer`: nothing but LangGraph's
+  interrupt record is revived from stored JSON, and values are never "recovered"
+  as raw data when they fail to load.
+
+A refusal raises `CheckpointIntegrityError` (`damaged`, exit 4) naming the checkpoint
+and changes nothing stored. `delete_thread` deletes the digests with the thread.
+
+Use `redis_saver(client)` (or `CheckedRedisSaver(redis_client=client)` then `setup()`);
+the server needs the RedisJSON and RediSearch modules (`tests/redis_server.py`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import redis
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+)
+from langgraph.checkpoint.redis import RedisSaver
+
+from graph.checked_saver import CheckedSaver
+from graph.redis_digests import METADATA, RedisDigests
+from graph.redis_serde import StrictRedisSerializer
+from graph.serde import CheckpointIntegrityError
+
+
+def metadata_digest(serde: StrictRedisSerializer, metadata: Any) -> str:
+    """The digest of a checkpoint's metadata as handed to `put` or loaded back."""
+    return hashlib.sha256(serde.checksummed(dict(metadata))[1]).hexdigest()
+
+
+class CheckedRedisSaver(CheckedSaver, RedisSaver):
+    """`RedisSaver` with digests, shape checks and strict loading (see module doc).
+
+    Construct it as `RedisSaver` (`redis_url=` or `redis_client=`); the strict
+    serializer and the digests are set up here. Call `setup()` once per database
+    (creates LangGraph's search indexes; `redis_saver` does).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.serde = StrictRedisSerializer()
+        self.digests = RedisDigests(  # type: ignore[assignment]
+            self._redis, self._make_redis_checkpoint_key_cached)
+
+    @property
+    def strict(self) -> StrictRedisSerializer:
+        """The serializer (always the strict one set at construction)."""
+        serde = self.serde
+        if not isinstance(serde, StrictRedisSerializer):
+            raise TypeError("CheckedRedisSaver.serde was replaced; it must stay strict")
+        return serde
+
+    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+            new_versions: ChannelVersions) -> RunnableConfig:
+        """Records the metadata's digest, then saves like `CheckedSaver.put`."""
+        conf = config["configurable"]
+        key = (str(conf["thread_id"]), str(conf.get("checkpoint_ns", "")), checkpoint["id"],
+               METADATA, 0)
+        assert self.digests is not None
+        self.digests.record(key, metadata_digest(self.strict, metadata))
+        return super().put(config, checkpoint, metadata, new_versions)
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """`CheckedSaver.get_tuple`; a key of the wrong Redis type is refused too.
+
+        Raises:
+            CheckpointIntegrityError: The checkpoint is refused (`damaged`).
+        """
+        try:
+            return super().get_tuple(config)
+        except redis.ResponseError as exc:
+            raise _refused(config, exc) from None
+
+    def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+             before: RunnableConfig | None = None, limit: int | None = None
+             ) -> Iterator[CheckpointTuple]:
+        """`CheckedSaver.list`; a key of the wrong Redis type is refused too."""
+        try:
+            yield from super().list(config, filter=filter, before=before, limit=limit)
+        except redis.ResponseError as exc:
+            raise _refused(config, exc) from None
+
+    def _check_digests(self, thread_id: str, ns: str, checkpoint_id: str,
+                       saved: CheckpointTuple) -> None:
+        super()._check_digests(thread_id, ns, checkpoint_id, saved)
+        assert self.digests is not None
+        recorded = self.digests.of_checkpoint(thread_id, ns, checkpoint_id).get(METADATA)
+        if metadata_digest(self.strict, saved.metadata) not in (recorded or ()):
+            raise ValueError("its metadata does not match its digest: edited or deleted")
+
+    def _load_checkpoint(self, checkpoint: Any, channel_values: dict[str, Any],
+                         pending_sends: Sequence[Any]) -> Checkpoint:
+        """`RedisSaver`'s, without the keys it adds (`type`; `pending_sends`, never written)."""
+        if pending_sends:
+            raise ValueError("it has pending sends, never written by this program")
+        if not isinstance(channel_values, dict):
+            raise ValueError("its channel_values are not an object")
+        revived = self.strict.revive(channel_values)
+        loaded = dict(super()._load_checkpoint(checkpoint, revived, []))
+        if loaded.pop("type", None) not in ("json", None) or loaded.pop("pending_sends", []):
+            raise ValueError("its document has a serializer type never written here")
+        return loaded  # type: ignore[return-value]
+
+    def _deserialize_channel_values(self, channel_values: dict[str, Any]) -> dict[str, Any]:
+        """Strict: refuses what `StrictRedisSerializer.revive` refuses, never returns raw data."""
+        if not isinstance(channel_values, dict):
+            raise ValueError("its channel_values are not an object")
+        revived = self.strict.revive(channel_values)
+        return dict(revived)
+
+    def _recursive_deserialize(self, obj: Any) -> Any:
+        return self.strict.revive(obj)
+
+
+def _refused(config: RunnableConfig | None, exc: Exception) -> CheckpointIntegrityError:
+    thread_id = (config or {}).get("configurable", {}).get("thread_id")
+    return CheckpointIntegrityError(f"a checkpoint key of thread {thread_id!r} cannot be read "
+                                    f"({exc})")
+
+
+def redis_saver(client: redis.Redis) -> CheckedRedisSaver:
+    """A checked saver on `client` (a `redis.Redis`), its search indexes created.
+
+    Raises:
+        redis.RedisError: The server cannot be reached or lacks RedisJSON / RediSearch.
+    """
+    saver = CheckedRedisSaver(redis_client=client)
+    saver.setup()
+    return saver
