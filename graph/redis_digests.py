@@ -9,6 +9,9 @@ keeps every digest recorded for its slot, space separated. A thread's set
 
 A digest is recorded (one atomic script) before LangGraph writes what it covers: a
 process killed in between leaves an unused digest, never an undigested checkpoint.
+After LangGraph's `put` returns, the checkpoint joins the thread's saved set
+(`graph.redis_keys.saved_key`), so a checkpoint deleted afterwards (or hidden from
+LangGraph's search index) is noticed instead of resuming from an older one.
 There are no checkpoints from before digests on Redis: a checkpoint without its digest
 is refused.
 """
@@ -16,7 +19,7 @@ is refused.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from graph import redis_keys
@@ -92,13 +95,45 @@ class RedisDigests:
         with self._lock:
             return bool(self._client.exists(self._checkpoint_key(thread_id, ns, checkpoint_id)))
 
+    def saved(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
+        """Notes that LangGraph's `put` of the checkpoint finished."""
+        with self._lock:
+            self._client.sadd(redis_keys.saved_key(thread_id), f"{ns}\0{checkpoint_id}")
+
+    def saved_ids(self, thread_id: str, ns: str) -> set[str]:
+        """The ids of the thread's checkpoints in namespace `ns` whose `put` finished."""
+        with self._lock:
+            members = self._client.smembers(redis_keys.saved_key(thread_id))
+        found = set()
+        for member in members:
+            member_ns, _, checkpoint_id = _text(member).rpartition("\0")
+            if member_ns == ns:
+                found.add(checkpoint_id)
+        return found
+
+    def forget(self, thread_id: str, ns: str, checkpoint_ids: Iterable[str]) -> None:
+        """Deletes the digests of checkpoints deleted on purpose (a window, retention).
+
+        Call it in the same `MULTI` as (or right after) deleting LangGraph's keys of
+        those checkpoints; never for a thread's latest checkpoint it keeps.
+        """
+        ids = list(checkpoint_ids)
+        hashes = [redis_keys.digest_key(thread_id, ns, i) for i in ids]
+        with self._lock:
+            pipe = self._client.pipeline(transaction=True)
+            if ids:
+                pipe.delete(*hashes)
+                pipe.srem(redis_keys.digests_key(thread_id), *hashes)
+                pipe.srem(redis_keys.saved_key(thread_id), *[f"{ns}\0{i}" for i in ids])
+            pipe.execute()
+
     def delete_thread(self, thread_id: str) -> None:
-        """Deletes a thread's digest hashes and their set."""
+        """Deletes a thread's digest hashes, their set and its saved set."""
         index = redis_keys.digests_key(thread_id)
         with self._lock:
             keys = list(self._client.smembers(index))
             pipe = self._client.pipeline(transaction=True)
             for start in range(0, len(keys), 500):
                 pipe.delete(*keys[start:start + 500])
-            pipe.delete(index)
+            pipe.delete(index, redis_keys.saved_key(thread_id))
             pipe.execute()

@@ -24,6 +24,8 @@ DIGEST = f"{PREFIX}digest:"
 """A hash per checkpoint (`graph.redis_digests`): digests by slot (task id and index)."""
 DIGESTS = f"{PREFIX}digests:"
 """A set per thread: the keys of its checkpoints' digest hashes (deleted with the thread)."""
+SAVED = f"{PREFIX}saved:"
+"""A set per thread: `ns NUL checkpoint_id` of each checkpoint whose `put` finished."""
 FSYNC = f"{PREFIX}fsync"
 """A counter written only so that a following `WAITAOF` has a write of its own to wait for."""
 
@@ -55,6 +57,11 @@ def digest_key(thread_id: str, ns: str, checkpoint_id: str) -> bytes:
 def digests_key(thread_id: str) -> bytes:
     """The set of a thread's digest hash keys."""
     return _encode(DIGESTS + thread_id)
+
+
+def saved_key(thread_id: str) -> bytes:
+    """The set of a thread's saved checkpoints."""
+    return _encode(SAVED + thread_id)
 
 
 def pattern(prefix: str) -> bytes:

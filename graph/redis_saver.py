@@ -10,7 +10,8 @@ serializer, so `graph.serde`'s checksum inside serialized bytes cannot be used. 
   values; of each pending write) are recorded in `graph.redis_digests`, and every load
   (`get_tuple`, which `get_state` and LangGraph's Pregel loop call, and `list`, which
   `get_state_history` calls) checks the shape of what was loaded and recomputes them;
-* the metadata gets a digest of its own, checked the same way;
+* what that digest leaves out (the metadata, the checkpoint's `v`, `ts` and
+  `updated_channels`, the parent's id) gets a digest of its own (`rest_digest`);
 * the serializer is `graph.redis_serde.StrictRedisSerializer`: nothing but LangGraph's
   interrupt record is revived from stored JSON, and values are never "recovered"
   as raw data when they fail to load.
@@ -44,9 +45,16 @@ from graph.redis_serde import StrictRedisSerializer
 from graph.serde import CheckpointIntegrityError
 
 
-def metadata_digest(serde: StrictRedisSerializer, metadata: Any) -> str:
-    """The digest of a checkpoint's metadata as handed to `put` or loaded back."""
-    return hashlib.sha256(serde.checksummed(dict(metadata))[1]).hexdigest()
+def rest_digest(serde: StrictRedisSerializer, checkpoint: Any, metadata: Any,
+                parent_id: str | None) -> str:
+    """The digest of what `graph.digest.checkpoint_digest` leaves out.
+
+    Covers the metadata, the checkpoint's format version `v`, its timestamp `ts`, its
+    `updated_channels` and its parent's id, as handed to `put` or loaded back.
+    """
+    rest = {"metadata": dict(metadata), "v": checkpoint.get("v"), "ts": checkpoint.get("ts"),
+            "updated_channels": checkpoint.get("updated_channels"), "parent": parent_id or None}
+    return hashlib.sha256(serde.checksummed(rest)[1]).hexdigest()
 
 
 class CheckedRedisSaver(CheckedSaver, RedisSaver):
@@ -73,13 +81,23 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
 
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
             new_versions: ChannelVersions) -> RunnableConfig:
-        """Records the metadata's digest, then saves like `CheckedSaver.put`."""
+        """Records the digest of the rest (`rest_digest`), then saves like `CheckedSaver.put`."""
         conf = config["configurable"]
         key = (str(conf["thread_id"]), str(conf.get("checkpoint_ns", "")), checkpoint["id"],
                METADATA, 0)
+        parent = conf.get("checkpoint_id")  # as RedisSaver.put reads the parent
         assert self.digests is not None
-        self.digests.record(key, metadata_digest(self.strict, metadata))
-        return super().put(config, checkpoint, metadata, new_versions)
+        self.digests.record(key, rest_digest(self.strict, checkpoint, metadata,
+                                             parent if parent != checkpoint["id"] else None))
+        saved = super().put(config, checkpoint, metadata, new_versions)
+        self._redis_digests.saved(key[0], key[1], key[2])
+        return saved
+
+    @property
+    def _redis_digests(self) -> RedisDigests:
+        digests = self.digests
+        assert isinstance(digests, RedisDigests)
+        return digests
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """`CheckedSaver.get_tuple`; a key of the wrong Redis type is refused too.
@@ -88,26 +106,58 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
             CheckpointIntegrityError: The checkpoint is refused (`damaged`).
         """
         try:
-            return super().get_tuple(config)
+            saved = super().get_tuple(config)
         except redis.ResponseError as exc:
             raise _refused(config, exc) from None
+        conf = config["configurable"]
+        if not conf.get("checkpoint_id"):
+            ids = self._redis_digests.saved_ids(str(conf["thread_id"]),
+                                                str(conf.get("checkpoint_ns", "")))
+            newest = max(ids, default=None)
+            loaded = saved.config["configurable"]["checkpoint_id"] if saved else None
+            if newest is not None and (loaded is None or loaded < newest):
+                raise CheckpointIntegrityError(
+                    f"thread {conf['thread_id']!r}: its newest checkpoint {newest} is missing "
+                    f"or hidden from LangGraph's index (found {loaded}); an older one is never "
+                    "resumed instead")
+        return saved
 
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
              before: RunnableConfig | None = None, limit: int | None = None
              ) -> Iterator[CheckpointTuple]:
-        """`CheckedSaver.list`; a key of the wrong Redis type is refused too."""
+        """`CheckedSaver.list`; a key of the wrong Redis type is refused too.
+
+        Listing a whole thread (a namespace, no filter, `before` or `limit`) also
+        refuses when a saved checkpoint of it is missing from what LangGraph found.
+        """
+        conf = (config or {}).get("configurable", {})
+        whole = (filter is None and before is None and limit is None and "thread_id" in conf
+                 and conf.get("checkpoint_ns") is not None and not conf.get("checkpoint_id"))
+        seen = set()
         try:
-            yield from super().list(config, filter=filter, before=before, limit=limit)
+            for item in super().list(config, filter=filter, before=before, limit=limit):
+                seen.add(item.config["configurable"]["checkpoint_id"])
+                yield item
         except redis.ResponseError as exc:
             raise _refused(config, exc) from None
+        if whole:
+            missing = self._redis_digests.saved_ids(str(conf["thread_id"]),
+                                                    str(conf["checkpoint_ns"])) - seen
+            if missing:
+                raise CheckpointIntegrityError(
+                    f"thread {conf['thread_id']!r}: saved checkpoint(s) {sorted(missing)} are "
+                    "missing or hidden from LangGraph's index")
 
     def _check_digests(self, thread_id: str, ns: str, checkpoint_id: str,
                        saved: CheckpointTuple) -> None:
         super()._check_digests(thread_id, ns, checkpoint_id, saved)
         assert self.digests is not None
         recorded = self.digests.of_checkpoint(thread_id, ns, checkpoint_id).get(METADATA)
-        if metadata_digest(self.strict, saved.metadata) not in (recorded or ()):
-            raise ValueError("its metadata does not match its digest: edited or deleted")
+        parent = (saved.parent_config or {}).get("configurable", {}).get("checkpoint_id")
+        if rest_digest(self.strict, saved.checkpoint, saved.metadata, parent) not in (
+                recorded or ()):
+            raise ValueError("its metadata, timestamp or parent does not match its digest: "
+                             "edited or deleted")
 
     def _load_checkpoint(self, checkpoint: Any, channel_values: dict[str, Any],
                          pending_sends: Sequence[Any]) -> Checkpoint:
