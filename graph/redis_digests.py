@@ -100,16 +100,19 @@ class RedisDigests:
         with self._lock:
             self._client.sadd(redis_keys.saved_key(thread_id), f"{ns}\0{checkpoint_id}")
 
-    def saved_ids(self, thread_id: str, ns: str) -> set[str]:
-        """The ids of the thread's checkpoints in namespace `ns` whose `put` finished."""
+    def saved_by_ns(self, thread_id: str) -> dict[str, set[str]]:
+        """The ids of the thread's checkpoints whose `put` finished, by namespace."""
         with self._lock:
             members = self._client.smembers(redis_keys.saved_key(thread_id))
-        found = set()
+        found: dict[str, set[str]] = {}
         for member in members:
-            member_ns, _, checkpoint_id = _text(member).rpartition("\0")
-            if member_ns == ns:
-                found.add(checkpoint_id)
+            ns, _, checkpoint_id = _text(member).rpartition("\0")
+            found.setdefault(ns, set()).add(checkpoint_id)
         return found
+
+    def saved_ids(self, thread_id: str, ns: str) -> set[str]:
+        """The ids of the thread's checkpoints in namespace `ns` whose `put` finished."""
+        return self.saved_by_ns(thread_id).get(ns, set())
 
     def forget(self, thread_id: str, ns: str, checkpoint_ids: Iterable[str]) -> None:
         """Deletes the digests of checkpoints deleted on purpose (a window, retention).

@@ -148,6 +148,19 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
                     f"thread {conf['thread_id']!r}: saved checkpoint(s) {sorted(missing)} are "
                     "missing or hidden from LangGraph's index")
 
+    def prune(self, thread_ids: Sequence[str], **kwargs: Any) -> None:
+        """`RedisSaver.prune`, then forgets the digests of the checkpoints it deleted.
+
+        Raises:
+            ValueError: As `RedisSaver.prune` (no thread ids, a negative `keep_last`).
+        """
+        super().prune(thread_ids, **kwargs)
+        digests = self._redis_digests
+        for thread_id in thread_ids:
+            for ns, ids in digests.saved_by_ns(thread_id).items():
+                gone = [i for i in ids if not digests.checkpoint_exists(thread_id, ns, i)]
+                digests.forget(thread_id, ns, gone)
+
     def _check_digests(self, thread_id: str, ns: str, checkpoint_id: str,
                        saved: CheckpointTuple) -> None:
         super()._check_digests(thread_id, ns, checkpoint_id, saved)

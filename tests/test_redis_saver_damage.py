@@ -161,3 +161,41 @@ def test_the_strict_serializer_revives_no_constructor_and_stores_nothing_it_cann
         serde.dumps_typed({"items": {1, 2}})
     record = Interrupt(value={"kind": "approval"}, id="i-1")
     assert serde.loads_typed(serde.dumps_typed([record])) == [record]
+
+
+def _review() -> Any:
+    from langgraph.types import Interrupt
+
+    pending = {"tool_call_id": "w1", "name": "write_file", "arguments": '{"path":"a","text":"b"}',
+               "sha256": "0" * 64}
+    return [Interrupt(value={"kind": "approval", "pending": [pending]}, id="i-1")]
+
+
+def test_a_review_interrupt_write_loads_back_as_an_interrupt_record(client: Any,
+                                                                     thread: _Thread) -> None:
+    saver = thread.graph.checkpointer
+    latest = saver.get_tuple(thread.config)
+    saver.put_writes(latest.config, [("__interrupt__", _review())], "task-review")
+    loaded = saver.get_tuple(thread.config)
+    assert [w[1:] for w in loaded.pending_writes] == [("__interrupt__", _review())]
+
+
+def test_an_edited_review_interrupt_write_is_refused(client: Any, thread: _Thread) -> None:
+    saver = thread.graph.checkpointer
+    latest = saver.get_tuple(thread.config)
+    saver.put_writes(latest.config, [("__interrupt__", _review())], "task-review")
+    key = [k for k in _keys(client, "checkpoint_write:", thread.thread_id)
+           if b"task-review" in k][0]
+    stored = json.loads(base64.b64decode(client.json().get(key, "$.blob")[0]))
+    stored[0]["value"]["pending"][0]["arguments"] = '{"path":"/etc/passwd","text":"b"}'
+    client.json().set(key, "$.blob", _blob(stored))
+    with pytest.raises(CheckpointIntegrityError, match="matches no digest"):
+        thread.graph.get_state(thread.config)
+
+
+def test_pruning_old_checkpoints_leaves_the_thread_loadable(client: Any, thread: _Thread) -> None:
+    thread.graph.checkpointer.prune([thread.thread_id], keep_last=2)
+    history = list(thread.graph.get_state_history(thread.config))
+    assert len(history) == 2 == len(_keys(client, "checkpoint:", thread.thread_id))
+    assert len(_keys(client, "mandapi-resume:digest:", thread.thread_id)) == 2
+    assert history[0].values["progress"]["status"] == "done"
