@@ -4,7 +4,8 @@
 through `graph.digest.SqlDigests` on SQL backends. Each checkpoint has one hash
 (`graph.redis_keys.digest_key`): field `""` holds the checkpoint's own digest(s),
 field `METADATA` its metadata's, and `task_id NUL idx` each pending write's; a field
-keeps every digest recorded for its slot, space separated. A thread's set
+keeps every digest recorded for its slot, space separated; `WRITTEN task_id NUL idx`
+marks a write LangGraph finished saving, so a deleted write is noticed. A thread's set
 (`graph.redis_keys.digests_key`) lists its hashes so `delete_thread` removes them.
 
 A digest is recorded (one atomic script) before LangGraph writes what it covers: a
@@ -26,6 +27,8 @@ from graph import redis_keys
 
 METADATA = "\0metadata"
 """The field (and task id slot) of a checkpoint's metadata digest."""
+WRITTEN = "\0written\0"
+"""Starts the field `WRITTEN task_id NUL idx` set once LangGraph saved that write."""
 
 _RECORD = r"""
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
@@ -84,11 +87,33 @@ class RedisDigests:
         found: dict[str, set[str]] = {}
         for field, value in rows.items():
             name = _text(field)
+            if name.startswith(WRITTEN):
+                continue
             task = name if name in ("", METADATA) else name.rpartition("\0")[0]
             if name not in ("", METADATA) and "\0" not in name:
                 raise ValueError(f"its digest hash has a field {name!r} never written here")
             found.setdefault(task, set()).update(_text(value).split(" "))
         return found
+
+    def written(self, thread_id: str, ns: str, checkpoint_id: str, task_id: str,
+                idxs: Iterable[int]) -> None:
+        """Notes that LangGraph saved the task's writes at `idxs` for the checkpoint."""
+        fields = {f"{WRITTEN}{task_id}\0{idx}": "1" for idx in idxs}
+        if fields:
+            with self._lock:
+                self._client.hset(redis_keys.digest_key(thread_id, ns, checkpoint_id),
+                                  mapping=fields)
+
+    def written_counts(self, thread_id: str, ns: str, checkpoint_id: str) -> dict[str, int]:
+        """How many writes LangGraph saved for the checkpoint, by task id."""
+        with self._lock:
+            fields = self._client.hkeys(redis_keys.digest_key(thread_id, ns, checkpoint_id))
+        counts: dict[str, int] = {}
+        for field in map(_text, fields):
+            if field.startswith(WRITTEN):
+                task = field[len(WRITTEN):].rpartition("\0")[0]
+                counts[task] = counts.get(task, 0) + 1
+        return counts
 
     def checkpoint_exists(self, thread_id: str, ns: str, checkpoint_id: str) -> bool:
         """Whether LangGraph's checkpoint document is there now."""

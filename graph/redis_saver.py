@@ -12,6 +12,9 @@ serializer, so `graph.serde`'s checksum inside serialized bytes cannot be used. 
   `get_state_history` calls) checks the shape of what was loaded and recomputes them;
 * what that digest leaves out (the metadata, the checkpoint's `v`, `ts` and
   `updated_channels`, the parent's id) gets a digest of its own (`rest_digest`);
+* once LangGraph's `put` or `put_writes` returns, the checkpoint or write is marked
+  saved, so one deleted later (or hidden from LangGraph's search index) is refused
+  instead of resuming from an older checkpoint or running a task again;
 * the serializer is `graph.redis_serde.StrictRedisSerializer`: nothing but LangGraph's
   interrupt record is revived from stored JSON, and values are never "recovered"
   as raw data when they fail to load.
@@ -32,6 +35,7 @@ from typing import Any
 import redis
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
     ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
@@ -92,6 +96,16 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
         saved = super().put(config, checkpoint, metadata, new_versions)
         self._redis_digests.saved(key[0], key[1], key[2])
         return saved
+
+    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+                   task_path: str = "") -> None:
+        """Saves like `CheckedSaver.put_writes`, then marks the writes saved."""
+        super().put_writes(config, writes, task_id, task_path)
+        conf = config["configurable"]
+        self._redis_digests.written(
+            str(conf["thread_id"]), str(conf.get("checkpoint_ns", "")),
+            str(conf["checkpoint_id"]), task_id,
+            [WRITES_IDX_MAP.get(channel, idx) for idx, (channel, _) in enumerate(writes)])
 
     @property
     def _redis_digests(self) -> RedisDigests:
@@ -171,6 +185,14 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
                 recorded or ()):
             raise ValueError("its metadata, timestamp or parent does not match its digest: "
                              "edited or deleted")
+        loaded: dict[str, int] = {}
+        for task_id, _, _ in saved.pending_writes or ():
+            loaded[task_id] = loaded.get(task_id, 0) + 1
+        for task_id, count in self._redis_digests.written_counts(
+                thread_id, ns, checkpoint_id).items():
+            if loaded.get(task_id, 0) < count:
+                raise ValueError(f"a pending write of task {task_id} is missing: deleted, "
+                                 "or hidden from LangGraph's index")
 
     def _load_checkpoint(self, checkpoint: Any, channel_values: dict[str, Any],
                          pending_sends: Sequence[Any]) -> Checkpoint:

@@ -113,6 +113,7 @@ DAMAGE: dict[str, tuple[Callable[[Any, str], None], bool]] = {
     "write channel": (_set_write("$.channel", "thread"), False),
     "write task": (_set_write("$.task_id", "00000000-0000-0000-0000-000000000000"), False),
     "write serializer type": (_set_write("$.type", "bytes"), False),
+    "write deleted": (lambda c, t: c.delete(_older_write(c, t)), False),
     "digest hash deleted": (lambda c, t: c.delete(_latest_digest(c, t)), True),
     "digest edited": (lambda c, t: c.hset(_latest_digest(c, t), "", "0" * 64), True),
     "metadata digest deleted": (lambda c, t: c.hdel(_latest_digest(c, t), "\0metadata"), True),
@@ -139,6 +140,16 @@ def test_damage_to_a_stored_checkpoint_is_refused_and_left_as_it_is(
         with pytest.raises(CheckpointIntegrityError):
             thread.graph.get_state(thread.config)
     assert _dump(client, thread.thread_id) == before
+
+
+def test_a_checkpoint_whose_writes_flag_was_cleared_is_refused(client: Any,
+                                                              thread: _Thread) -> None:
+    key = _keys(client, "checkpoint:", thread.thread_id)[1]
+    client.json().set(key, "$.has_writes", False)  # get_tuple then loads no pending writes
+    config: Any = {"configurable": {"thread_id": thread.thread_id, "checkpoint_ns": "",
+                                    "checkpoint_id": key.split(b":")[-1].decode()}}
+    with pytest.raises(CheckpointIntegrityError, match="pending write of task .* is missing"):
+        thread.graph.checkpointer.get_tuple(config)
 
 
 def test_an_undamaged_thread_loads_its_whole_history(client: Any, thread: _Thread) -> None:
