@@ -155,6 +155,13 @@ class RedisDigests:
                 pipe.srem(redis_keys.saved_key(thread_id), *[f"{ns}\0{i}" for i in ids])
             pipe.execute()
 
+    def thread_keys(self, thread_id: str) -> list[bytes]:
+        """Every key of ours for the thread (to give them the TTL of LangGraph's keys)."""
+        index = redis_keys.digests_key(thread_id)
+        with self._lock:
+            hashes = sorted(self._client.smembers(index))
+        return [*hashes, index, redis_keys.saved_key(thread_id)]
+
     def delete_thread(self, thread_id: str) -> None:
         """Deletes a thread's digest hashes, their set and its saved set."""
         index = redis_keys.digests_key(thread_id)

@@ -20,7 +20,10 @@ serializer, so `graph.serde`'s checksum inside serialized bytes cannot be used. 
   as raw data when they fail to load.
 
 A refusal raises `CheckpointIntegrityError` (`damaged`, exit 4) naming the checkpoint
-and changes nothing stored. `delete_thread` deletes the digests with the thread.
+and changes nothing stored. `delete_thread` deletes the digests with the thread, and
+`prune` those of the checkpoints it deleted; code that deletes LangGraph's keys any
+other way (a TTL, a window) must delete ours too (`RedisDigests.forget`, or the whole
+thread), or the thread is refused as damaged.
 
 Use `redis_saver(client)` (or `CheckedRedisSaver(redis_client=client)` then `setup()`);
 the server needs the RedisJSON and RediSearch modules (`tests/redis_server.py`).

@@ -105,14 +105,18 @@ def test_redis_saver_resumes_a_thread_from_a_new_saver(saver: Any, redis_url: st
     assert thread.ledger.read(thread.thread_id) == LedgerEntry(2, 2, 4)
 
 
-def test_redis_saver_deletes_a_thread_whole(saver: Any, redis_url: str) -> None:
-    thread = _Thread(saver)
-    thread.run()
-    saver.delete_thread(thread.thread_id)
-    assert thread.graph.get_state(thread.config).values == {}
+def test_redis_saver_deletes_a_thread_whole_with_its_digests(saver: Any, redis_url: str) -> None:
     import redis
 
-    left = list(redis.Redis.from_url(redis_url).scan_iter(match=f"*{thread.thread_id}*".encode()))
+    thread = _Thread(saver)
+    history = thread.run()
+    client = redis.Redis.from_url(redis_url)
+    ours = saver.digests.thread_keys(thread.thread_id)
+    assert len(ours) == len(history) + 2  # a digest hash per checkpoint, its set, the saved set
+    assert all(client.exists(key) for key in ours)
+    saver.delete_thread(thread.thread_id)
+    assert thread.graph.get_state(thread.config).values == {}
+    left = list(client.scan_iter(match=f"*{thread.thread_id}*".encode()))
     assert left == []
 
 
