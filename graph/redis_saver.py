@@ -117,26 +117,31 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
         return digests
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """`CheckedSaver.get_tuple`; a key of the wrong Redis type is refused too.
+        """`CheckedSaver.get_tuple`, also refusing a latest checkpoint older than the newest saved.
+
+        The saved set is read before LangGraph reads, so a checkpoint another process
+        saves meanwhile is not mistaken for a missing one; a missing one still saved
+        after the read (not deleted with its digests since) is refused.
 
         Raises:
-            CheckpointIntegrityError: The checkpoint is refused (`damaged`).
+            CheckpointIntegrityError: The checkpoint is refused (`damaged`); also a key
+                of the wrong Redis type.
         """
+        conf = config["configurable"]
+        slot = str(conf["thread_id"]), str(conf.get("checkpoint_ns", ""))
+        latest = not conf.get("checkpoint_id")
+        before = self._redis_digests.saved_ids(*slot) if latest else set()
         try:
             saved = super().get_tuple(config)
         except redis.ResponseError as exc:
             raise _refused(config, exc) from None
-        conf = config["configurable"]
-        if not conf.get("checkpoint_id"):
-            ids = self._redis_digests.saved_ids(str(conf["thread_id"]),
-                                                str(conf.get("checkpoint_ns", "")))
-            newest = max(ids, default=None)
-            loaded = saved.config["configurable"]["checkpoint_id"] if saved else None
-            if newest is not None and (loaded is None or loaded < newest):
-                raise CheckpointIntegrityError(
-                    f"thread {conf['thread_id']!r}: its newest checkpoint {newest} is missing "
-                    f"or hidden from LangGraph's index (found {loaded}); an older one is never "
-                    "resumed instead")
+        loaded = saved.config["configurable"]["checkpoint_id"] if saved else ""
+        newer = {i for i in before if i > loaded}
+        if newer and (newer & self._redis_digests.saved_ids(*slot)):
+            raise CheckpointIntegrityError(
+                f"thread {slot[0]!r}: its newest checkpoint {max(newer)} is missing or hidden "
+                f"from LangGraph's index (found {loaded or 'none'}); an older one is never "
+                "resumed instead")
         return saved
 
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
@@ -145,25 +150,25 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
         """`CheckedSaver.list`; a key of the wrong Redis type is refused too.
 
         Listing a whole thread (a namespace, no filter, `before` or `limit`) also
-        refuses when a saved checkpoint of it is missing from what LangGraph found.
+        refuses when a checkpoint saved before the listing began, and still saved after
+        it, is missing from what LangGraph found.
         """
         conf = (config or {}).get("configurable", {})
         whole = (filter is None and before is None and limit is None and "thread_id" in conf
                  and conf.get("checkpoint_ns") is not None and not conf.get("checkpoint_id"))
-        seen = set()
+        slot = str(conf.get("thread_id")), str(conf.get("checkpoint_ns"))
+        expected = self._redis_digests.saved_ids(*slot) if whole else set()
         try:
             for item in super().list(config, filter=filter, before=before, limit=limit):
-                seen.add(item.config["configurable"]["checkpoint_id"])
+                expected.discard(item.config["configurable"]["checkpoint_id"])
                 yield item
         except redis.ResponseError as exc:
             raise _refused(config, exc) from None
-        if whole:
-            missing = self._redis_digests.saved_ids(str(conf["thread_id"]),
-                                                    str(conf["checkpoint_ns"])) - seen
-            if missing:
-                raise CheckpointIntegrityError(
-                    f"thread {conf['thread_id']!r}: saved checkpoint(s) {sorted(missing)} are "
-                    "missing or hidden from LangGraph's index")
+        missing = expected & self._redis_digests.saved_ids(*slot) if expected else set()
+        if missing:
+            raise CheckpointIntegrityError(
+                f"thread {slot[0]!r}: saved checkpoint(s) {sorted(missing)} are missing or "
+                "hidden from LangGraph's index")
 
     def prune(self, thread_ids: Sequence[str], **kwargs: Any) -> None:
         """`RedisSaver.prune`, then forgets the digests of the checkpoints it deleted.

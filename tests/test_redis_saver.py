@@ -149,3 +149,32 @@ def test_a_constructor_envelope_in_a_stored_value_is_never_revived(saver: Any, r
     with pytest.raises(CheckpointIntegrityError, match="constructor envelope") as refused:
         thread.graph.get_state(thread.config)
     assert refused.value.error_code == ErrorCode.DAMAGED
+
+
+def test_a_put_killed_after_its_digest_leaves_the_thread_resumable(
+        saver: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from langgraph.checkpoint.redis import RedisSaver
+
+    thread = _Thread(saver)
+    thread.step(first=True)
+
+    def killed(*args: Any, **kwargs: Any) -> Any:
+        raise SystemExit("killed inside put, after the digest was recorded")
+
+    monkeypatch.setattr(RedisSaver, "put", killed)
+    with pytest.raises(SystemExit):
+        thread.step(first=False)
+    monkeypatch.undo()
+    while thread.step(first=False):
+        pass
+    assert thread.graph.get_state(thread.config).values["progress"]["status"] == "done"
+
+
+def test_a_checkpoint_saved_while_the_history_is_read_is_not_taken_for_damage(
+        saver: Any) -> None:
+    thread = _Thread(saver)
+    thread.step(first=True)
+    history = saver.list({"configurable": {"thread_id": thread.thread_id, "checkpoint_ns": ""}})
+    first = next(history)
+    thread.step(first=False)  # a writer saves a newer checkpoint meanwhile
+    assert [first, *history][-1].metadata["source"] == "input"
