@@ -28,11 +28,10 @@ TASK = "How long does shipping take at the demo shop?"
 
 @pytest.fixture
 def saver(redis_url: str) -> Iterator[Any]:
-    import redis
-
+    from graph.redis_conn import connect
     from graph.redis_saver import redis_saver
 
-    client = redis.Redis.from_url(redis_url)
+    client = connect(redis_url)  # as the Redis store connects: bytes, no retries
     try:
         yield redis_saver(client)
     finally:

@@ -20,14 +20,14 @@ from graph.exitcodes import ErrorCode
 from graph.serde import CheckpointIntegrityError, StoredTypeError
 from tests.test_redis_saver import _Thread
 
-redis = pytest.importorskip("redis")
-
 _CONSTRUCTOR = {"lc": 1, "type": "constructor", "id": ["os", "system"], "kwargs": {}}
 
 
 @pytest.fixture
 def client(redis_url: str) -> Iterator[Any]:
-    with redis.Redis.from_url(redis_url) as client:
+    from graph.redis_conn import connect
+
+    with connect(redis_url) as client:
         yield client
 
 
