@@ -168,6 +168,13 @@ def test_the_strict_serializer_revives_no_constructor_and_stores_nothing_it_cann
         serde.loads_typed(("json", json.dumps({"a": [_CONSTRUCTOR]}).encode()))
     with pytest.raises(CheckpointIntegrityError, match="never written here"):
         serde.loads_typed(("bytes", b"raw"))
+    from langchain_core.messages import HumanMessage
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    packed = JsonPlusSerializer().dumps_typed({"m": HumanMessage("revived")})
+    assert packed[0] == "msgpack"
+    with pytest.raises(CheckpointIntegrityError, match="msgpack extension"):
+        serde.loads_typed(packed)
     with pytest.raises(StoredTypeError):
         serde.dumps_typed({"items": {1, 2}})
     record = Interrupt(value={"kind": "approval"}, id="i-1")
