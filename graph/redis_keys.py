@@ -20,6 +20,12 @@ CAP = f"{PREFIX}cap:"
 """A hash per request cap (a batch or a parent task): `requests`, `max_requests`."""
 LOCK = f"{PREFIX}lock:"
 """A string per thread held by its writer: the holder's token, with the lease as its TTL."""
+DIGEST = f"{PREFIX}digest:"
+"""A hash per checkpoint (`graph.redis_digests`): digests by slot (task id and index)."""
+DIGESTS = f"{PREFIX}digests:"
+"""A set per thread: the keys of its checkpoints' digest hashes (deleted with the thread)."""
+SAVED = f"{PREFIX}saved:"
+"""A set per thread: `ns NUL checkpoint_id` of each checkpoint whose `put` finished."""
 FSYNC = f"{PREFIX}fsync"
 """A counter written only so that a following `WAITAOF` has a write of its own to wait for."""
 
@@ -41,6 +47,21 @@ def cap_key(cap_id: str) -> bytes:
 def lock_key(thread_id: str) -> bytes:
     """The thread's writer lock."""
     return _encode(LOCK + thread_id)
+
+
+def digest_key(thread_id: str, ns: str, checkpoint_id: str) -> bytes:
+    """The digest hash of one checkpoint (parts joined by NUL, never parsed back)."""
+    return _encode(f"{DIGEST}{thread_id}\0{ns}\0{checkpoint_id}")
+
+
+def digests_key(thread_id: str) -> bytes:
+    """The set of a thread's digest hash keys."""
+    return _encode(DIGESTS + thread_id)
+
+
+def saved_key(thread_id: str) -> bytes:
+    """The set of a thread's saved checkpoints."""
+    return _encode(SAVED + thread_id)
 
 
 def pattern(prefix: str) -> bytes:

@@ -1,10 +1,10 @@
-"""LangGraph's own Redis checkpointer (`langgraph-checkpoint-redis`) runs our graph on the private
-server: the same values and history as LangGraph's in-memory saver, and deletion of a thread.
+"""`graph.redis_saver.CheckedRedisSaver` (LangGraph's Redis checkpointer with our checks) runs
+our graph on the private server: the same values and history as LangGraph's in-memory saver,
+resuming from a new saver, and deletion of a thread with its digests.
 
-What it cannot do yet, pinned as strict xfails until the Redis store is integrated (issue 17):
-`RedisSaver` takes no serializer and stores each checkpoint as one plain RedisJSON document,
-so our checksummed serializer cannot be used and an edited document loads unnoticed; and it
-revives LangChain constructor envelopes found in stored values.
+`RedisSaver` stores each checkpoint as one plain RedisJSON document (no checksum inside);
+the digests kept beside it refuse an edited document, and the strict serializer refuses a
+LangChain constructor envelope. Damage to each part is in `tests/test_redis_saver_damage.py`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
+from graph.exitcodes import ErrorCode
 from graph.factory import build_graph
+from graph.serde import CheckpointIntegrityError
 from graph.state import initial_state
 from nodes.context import LedgerEntry, StepContext
 from nodes.demo_model import DEMO_MODEL_ID, OfflineDemoModel
@@ -26,11 +28,14 @@ TASK = "How long does shipping take at the demo shop?"
 
 @pytest.fixture
 def saver(redis_url: str) -> Iterator[Any]:
-    from langgraph.checkpoint.redis import RedisSaver
+    from graph.redis_conn import connect
+    from graph.redis_saver import redis_saver
 
-    with RedisSaver.from_conn_string(redis_url) as saver:
-        saver.setup()
-        yield saver
+    client = connect(redis_url)  # as the Redis store connects: bytes, no retries
+    try:
+        yield redis_saver(client)
+    finally:
+        client.close()
 
 
 class _Thread:
@@ -84,12 +89,14 @@ def test_redis_saver_steps_our_graph_to_the_same_values_and_history_as_memory(sa
 
 
 def test_redis_saver_resumes_a_thread_from_a_new_saver(saver: Any, redis_url: str) -> None:
-    from langgraph.checkpoint.redis import RedisSaver
+    import redis
+
+    from graph.redis_saver import redis_saver
 
     thread = _Thread(saver)
     assert thread.step(first=True)
-    with RedisSaver.from_conn_string(redis_url) as reopened:
-        thread.graph = build_graph(reopened)
+    with redis.Redis.from_url(redis_url) as client:
+        thread.graph = build_graph(redis_saver(client))
         while thread.step(first=False):
             pass
         final = thread.graph.get_state(thread.config).values
@@ -97,14 +104,18 @@ def test_redis_saver_resumes_a_thread_from_a_new_saver(saver: Any, redis_url: st
     assert thread.ledger.read(thread.thread_id) == LedgerEntry(2, 2, 4)
 
 
-def test_redis_saver_deletes_a_thread_whole(saver: Any, redis_url: str) -> None:
-    thread = _Thread(saver)
-    thread.run()
-    saver.delete_thread(thread.thread_id)
-    assert thread.graph.get_state(thread.config).values == {}
+def test_redis_saver_deletes_a_thread_whole_with_its_digests(saver: Any, redis_url: str) -> None:
     import redis
 
-    left = list(redis.Redis.from_url(redis_url).scan_iter(match=f"*{thread.thread_id}*".encode()))
+    thread = _Thread(saver)
+    history = thread.run()
+    client = redis.Redis.from_url(redis_url)
+    ours = saver.digests.thread_keys(thread.thread_id)
+    assert len(ours) == len(history) + 2  # a digest hash per checkpoint, its set, the saved set
+    assert all(client.exists(key) for key in ours)
+    saver.delete_thread(thread.thread_id)
+    assert thread.graph.get_state(thread.config).values == {}
+    left = list(client.scan_iter(match=f"*{thread.thread_id}*".encode()))
     assert left == []
 
 
@@ -117,17 +128,16 @@ def test_redis_saver_stores_channel_values_as_plain_json_without_our_checksum(
     assert stored["messages"][0] == {"role": "user", "content": TASK}  # no MRC1 prefix, no digest
 
 
-@pytest.mark.xfail(reason="issue 17: the digest per checkpoint is not integrated yet", strict=True)
 def test_an_edited_checkpoint_document_is_refused(saver: Any, redis_url: str) -> None:
     thread = _Thread(saver)
     thread.step(first=True)
     client, key = _latest_document(redis_url, thread.thread_id)
     client.json().set(key, "$.checkpoint.channel_values.messages[0].content", "edited")
-    with pytest.raises(Exception):  # noqa: B017 - any refusal; integration names CheckpointIntegrityError
+    with pytest.raises(CheckpointIntegrityError, match="does not match its digest"):
         thread.graph.get_state(thread.config)
+    assert client.json().get(key, "$.checkpoint.channel_values.messages[0].content") == ["edited"]
 
 
-@pytest.mark.xfail(reason="issue 17: RedisSaver's serializer is not made strict yet", strict=True)
 def test_a_constructor_envelope_in_a_stored_value_is_never_revived(saver: Any, redis_url: str) -> None:
     thread = _Thread(saver)
     thread.step(first=True)
@@ -135,8 +145,35 @@ def test_a_constructor_envelope_in_a_stored_value_is_never_revived(saver: Any, r
     client.json().set(key, "$.checkpoint.channel_values.messages[0]", {
         "lc": 1, "type": "constructor", "id": ["langchain_core", "messages", "HumanMessage"],
         "kwargs": {"content": "revived"}})
-    try:
-        values = thread.graph.get_state(thread.config).values
-    except Exception:  # noqa: BLE001 - a refusal is what integration must give
-        return
-    assert isinstance(values["messages"][0], dict)
+    with pytest.raises(CheckpointIntegrityError, match="constructor envelope") as refused:
+        thread.graph.get_state(thread.config)
+    assert refused.value.error_code == ErrorCode.DAMAGED
+
+
+def test_a_put_killed_after_its_digest_leaves_the_thread_resumable(
+        saver: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from langgraph.checkpoint.redis import RedisSaver
+
+    thread = _Thread(saver)
+    thread.step(first=True)
+
+    def killed(*args: Any, **kwargs: Any) -> Any:
+        raise SystemExit("killed inside put, after the digest was recorded")
+
+    monkeypatch.setattr(RedisSaver, "put", killed)
+    with pytest.raises(SystemExit):
+        thread.step(first=False)
+    monkeypatch.undo()
+    while thread.step(first=False):
+        pass
+    assert thread.graph.get_state(thread.config).values["progress"]["status"] == "done"
+
+
+def test_a_checkpoint_saved_while_the_history_is_read_is_not_taken_for_damage(
+        saver: Any) -> None:
+    thread = _Thread(saver)
+    thread.step(first=True)
+    history = saver.list({"configurable": {"thread_id": thread.thread_id, "checkpoint_ns": ""}})
+    first = next(history)
+    thread.step(first=False)  # a writer saves a newer checkpoint meanwhile
+    assert [first, *history][-1].metadata["source"] == "input"
