@@ -20,6 +20,12 @@ CAP = f"{PREFIX}cap:"
 """A hash per request cap (a batch or a parent task): `requests`, `max_requests`."""
 LOCK = f"{PREFIX}lock:"
 """A string per thread held by its writer: the holder's token, with the lease as its TTL."""
+LOG = f"{PREFIX}log:"
+"""A list per thread: its attempt-log rows, oldest first, each a JSON object."""
+TOMBSTONE = f"{PREFIX}tombstone:"
+"""A hash per pruned thread: `final_status`, `pruned_at`. Never expires."""
+APPROVALS = f"{PREFIX}approvals:"
+"""A hash per thread: one decision per write call, field `attempt:tool_call_id`, value JSON."""
 FSYNC = f"{PREFIX}fsync"
 """A counter written only so that a following `WAITAOF` has a write of its own to wait for."""
 
@@ -41,6 +47,21 @@ def cap_key(cap_id: str) -> bytes:
 def lock_key(thread_id: str) -> bytes:
     """The thread's writer lock."""
     return _encode(LOCK + thread_id)
+
+
+def log_key(thread_id: str) -> bytes:
+    """The thread's attempt log."""
+    return _encode(LOG + thread_id)
+
+
+def tombstone_key(thread_id: str) -> bytes:
+    """The thread's tombstone."""
+    return _encode(TOMBSTONE + thread_id)
+
+
+def approvals_key(thread_id: str) -> bytes:
+    """The thread's decisions on write calls."""
+    return _encode(APPROVALS + thread_id)
 
 
 def pattern(prefix: str) -> bytes:

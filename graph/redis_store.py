@@ -1,0 +1,112 @@
+"""Opens a Redis checkpoint database: LangGraph's `RedisSaver`, our ledger, tables and leases.
+
+A `redis://`, `rediss://` or `unix://` URL names a database on a Redis >= 7.2 or
+Valkey >= 8 server with the RedisJSON and RediSearch modules (`RedisSaver` needs
+both). What this backend promises and how:
+
+* The attempt ledger is a set of Lua scripts (`graph.redis_ledger`), each claim fsynced
+  to the server's append-only file before it returns; a writer refuses a server whose
+  persistence cannot give that (`db_not_durable`, exit 2) before anything is counted.
+* One writer per thread: a renewed lease with fencing (`graph.redis_locks`), checked
+  by the ledger's scripts themselves.
+* Our tables as keys of `graph.redis_keys` (`graph.redis_tables`,
+  `graph.redis_approvals`); whole-thread operations in `graph.redis_backend`.
+* Summaries of finished threads are not kept (`graph.poll` answers from SQL stores only).
+
+The checkpointer is LangGraph's plain `RedisSaver` for now: see `_saver`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from graph.database import ReadOnlyLocks, Store, WriterLocks
+from graph.errors import RefusedError
+from graph.exitcodes import ErrorCode
+from graph.redis_approvals import RedisApprovals
+from graph.redis_backend import RedisBackend
+from graph.redis_conn import connect, redact, server_errors
+from graph.redis_ledger import RedisLedger
+from graph.redis_locks import RedisThreadLocks
+from graph.redis_tables import RedisAttemptLog, RedisTombstones
+
+if TYPE_CHECKING:
+    import redis
+
+CHECKPOINT_INDEX = "checkpoint"
+"""The search index `RedisSaver.setup()` creates (its checkpoint prefix): our set-up marker."""
+
+
+def _saver(client: redis.Redis) -> Any:
+    """LangGraph's checkpointer on `client` (indexes not yet set up)."""
+    from langgraph.checkpoint.redis import RedisSaver
+
+    # MERGE: swap for graph.redis_saver.CheckedRedisSaver (digests per checkpoint) here.
+    return RedisSaver(redis_client=client)
+
+
+def _is_set_up(client: redis.Redis, location: str) -> bool:
+    """True when `RedisSaver`'s checkpoint index exists (the database was set up)."""
+    import redis
+
+    with server_errors(location):
+        try:
+            client.execute_command("FT.INFO", CHECKPOINT_INDEX)
+        except redis.ResponseError as exc:
+            if "unknown" in str(exc).lower() or "no such" in str(exc).lower():
+                return False
+            raise
+    return True
+
+
+@contextmanager
+def open_redis(url: str, *, create: bool = True, read_only: bool = False) -> Iterator[Store]:
+    """Connects, checks the server keeps claims on disk, sets the indexes up, yields the store.
+
+    Args:
+        url: The `redis://` (or `rediss://`, `unix://`) URL.
+        create: Allow setting up a database that was never set up (a new thread);
+            resuming, history and verification refuse it instead.
+        read_only: Never write: no set-up, no leases, no durability check (history).
+
+    Yields:
+        The open store; closed on exit.
+
+    Raises:
+        UsageError: `db_unreachable` or `db_not_durable` (exit 2).
+        RefusedError: `no_such_file` for a database that was never set up (exit 4).
+    """
+    location = redact(url)
+    client = connect(url)
+    saver_client = None
+    try:
+        locks: WriterLocks
+        if read_only:
+            locks = ReadOnlyLocks()
+            ledger = RedisLedger(client, location)
+        else:
+            redis_locks = RedisThreadLocks(client, location)
+            locks, ledger = redis_locks, RedisLedger(client, location, tokens=redis_locks.token)
+            ledger.check_durable()  # before anything is written
+        if not _is_set_up(client, location):
+            if read_only or not create:
+                raise RefusedError(f"{location} holds no mandapi-resume checkpoint database",
+                                   error_code=ErrorCode.NO_SUCH_FILE)
+        saver_client = connect(url)
+        checkpointer = _saver(saver_client)
+        with server_errors(location):
+            checkpointer.setup()  # creates the indexes only when missing
+        store = Store(location, checkpointer, RedisBackend(client, location, checkpointer, ledger),
+                      ledger, RedisAttemptLog(client, location), RedisTombstones(client, location),
+                      RedisApprovals(client, location), locks, (saver_client, client))
+    except BaseException:
+        for conn in (saver_client, client):
+            if conn is not None:
+                conn.close()
+        raise
+    try:
+        yield store
+    finally:
+        store.close()
