@@ -260,13 +260,24 @@ class Store:
         for item in reversed(export.checkpoints):
             parent_conf = (item.parent_config or {}).get("configurable") or {"thread_id": thread_id}
             parent: RunnableConfig = {"configurable": {"checkpoint_ns": "", **parent_conf}}
-            saved = self.checkpointer.put(parent, item.checkpoint, item.metadata,
+            saved = self.checkpointer.put(parent, _langgraph_form(item.checkpoint), item.metadata,
                                           item.checkpoint["channel_versions"])
             for task_id, writes in _writes_by_task(item).items():
                 self.checkpointer.put_writes(saved, writes, task_id)
         self.log.import_rows(thread_id, export.log)
         for decision in export.decisions:
             self.approvals.add(decision)
+
+
+def _langgraph_form(checkpoint: Any) -> Any:
+    """The checkpoint without what LangGraph's `RedisSaver` adds as it loads one.
+
+    It adds `type` and `pending_sends` (empty for this graph, which sends no `Send`);
+    other savers refuse a checkpoint with other keys (`graph.checkpoint_shape`). A
+    non-empty `pending_sends` is kept, so the target refuses it rather than lose it.
+    """
+    extra = {"type"} | ({"pending_sends"} if checkpoint.get("pending_sends") == [] else set())
+    return {key: value for key, value in checkpoint.items() if key not in extra}
 
 
 def _writes_by_task(item: CheckpointTuple) -> dict[str, list[tuple[str, Any]]]:

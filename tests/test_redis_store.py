@@ -193,3 +193,20 @@ def test_resuming_on_a_database_never_set_up_is_refused(
         assert code == 4 and out["error_code"] == "no_such_file"
     finally:
         server.stop()
+
+
+def test_copy_moves_a_thread_from_sqlite_to_redis_and_back_with_its_budget(
+        redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from graph.copy import main as copy_main
+
+    thread_id, first, back = _thread(), str(tmp_path / "a.sqlite"), str(tmp_path / "b.sqlite")
+    assert _run(capsys, "--db", first, "--thread", thread_id, "--task", TASK, "--once")[0] == 0
+    assert copy_main(["--from", first, "--to", redis_url, "--thread", thread_id]) == 0
+    out = _to_done(capsys, redis_url, thread_id)
+    assert (out["status"], out["attempts"]) == ("done", 2)  # resumed: attempt 1 was not repeated
+    assert copy_main(["--from", redis_url, "--to", back, "--thread", thread_id]) == 0
+    capsys.readouterr()
+    assert history_main(["--db", back, "--thread", thread_id, "--json"]) == 0
+    header = json.loads(capsys.readouterr().out)["header"]
+    assert (header["status"], header["attempts"]) == ("done", 2)
+    assert verify_main(["--db", back]) == 0
