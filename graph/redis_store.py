@@ -18,12 +18,15 @@ The checkpointer is LangGraph's plain `RedisSaver` for now: see `_saver`.
 
 from __future__ import annotations
 
+import secrets
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from graph import redis_keys as keys
 from graph.database import ReadOnlyLocks, Store, WriterLocks
-from graph.errors import RefusedError
+from graph.errors import BusyError, DatabaseLostError, RefusedError
 from graph.exitcodes import ErrorCode
 from graph.redis_approvals import RedisApprovals
 from graph.redis_backend import RedisBackend
@@ -37,6 +40,10 @@ if TYPE_CHECKING:
 
 CHECKPOINT_INDEX = "checkpoint"
 """The search index `RedisSaver.setup()` creates (its checkpoint prefix): our set-up marker."""
+SETUP_LOCK = f"{keys.PREFIX}setup"
+"""Held (a string with a lease) by the one process setting the indexes up."""
+SETUP_TIMEOUT_S = 60.0
+"""How long a process waits for another one's set-up (seconds)."""
 
 
 def _saver(client: redis.Redis) -> Any:
@@ -59,6 +66,36 @@ def _is_set_up(client: redis.Redis, location: str) -> bool:
                 return False
             raise
     return True
+
+
+def _set_up(checkpointer: Any, client: redis.Redis, location: str) -> None:
+    """Runs `RedisSaver.setup()` holding `SETUP_LOCK`, so concurrent first runs do not race.
+
+    Its `FT.CREATE`s fail when another process created the index in between; the lock
+    serializes them, and a process that finds the indexes there creates nothing.
+
+    Raises:
+        BusyError: Another process held the set-up lock for `SETUP_TIMEOUT_S` (exit 5).
+        DatabaseLostError: The server refused the indexes (`db_write_failed`, exit 6).
+    """
+    from redisvl.exceptions import RedisVLError
+
+    token, deadline = secrets.token_hex(16), time.monotonic() + SETUP_TIMEOUT_S
+    with server_errors(location):
+        while not client.set(SETUP_LOCK, token, nx=True, px=int(SETUP_TIMEOUT_S * 1000)):
+            if time.monotonic() > deadline:
+                raise BusyError("another process has been setting this Redis database up for "
+                                f"{SETUP_TIMEOUT_S:.0f} s; run again", location=location)
+            time.sleep(0.05)
+        try:
+            checkpointer.setup()  # creates the indexes only when missing
+        except RedisVLError as exc:
+            raise DatabaseLostError(f"the Redis server refused LangGraph's search indexes: "
+                                    f"{str(exc)[:200]}", error_code=ErrorCode.DB_WRITE_FAILED,
+                                    location=location) from None
+        finally:
+            if client.get(SETUP_LOCK) == token.encode():
+                client.delete(SETUP_LOCK)
 
 
 @contextmanager
@@ -96,8 +133,11 @@ def open_redis(url: str, *, create: bool = True, read_only: bool = False) -> Ite
                                    error_code=ErrorCode.NO_SUCH_FILE)
         saver_client = connect(url)
         checkpointer = _saver(saver_client)
-        with server_errors(location):
-            checkpointer.setup()  # creates the indexes only when missing
+        if read_only:
+            with server_errors(location):
+                checkpointer.setup()  # only reads: the indexes exist (checked above)
+        else:
+            _set_up(checkpointer, client, location)
         store = Store(location, checkpointer, RedisBackend(client, location, checkpointer, ledger),
                       ledger, RedisAttemptLog(client, location), RedisTombstones(client, location),
                       RedisApprovals(client, location), locks, (saver_client, client))

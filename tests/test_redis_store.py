@@ -210,3 +210,19 @@ def test_copy_moves_a_thread_from_sqlite_to_redis_and_back_with_its_budget(
     header = json.loads(capsys.readouterr().out)["header"]
     assert (header["status"], header["attempts"]) == ("done", 2)
     assert verify_main(["--db", back]) == 0
+
+
+def test_first_runs_at_once_on_a_fresh_database_all_set_it_up_and_succeed(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    server = start_server(tmp_path / "fresh")
+    try:
+        runs = [subprocess.Popen([sys.executable, "-m", "graph.run", "--db", server.url, "--thread",
+                                  f"f{i}", "--task", TASK, "--once", "--json"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                for i in range(4)]
+        outputs = [run.communicate(timeout=120) for run in runs]
+        assert [run.returncode for run in runs] == [0, 0, 0, 0], outputs
+    finally:
+        server.stop()
