@@ -233,7 +233,9 @@ def known_error(exc: BaseException) -> RunError | None:
             "timeout; any attempt counted before stays counted and nothing was sent "
             "after it: free space or wait, then run the command again",
             error_code=ErrorCode.DB_WRITE_FAILED)
-    return _lost_connection(exc)
+    from graph.redis_conn import known_redis_error
+
+    return _lost_connection(exc) or known_redis_error(exc)
 
 
 _SQLITE_UNWRITABLE = ("database is locked", "database or disk is full", "disk I/O error",

@@ -104,6 +104,28 @@ def server_errors(location: str | None = None) -> Iterator[None]:
                                 error_code=ErrorCode.DB_WRITE_FAILED, location=location) from None
 
 
+def known_redis_error(exc: BaseException) -> DatabaseLostError | None:
+    """The exit-coded error for a failure of the Redis server met outside `server_errors`.
+
+    LangGraph's `RedisSaver` and RedisVL raise the client's errors (or RedisVL's) from
+    inside a step: a lost or refusing server is an environment failure (exit 6), not a
+    bug. None for anything else, and when the redis package is not installed.
+    """
+    try:
+        import redis
+        from redisvl.exceptions import RedisVLError
+    except ImportError:
+        return None
+    if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+        return DatabaseLostError(f"the Redis server was lost during the command: "
+                                 f"{_text(exc)[:200]}; any attempt counted before stays counted "
+                                 "and nothing was sent after the loss")
+    if isinstance(exc, redis.ResponseError | RedisVLError):
+        return DatabaseLostError(f"the Redis server refused a command: {_text(exc)[:200]}",
+                                 error_code=ErrorCode.DB_WRITE_FAILED)
+    return None
+
+
 def _refuse(location: str, why: str) -> UsageError:
     return UsageError(f"this Redis server cannot keep a claim on disk before its request is sent: "
                       f"{why}; start it with --appendonly yes --appendfsync always (or everysec), "

@@ -226,3 +226,19 @@ def test_first_runs_at_once_on_a_fresh_database_all_set_it_up_and_succeed(tmp_pa
         assert [run.returncode for run in runs] == [0, 0, 0, 0], outputs
     finally:
         server.stop()
+
+
+def test_a_redis_server_lost_mid_step_exits_6_not_as_a_bug(
+        redis_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import redis
+    from langgraph.checkpoint.redis import RedisSaver
+
+    thread_id = _thread()
+    assert _run(capsys, "--db", redis_url, "--thread", thread_id, "--task", TASK, "--once")[0] == 0
+
+    def lost(*_args: Any, **_kwargs: Any) -> None:
+        raise redis.ConnectionError("Connection closed by server.")
+
+    monkeypatch.setattr(RedisSaver, "put", lost)
+    code, out = _run(capsys, "--db", redis_url, "--thread", thread_id, "--once")
+    assert code == 6 and out["error_code"] == "db_lost"
