@@ -93,9 +93,9 @@ class Parser(argparse.ArgumentParser):
         raise Finished(status)
 
     def add_db(self) -> None:
-        """Adds `--db` (SQLite file or PostgreSQL URL)."""
-        self.add_argument("--db", help="SQLite file or postgresql:// URL (default: $GRAPH_DB, "
-                          "else ./checkpoints.sqlite)")
+        """Adds `--db` (SQLite file, PostgreSQL or Redis URL)."""
+        self.add_argument("--db", help="SQLite file, postgresql:// or redis:// URL (default: "
+                          "$GRAPH_DB, else ./checkpoints.sqlite)")
 
     def add_trace(self) -> None:
         """Adds `--trace` (LangSmith tracing for this invocation; off by default)."""
