@@ -242,3 +242,14 @@ def test_a_redis_server_lost_mid_step_exits_6_not_as_a_bug(
     monkeypatch.setattr(RedisSaver, "put", lost)
     code, out = _run(capsys, "--db", redis_url, "--thread", thread_id, "--once")
     assert code == 6 and out["error_code"] == "db_lost"
+
+
+def test_the_python_api_runs_a_thread_to_done_on_redis(redis_url: str) -> None:
+    from graph.api import open_database
+
+    thread_id = _thread()
+    with open_database(redis_url, create=True) as db:
+        outcome = db.run(thread_id, task=TASK, once=False)
+        assert (outcome.status, outcome.attempts) == ("done", 2)
+        assert db.history(thread_id)["header"]["status"] == "done"
+        assert thread_id in {row["thread_id"] for row in db.threads()}
