@@ -15,9 +15,11 @@ checkpoints, refused as `pruned` and swept by the next prune (`buried_with_check
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from graph import redis_keys as keys
+from graph.errors import BusyError
 from graph.redis_conn import server_errors
 from graph.tombstones import Tombstone
 
@@ -30,13 +32,16 @@ CHECKPOINT_PREFIX = "checkpoint:"
 """The start of `RedisSaver`'s checkpoint keys (its default `checkpoint_prefix`)."""
 
 _BURY = """
+local lock = redis.call('GET', KEYS[5])
+if ARGV[3] == '' or lock ~= ARGV[3] then return 0 end
 if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('HSET', KEYS[1], 'final_status', ARGV[1], 'pruned_at', ARGV[2])
 end
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
 return 1
 """
-"""KEYS: tombstone, ledger, log, decisions. ARGV: final_status, pruned_at."""
+"""KEYS: tombstone, ledger, log, decisions, lock. ARGV: final_status, pruned_at, lease token.
+Fenced like the ledger's scripts: only the holder of the thread's current lease buries it."""
 
 
 def checkpoint_thread(key: bytes) -> str | None:
@@ -54,11 +59,13 @@ class RedisBackend:
         location: The redacted URL, for messages.
         checkpointer: LangGraph's `RedisSaver` (or a checked saver over it) on the server.
         ledger: The store's ledger (its `make_durable`).
+        tokens: This process's lease token for a thread (`RedisThreadLocks.token`), or None.
     """
 
     def __init__(self, client: redis.Redis, location: str, checkpointer: Any,
-                 ledger: RedisLedger) -> None:
+                 ledger: RedisLedger, tokens: Callable[[str], str | None]) -> None:
         self._client = client
+        self._tokens = tokens
         self.location = location
         self._checkpointer = checkpointer
         self._ledger = ledger
@@ -84,7 +91,11 @@ class RedisBackend:
     def bury(self, tombstone: Tombstone) -> None:
         """The tombstone and the deletion of our keys in one script, on disk, then the checkpoints.
 
+        Hold the thread's lock (`RedisThreadLocks.hold`): the script checks the lease.
+
         Raises:
+            BusyError: This process does not hold the thread's current lease (exit 5);
+                nothing was changed.
             NotDurableError: The script ran but its fsync was not confirmed (exit 6): the
                 thread is already refused as `pruned`; its checkpoints stay until the
                 next prune sweeps them.
@@ -92,9 +103,14 @@ class RedisBackend:
         thread_id = tombstone.thread_id
         self._ledger.check_durable()
         with server_errors(self.location):
-            self._bury(keys=[keys.tombstone_key(thread_id), keys.ledger_key(thread_id),
-                             keys.log_key(thread_id), keys.approvals_key(thread_id)],
-                       args=[tombstone.final_status, tombstone.pruned_at])
+            buried = self._bury(keys=[keys.tombstone_key(thread_id), keys.ledger_key(thread_id),
+                                      keys.log_key(thread_id), keys.approvals_key(thread_id),
+                                      keys.lock_key(thread_id)],
+                                args=[tombstone.final_status, tombstone.pruned_at,
+                                      self._tokens(thread_id) or ""])
+        if not buried:
+            raise BusyError("its writer lease is not this process's; it was not pruned",
+                            thread_id=thread_id, location=self.location)
         self._ledger.make_durable(f"thread {thread_id!r} is buried, but")
         self._checkpointer.delete_thread(thread_id)
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +52,11 @@ def _saver(client: redis.Redis) -> Any:
 
     # MERGE: swap for graph.redis_saver.CheckedRedisSaver (digests per checkpoint) here.
     return RedisSaver(redis_client=client)
+
+
+def _no_token(_thread_id: str) -> str | None:
+    """A reader holds no lease."""
+    return None
 
 
 def _is_set_up(client: redis.Redis, location: str) -> bool:
@@ -120,12 +125,14 @@ def open_redis(url: str, *, create: bool = True, read_only: bool = False) -> Ite
     saver_client = None
     try:
         locks: WriterLocks
+        tokens: Callable[[str], str | None]
         if read_only:
-            locks = ReadOnlyLocks()
-            ledger = RedisLedger(client, location)
+            locks, tokens = ReadOnlyLocks(), _no_token
         else:
             redis_locks = RedisThreadLocks(client, location)
-            locks, ledger = redis_locks, RedisLedger(client, location, tokens=redis_locks.token)
+            locks, tokens = redis_locks, redis_locks.token
+        ledger = RedisLedger(client, location, tokens=tokens)
+        if not read_only:
             ledger.check_durable()  # before anything is written
         if not _is_set_up(client, location):
             if read_only or not create:
@@ -138,7 +145,8 @@ def open_redis(url: str, *, create: bool = True, read_only: bool = False) -> Ite
                 checkpointer.setup()  # only reads: the indexes exist (checked above)
         else:
             _set_up(checkpointer, client, location)
-        store = Store(location, checkpointer, RedisBackend(client, location, checkpointer, ledger),
+        backend = RedisBackend(client, location, checkpointer, ledger, tokens=tokens)
+        store = Store(location, checkpointer, backend,
                       ledger, RedisAttemptLog(client, location), RedisTombstones(client, location),
                       RedisApprovals(client, location), locks, (saver_client, client))
     except BaseException:

@@ -138,7 +138,7 @@ def test_a_crash_between_burying_and_deleting_checkpoints_leaves_the_thread_gone
     _to_done(capsys, redis_url, thread_id)
     with open_store(redis_url, create=False) as store:
         monkeypatch.setattr(store.checkpointer, "delete_thread", _killed)
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(KeyboardInterrupt), store.locks.hold(thread_id):
             store.bury(Tombstone(thread_id, "done", "2026-01-01T00:00:00+00:00"))
         assert store.ledger.row(thread_id) is None and store.log.rows(thread_id) == []
         assert store.count_checkpoints(thread_id) > 0
@@ -149,6 +149,24 @@ def test_a_crash_between_burying_and_deleting_checkpoints_leaves_the_thread_gone
     with open_store(redis_url, create=False) as store:
         assert store.sweep_buried() >= 1
         assert store.count_checkpoints(thread_id) == 0
+
+
+def test_burying_without_the_threads_lease_is_refused_and_changes_nothing(
+        redis_url: str, client: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from graph.errors import BusyError
+    from graph.redis_locks import RedisThreadLocks
+    from graph.storage import open_store
+    from graph.tombstones import Tombstone
+
+    thread_id = _thread()
+    _to_done(capsys, redis_url, thread_id)
+    before = _keys(client, thread_id)
+    with open_store(redis_url, create=False) as store:
+        with pytest.raises(BusyError):
+            store.bury(Tombstone(thread_id, "done", "2026-01-01T00:00:00+00:00"))
+        with RedisThreadLocks(client, redis_url).hold(thread_id), pytest.raises(BusyError):
+            store.bury(Tombstone(thread_id, "done", "2026-01-01T00:00:00+00:00"))
+    assert _keys(client, thread_id) == before
 
 
 def _killed(thread_id: str) -> None:
