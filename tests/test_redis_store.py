@@ -125,6 +125,10 @@ def test_prune_buries_a_done_thread_and_a_later_task_is_refused_as_pruned(
     code, out = _run(capsys, "--db", redis_url, "--thread", thread_id, "--task", TASK, "--once")
     assert code == 4 and out["error_code"] == "pruned"
     assert _keys(client, thread_id) == {redis_keys.tombstone_key(thread_id)}
+    code, out = _run(capsys, "--db", redis_url, "--thread", thread_id, "--task", TASK, "--once",
+                     "--restart-pruned")
+    assert (code, out["status"], out["attempts"]) == (0, "ready", 1)
+    assert redis_keys.tombstone_key(thread_id) not in _keys(client, thread_id)
 
 
 def test_a_crash_between_burying_and_deleting_checkpoints_leaves_the_thread_gone(
