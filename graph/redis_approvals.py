@@ -6,7 +6,9 @@ whose reply asked for the call, and the call id), as one hash per thread
 A second decision for the same call is refused (`HSETNX`); the updates that follow a
 decision (the planned hashes, applied, failed) change a row only in the state the SQL
 `UPDATE ... WHERE` would, read and written in one `WATCH`/`MULTI` transaction. Each row
-is checked as it is read (`graph.rowcheck`): another shape is `damaged` (exit 4).
+is checked as it is read (`graph.rowcheck`): another shape is `damaged` (exit 4). Each
+write is on disk before it returns (`RedisTable._durable`): a decision and the planned
+hashes must outlive a crash after the file is written (approvals applied once).
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ class RedisApprovals(RedisTable):
             raise RefusedError(f"call {row['tool_call_id']!r} of attempt {row['attempt']} has a "
                                "decision already", thread_id=row["thread_id"],
                                error_code=ErrorCode.EXISTS, location=self.location)
+        self._durable(f"the decision on call {row['tool_call_id']!r} is stored, but")
 
     def _update(self, thread_id: str, attempt: int, tool_call_id: str,
                 change: Callable[[dict[str, Any]], bool]) -> None:
@@ -93,6 +96,7 @@ class RedisApprovals(RedisTable):
                 pipe.hset(key, field, _encoded(row))
 
         self._call("write_approvals", "transaction", transaction, key)
+        self._durable(f"the decision on call {tool_call_id!r} is updated, but")
 
     def plan(self, thread_id: str, attempt: int, tool_call_id: str, before: str | None,
              after: str) -> None:

@@ -180,6 +180,32 @@ WAITAOF = ("WAITAOF", 1, 0, WAITAOF_TIMEOUT_MS)
 which waits forever); send it in the same pipeline as the writes it covers."""
 
 
+def make_durable(client: redis.Redis, location: str, what: str) -> None:
+    """Waits until every write acknowledged so far is fsynced to the append-only file.
+
+    A write of its own goes first (`graph.redis_keys.FSYNC`), so `WAITAOF` has one to
+    wait for on its connection; the file is written in order, so every earlier write
+    of any connection is on disk with it.
+
+    Args:
+        client: A client of the server.
+        location: The redacted URL, for messages.
+        what: The start of the refusal message, naming what is not durable yet.
+
+    Raises:
+        NotDurableError: Not confirmed in time (exit 6); the effect must not happen.
+        DatabaseLostError: The server was lost (exit 6).
+    """
+    from graph.redis_keys import FSYNC
+
+    with server_errors(location):
+        pipe = client.pipeline(transaction=False)
+        pipe.incr(FSYNC)
+        pipe.execute_command(*WAITAOF)
+        _, fsynced = pipe.execute(raise_on_error=False)
+    check_fsynced(fsynced, what)
+
+
 def check_fsynced(reply: Any, what: str) -> None:
     """Checks the reply to `WAITAOF` (a `[local, replicas]` pair, or the error it raised).
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from graph import redis_keys as keys
 from graph.attempt_log import _PAYLOAD_KEYS, _REQUIRED
-from graph.redis_conn import server_errors
+from graph.redis_conn import make_durable, server_errors
 from graph.rowcheck import damaged, is_int, is_iso_time, is_text
 from graph.tombstones import _FINAL, Tombstone
 
@@ -48,6 +48,15 @@ class RedisTable:
         with server_errors(self.location):
             found = list(self._client.scan_iter(match=keys.pattern(prefix), count=1000))
         return (keys.suffix(key, prefix) for key in found)
+
+    def _durable(self, what: str) -> None:
+        """Waits until this write (and every earlier one) is on disk (`make_durable`).
+
+        `appendfsync everysec` acknowledges a write up to a second before its fsync: a
+        decision, a token count or a tombstone must not be lost to a crash after the
+        effect it stands for (a file written, a reply paid, a thread pruned).
+        """
+        make_durable(self._client, self.location, what)
 
     def _call(self, table: str, method: str, *args: Any) -> Any:
         """`client.<method>(*args)`; a key of the wrong type is `damaged` in `table`."""
@@ -90,13 +99,15 @@ def _log_row(raw: bytes) -> dict[str, Any]:
 class RedisAttemptLog(RedisTable):
     """The append-only attempt log: a list per thread (`graph.redis_keys.LOG`).
 
-    A row is appended at once (as on PostgreSQL): nothing is kept back for a commit.
+    A row is appended at once (as on PostgreSQL), and on disk when `record` returns:
+    its usage counts toward the token cap (INVARIANTS I11).
     """
 
     def record(self, thread_id: str, attempt: int, kind: str, payload: dict[str, Any]) -> None:
         """Appends one row (`kind`: `reason` or `tool`)."""
         self._append(thread_id, attempt, kind, payload,
                      datetime.now(UTC).isoformat(timespec="seconds"))
+        self._durable(f"thread {thread_id!r}: attempt {attempt}'s log row is stored, but")
 
     def _append(self, thread_id: str, attempt: int, kind: str, payload: dict[str, Any],
                 created_at: str) -> None:
@@ -109,6 +120,7 @@ class RedisAttemptLog(RedisTable):
         for row in rows:
             self._append(thread_id, row["attempt"], row["kind"], row["payload"],
                          row["created_at"])
+        self._durable(f"thread {thread_id!r}: its copied log is stored, but")
 
     def delete_thread(self, thread_id: str) -> None:
         """Deletes the thread's rows (retention)."""
@@ -183,6 +195,7 @@ class RedisTombstones(RedisTable):
         with server_errors(self.location):
             self._add(keys=[keys.tombstone_key(tombstone.thread_id)],
                       args=[tombstone.final_status, tombstone.pruned_at])
+        self._durable(f"thread {tombstone.thread_id!r}: its tombstone is stored, but")
 
     def thread_ids(self) -> set[str]:
         """Every tombstoned thread id, read without checking the tombstones."""

@@ -110,3 +110,24 @@ def test_used_tokens_refuses_a_usage_that_is_not_a_whole_number(client: Any, red
     log.record(thread_id, 3, "reason", {**payload, "usage": {"total_tokens": 1.5}})
     with pytest.raises(RefusedError):
         log.used_tokens(thread_id)
+
+
+def test_a_log_row_or_decision_that_cannot_be_fsynced_is_an_error(tmp_path: Any) -> None:
+    from graph.errors import NotDurableError
+    from graph.redis_approvals import RedisApprovals
+    from graph.redis_conn import connect
+    from graph.redis_tables import RedisAttemptLog
+    from tests.redis_server import start_server
+
+    server = start_server(tmp_path / "aof-off-later")
+    client = connect(server.url)
+    try:
+        client.config_set("appendonly", "no")  # turned off behind the program's back
+        payload = {"outcome": "answer", "tool_calls": [], "usage": {"total_tokens": 3}}
+        with pytest.raises(NotDurableError):
+            RedisAttemptLog(client, server.url).record("t", 1, "reason", payload)
+        with pytest.raises(NotDurableError):
+            RedisApprovals(client, server.url).add(_decision("t", 1, "c", "2026-01-01T00:00:01Z"))
+    finally:
+        client.close()
+        server.stop()
