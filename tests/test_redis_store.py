@@ -275,3 +275,20 @@ def test_the_python_api_runs_a_thread_to_done_on_redis(redis_url: str) -> None:
         assert (outcome.status, outcome.attempts) == ("done", 2)
         assert db.history(thread_id)["header"]["status"] == "done"
         assert thread_id in {row["thread_id"] for row in db.threads()}
+
+
+def test_a_batch_request_cap_stops_a_redis_batch_and_is_never_reset(
+        redis_url: str, client: Any, tmp_path: Path) -> None:
+    from graph.batch import main as batch_main
+    from graph.redis_ledger import RedisLedger
+
+    tasks, cap = tmp_path / "tasks.jsonl", f"cap-{uuid.uuid4().hex[:8]}"
+    first, second = _thread(), _thread()
+    tasks.write_text(f'{{"thread_id": "{first}", "task": "{TASK}"}}\n'
+                     f'{{"thread_id": "{second}", "task": "{TASK}"}}\n')
+    argv = [str(tasks), "--db", redis_url, "--max-requests", "3", "--batch-id", cap]
+    assert batch_main(argv) == 8
+    assert batch_main(argv) == 8
+    assert RedisLedger(client, redis_url).cap(cap) == (3, 3)
+    entries = [RedisLedger(client, redis_url).read(t) for t in (first, second)]
+    assert sum(e.claimed for e in entries if e is not None) == 3
