@@ -3,7 +3,10 @@
 A `Store` holds LangGraph's checkpointer and our tables on their connections, the
 per-thread writer locks, and the graph compiled once with its checkpointer. It offers
 the per-thread operations retention, copy and verify need, so no module outside
-storage writes SQL for our tables (`graph.schema` lists them).
+storage writes SQL for our tables (`graph.schema` lists them). It holds no SQL itself:
+its parts are typed by the protocols of `graph.store_parts`, and what depends on the
+backend is its `backend` (`graph.sql_backend` for SQLite and PostgreSQL,
+`graph.redis_backend` for Redis).
 """
 
 from __future__ import annotations
