@@ -94,9 +94,9 @@ class Parser(argparse.ArgumentParser):
         raise Finished(status)
 
     def add_db(self) -> None:
-        """Adds `--db` (SQLite file or PostgreSQL URL)."""
-        self.add_argument("--db", help="SQLite file or postgresql:// URL (default: $GRAPH_DB, "
-                          "else ./checkpoints.sqlite)")
+        """Adds `--db` (SQLite file, PostgreSQL or Redis URL)."""
+        self.add_argument("--db", help="SQLite file, postgresql:// or redis:// URL (default: "
+                          "$GRAPH_DB, else ./checkpoints.sqlite)")
 
     def add_trace(self) -> None:
         """Adds `--trace` (LangSmith tracing for this invocation; off by default)."""
@@ -237,7 +237,9 @@ def known_error(exc: BaseException) -> RunError | None:
             "timeout; any attempt counted before stays counted and nothing was sent "
             "after it: free space or wait, then run the command again",
             error_code=ErrorCode.DB_WRITE_FAILED)
-    return _lost_connection(exc)
+    from graph.redis_conn import known_redis_error
+
+    return _lost_connection(exc) or known_redis_error(exc)
 
 
 _SQLITE_UNWRITABLE = ("database is locked", "database or disk is full", "disk I/O error",

@@ -3,7 +3,10 @@
 A `Store` holds LangGraph's checkpointer and our tables on their connections, the
 per-thread writer locks, and the graph compiled once with its checkpointer. It offers
 the per-thread operations retention, copy and verify need, so no module outside
-storage writes SQL for our tables (`graph.schema` lists them).
+storage writes SQL for our tables (`graph.schema` lists them). It holds no SQL itself:
+its parts are typed by the protocols of `graph.store_parts`, and what depends on the
+backend is its `backend` (`graph.sql_backend` for SQLite and PostgreSQL,
+`graph.redis_backend` for Redis).
 """
 
 from __future__ import annotations
@@ -19,11 +22,11 @@ from langgraph.graph.state import CompiledStateGraph
 
 from graph.approvals_table import SqlApprovals
 from graph.attempt_log import SqlAttemptLog
-from graph.checkpoint_window import trim
 from graph.factory import build_graph
 from graph.ledger import LedgerRow, SqlLedger
-from graph.schema import CHECKPOINTS, TOMBSTONES
 from graph.sql import Sql
+from graph.sql_backend import SqlBackend
+from graph.store_parts import Approvals, AttemptLog, Backend, Ledger, Summaries, Tombstones
 from graph.summaries import SqlSummaries
 from graph.tombstones import SqlTombstones, Tombstone
 
@@ -83,14 +86,17 @@ class ThreadExport:
 
 @dataclass
 class Store:
-    """An open checkpoint database (SQLite file or PostgreSQL).
+    """An open checkpoint database (a SQLite file, PostgreSQL or Redis).
+
+    Holds no SQL: what depends on how things are stored is in `backend`
+    (`graph.store_parts`).
 
     Attributes:
         location: The file path, or the URL with its password redacted, for messages.
-        checkpointer: LangGraph's saver, checked (`graph.checked_saver`), on its own
-            connection.
-        sql: The autocommit connection of the ledger, log, tombstones and approvals
-            (on SQLite also the checkpointer's, see `graph.sql.SqliteSql`).
+        checkpointer: LangGraph's saver (checked, `graph.checked_saver`, on SQL
+            backends), on its own connection.
+        backend: The backend's operations on whole threads (`graph.sql_backend`,
+            `graph.redis_backend`).
         ledger: The attempt ledger and the request caps.
         log: The append-only attempt log.
         tombstones: Tombstones of pruned threads.
@@ -101,28 +107,44 @@ class Store:
 
     location: str
     checkpointer: BaseCheckpointSaver[str]
-    sql: Sql
-    ledger: SqlLedger
-    log: SqlAttemptLog
-    tombstones: SqlTombstones
-    approvals: SqlApprovals
+    backend: Backend
+    ledger: Ledger
+    log: AttemptLog
+    tombstones: Tombstones
+    approvals: Approvals
     locks: WriterLocks
     _conns: tuple[Closable, ...] = field(repr=False)
-    summaries: SqlSummaries | None = None
+    summaries: Summaries | None = None
 
     @classmethod
     def build(cls, location: str, checkpointer: BaseCheckpointSaver[str], sql: Sql, *,
               locks: WriterLocks, conns: tuple[Closable, ...],
               ledger_type: type[SqlLedger] = SqlLedger, summaries: bool = False) -> Store:
-        """A store whose tables all run on `sql`.
+        """A store whose tables all run on `sql` (SQLite or PostgreSQL).
 
         `ledger_type` lets a backend add what its claims need (`graph.sqlite_ledger`);
         `conns` are every connection the store closes, in order; `summaries` keeps
         summaries of finished threads (for `graph.poll`).
         """
-        return cls(location, checkpointer, sql, ledger_type(sql), SqlAttemptLog(sql),
-                   SqlTombstones(sql), SqlApprovals(sql), locks, conns,
-                   SqlSummaries(sql) if summaries else None)
+        ledger, log = ledger_type(sql), SqlAttemptLog(sql)
+        tombstones, approvals = SqlTombstones(sql), SqlApprovals(sql)
+        kept = SqlSummaries(sql) if summaries else None
+        backend = SqlBackend(sql, checkpointer, ledger=ledger, log=log, tombstones=tombstones,
+                             approvals=approvals, summaries=kept)
+        return cls(location, checkpointer, backend, ledger, log, tombstones, approvals, locks,
+                   conns, kept)
+
+    @property
+    def sql(self) -> Sql:
+        """The SQL connection of a SQLite or PostgreSQL store (tests and SQL-only tools).
+
+        Raises:
+            AttributeError: The store is not SQL (Redis).
+        """
+        sql = getattr(self.backend, "sql", None)
+        if not isinstance(sql, Sql):
+            raise AttributeError(f"{self.location}: this store has no SQL connection")
+        return sql
 
     @cached_property
     def graph(self) -> CompiledStateGraph[Any, Any, Any, Any]:
@@ -136,7 +158,7 @@ class Store:
         raised or paused (`interrupt()`); on SQLite they wait for the next commit, and
         this is it. Called after each graph call and on close.
         """
-        self.sql.commit()
+        self.backend.commit()
 
     def close(self) -> None:
         """Commits what is kept back, closes the connections, then the lock handle.
@@ -157,8 +179,7 @@ class Store:
         Read without decoding or checking any row, so one damaged row cannot hide the
         other threads (`graph.verify` checks each one).
         """
-        rows = self.sql.run(f"SELECT DISTINCT thread_id FROM {CHECKPOINTS}").fetchall()
-        ids = {str(row[0]) for row in rows}
+        ids = self.backend.checkpoint_thread_ids()
         return sorted(ids | self.ledger.thread_ids() | self.tombstones.thread_ids())
 
     def bury(self, tombstone: Tombstone) -> None:
@@ -170,15 +191,7 @@ class Store:
         commit on the thread is refused as `pruned`, so a crash in between leaves it
         gone, never half-usable; `sweep_buried` removes the leftover checkpoints.
         """
-        thread_id = tombstone.thread_id
-        with self.sql.transaction():
-            self.tombstones.add(tombstone)
-            self.ledger.delete(thread_id)
-            self.log.delete_thread(thread_id)
-            self.approvals.delete_thread(thread_id)
-            if self.summaries is not None:
-                self.summaries.delete_thread(thread_id)
-        self.checkpointer.delete_thread(thread_id)
+        self.backend.bury(tombstone)
 
     def trim(self, thread_id: str, keep: int | None) -> int:
         """Deletes the thread's checkpoints older than its latest `keep` (None: keeps all).
@@ -186,7 +199,11 @@ class Store:
         Hold the thread's lock. One transaction (`graph.checkpoint_window`); returns how
         many checkpoints were deleted.
         """
-        return trim(self.sql, self.checkpointer, thread_id, keep)
+        return self.backend.trim(thread_id, keep)
+
+    def count_checkpoints(self, thread_id: str) -> int:
+        """How many checkpoints the thread has stored (its window), read without decoding any."""
+        return self.backend.count_checkpoints(thread_id)
 
     def keep_window(self, thread_id: str, keep: int | None) -> None:
         """Registers the thread's window for a saver that keeps it as it saves (SQLite).
@@ -211,11 +228,10 @@ class Store:
         Returns:
             How many threads had leftovers.
         """
-        rows = self.sql.run(f"SELECT DISTINCT thread_id FROM {CHECKPOINTS} WHERE thread_id IN "
-                            f"(SELECT thread_id FROM {TOMBSTONES})").fetchall()
-        for (thread_id,) in rows:
+        buried = sorted(self.backend.buried_with_checkpoints())
+        for thread_id in buried:
             self.checkpointer.delete_thread(thread_id)
-        return len(rows)
+        return len(buried)
 
     def export_thread(self, thread_id: str) -> ThreadExport:
         """Reads a whole thread: our rows with exact types, and every checkpoint, checked.
@@ -247,13 +263,24 @@ class Store:
         for item in reversed(export.checkpoints):
             parent_conf = (item.parent_config or {}).get("configurable") or {"thread_id": thread_id}
             parent: RunnableConfig = {"configurable": {"checkpoint_ns": "", **parent_conf}}
-            saved = self.checkpointer.put(parent, item.checkpoint, item.metadata,
+            saved = self.checkpointer.put(parent, _langgraph_form(item.checkpoint), item.metadata,
                                           item.checkpoint["channel_versions"])
             for task_id, writes in _writes_by_task(item).items():
                 self.checkpointer.put_writes(saved, writes, task_id)
         self.log.import_rows(thread_id, export.log)
         for decision in export.decisions:
             self.approvals.add(decision)
+
+
+def _langgraph_form(checkpoint: Any) -> Any:
+    """The checkpoint without what LangGraph's `RedisSaver` adds as it loads one.
+
+    It adds `type` and `pending_sends` (empty for this graph, which sends no `Send`);
+    other savers refuse a checkpoint with other keys (`graph.checkpoint_shape`). A
+    non-empty `pending_sends` is kept, so the target refuses it rather than lose it.
+    """
+    extra = {"type"} | ({"pending_sends"} if checkpoint.get("pending_sends") == [] else set())
+    return {key: value for key, value in checkpoint.items() if key not in extra}
 
 
 def _writes_by_task(item: CheckpointTuple) -> dict[str, list[tuple[str, Any]]]:

@@ -104,6 +104,28 @@ def server_errors(location: str | None = None) -> Iterator[None]:
                                 error_code=ErrorCode.DB_WRITE_FAILED, location=location) from None
 
 
+def known_redis_error(exc: BaseException) -> DatabaseLostError | None:
+    """The exit-coded error for a failure of the Redis server met outside `server_errors`.
+
+    LangGraph's `RedisSaver` and RedisVL raise the client's errors (or RedisVL's) from
+    inside a step: a lost or refusing server is an environment failure (exit 6), not a
+    bug. None for anything else, and when the redis package is not installed.
+    """
+    try:
+        import redis
+        from redisvl.exceptions import RedisVLError
+    except ImportError:
+        return None
+    if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+        return DatabaseLostError(f"the Redis server was lost during the command: "
+                                 f"{_text(exc)[:200]}; any attempt counted before stays counted "
+                                 "and nothing was sent after the loss")
+    if isinstance(exc, redis.ResponseError | RedisVLError):
+        return DatabaseLostError(f"the Redis server refused a command: {_text(exc)[:200]}",
+                                 error_code=ErrorCode.DB_WRITE_FAILED)
+    return None
+
+
 def _refuse(location: str, why: str) -> UsageError:
     return UsageError(f"this Redis server cannot keep a claim on disk before its request is sent: "
                       f"{why}; start it with --appendonly yes --appendfsync always (or everysec), "
@@ -156,6 +178,32 @@ def check_durable(client: redis.Redis, location: str) -> None:
 WAITAOF = ("WAITAOF", 1, 0, WAITAOF_TIMEOUT_MS)
 """The command that waits for one local fsync of the connection's writes (never timeout 0,
 which waits forever); send it in the same pipeline as the writes it covers."""
+
+
+def make_durable(client: redis.Redis, location: str, what: str) -> None:
+    """Waits until every write acknowledged so far is fsynced to the append-only file.
+
+    A write of its own goes first (`graph.redis_keys.FSYNC`), so `WAITAOF` has one to
+    wait for on its connection; the file is written in order, so every earlier write
+    of any connection is on disk with it.
+
+    Args:
+        client: A client of the server.
+        location: The redacted URL, for messages.
+        what: The start of the refusal message, naming what is not durable yet.
+
+    Raises:
+        NotDurableError: Not confirmed in time (exit 6); the effect must not happen.
+        DatabaseLostError: The server was lost (exit 6).
+    """
+    from graph.redis_keys import FSYNC
+
+    with server_errors(location):
+        pipe = client.pipeline(transaction=False)
+        pipe.incr(FSYNC)
+        pipe.execute_command(*WAITAOF)
+        _, fsynced = pipe.execute(raise_on_error=False)
+    check_fsynced(fsynced, what)
 
 
 def check_fsynced(reply: Any, what: str) -> None:

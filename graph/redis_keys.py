@@ -26,6 +26,12 @@ DIGESTS = f"{PREFIX}digests:"
 """A set per thread: the keys of its checkpoints' digest hashes (deleted with the thread)."""
 SAVED = f"{PREFIX}saved:"
 """A set per thread: `ns NUL checkpoint_id` of each checkpoint whose `put` finished."""
+LOG = f"{PREFIX}log:"
+"""A list per thread: its attempt-log rows, oldest first, each a JSON object."""
+TOMBSTONE = f"{PREFIX}tombstone:"
+"""A hash per pruned thread: `final_status`, `pruned_at`. Never expires."""
+APPROVALS = f"{PREFIX}approvals:"
+"""A hash per thread: one decision per write call, field `attempt:tool_call_id`, value JSON."""
 FSYNC = f"{PREFIX}fsync"
 """A counter written only so that a following `WAITAOF` has a write of its own to wait for."""
 
@@ -62,6 +68,21 @@ def digests_key(thread_id: str) -> bytes:
 def saved_key(thread_id: str) -> bytes:
     """The set of a thread's saved checkpoints."""
     return _encode(SAVED + thread_id)
+
+
+def log_key(thread_id: str) -> bytes:
+    """The thread's attempt log."""
+    return _encode(LOG + thread_id)
+
+
+def tombstone_key(thread_id: str) -> bytes:
+    """The thread's tombstone."""
+    return _encode(TOMBSTONE + thread_id)
+
+
+def approvals_key(thread_id: str) -> bytes:
+    """The thread's decisions on write calls."""
+    return _encode(APPROVALS + thread_id)
 
 
 def pattern(prefix: str) -> bytes:

@@ -30,7 +30,7 @@ from graph import redis_lua
 from graph.errors import BusyError, RefusedError
 from graph.exitcodes import ErrorCode
 from graph.ledger import LedgerRow
-from graph.redis_conn import WAITAOF, check_durable, check_fsynced, server_errors
+from graph.redis_conn import WAITAOF, check_durable, check_fsynced, make_durable, server_errors
 from graph.redis_rows import RedisLedgerRows
 from graph.rowcheck import damaged, is_int, is_iso_time
 from nodes.context import LedgerEntry
@@ -173,21 +173,12 @@ class RedisLedger(RedisLedgerRows):
         return True
 
     def make_durable(self, what: str) -> None:
-        """Waits until every write acknowledged so far is fsynced to the append-only file.
-
-        A write of its own goes first (`graph.redis_keys.FSYNC`), so `WAITAOF` has one to
-        wait for on its connection; the file is written in order, so every earlier
-        write is on disk with it.
+        """Waits until every write acknowledged so far is on disk (`graph.redis_conn.make_durable`).
 
         Raises:
             NotDurableError: Not confirmed in time (exit 6); the effect must not happen.
         """
-        with server_errors(self.location):
-            pipe = self._client.pipeline(transaction=False)
-            pipe.incr(keys.FSYNC)
-            pipe.execute_command(*WAITAOF)
-            _, fsynced = pipe.execute(raise_on_error=False)
-        check_fsynced(fsynced, what)
+        make_durable(self._client, self.location, what)
 
     def insert_row(self, row: LedgerRow) -> None:
         """Inserts a whole row as it was elsewhere (`graph.copy`).

@@ -1,4 +1,4 @@
-"""Opens the database a `--db` value names: a SQLite file or a PostgreSQL URL.
+"""Opens the database a `--db` value names: a SQLite file, a PostgreSQL or a Redis URL.
 
 The backend is chosen here and nowhere else; what an open database offers is the
 `graph.database.Store`.
@@ -18,11 +18,17 @@ if TYPE_CHECKING:
     from graph.database import Store
 
 POSTGRES_PREFIXES = ("postgresql://", "postgres://")
+REDIS_PREFIXES = ("redis://", "rediss://")
 
 
 def is_postgres(db: str) -> bool:
     """True when `db` is a PostgreSQL connection URL rather than a file path."""
     return db.startswith(POSTGRES_PREFIXES)
+
+
+def is_redis(db: str) -> bool:
+    """True when `db` is a Redis URL (`redis://` or `rediss://`) rather than a file path."""
+    return db.startswith(REDIS_PREFIXES)
 
 
 @contextmanager
@@ -31,9 +37,10 @@ def open_store(db: str, *, create: bool, read_only: bool = False,
     """Opens the checkpoint store named by `db`.
 
     Args:
-        db: A SQLite file path, or a `postgresql://` URL.
-        create: Whether a missing SQLite file may be created (only when a new thread
-            is being created); resuming never creates a database.
+        db: A SQLite file path, a `postgresql://` URL or a `redis://` (`rediss://`) URL.
+        create: Whether a missing SQLite file (a Redis database never set up) may be
+            created (only when a new thread is being created); resuming never creates
+            a database.
         read_only: Never write: no schema set-up, no lock files (history, listing).
         name: How a refusal of `db`'s form names it: `--db`, or `db` for a caller of
             `graph.api`.
@@ -44,7 +51,9 @@ def open_store(db: str, *, create: bool, read_only: bool = False,
     Raises:
         graph.errors.RefusedError: The database is missing or unusable (exit 4).
         graph.errors.UsageError: `--db` is a folder or an impossible path, or this user
-            lacks a permission the command needs (`permission_denied`; exit 2).
+            lacks a permission the command needs (`permission_denied`; exit 2); a Redis
+            server cannot be reached (`db_unreachable`) or cannot keep a claim on disk
+            (`db_not_durable`, exit 2).
     """
     _check_form(db, name)
     if is_postgres(db):
@@ -53,6 +62,11 @@ def open_store(db: str, *, create: bool, read_only: bool = False,
         check_postgres_url(db, name)
 
         with open_postgres(db, create=create, read_only=read_only) as store:
+            yield store
+    elif is_redis(db):
+        from graph.redis_store import open_redis
+
+        with open_redis(db, create=create, read_only=read_only) as store:
             yield store
     else:
         from graph.access import check_sqlite_access
@@ -64,27 +78,27 @@ def open_store(db: str, *, create: bool, read_only: bool = False,
 
 
 def _check_form(db: str, name: str) -> None:
-    """Refuses a `--db` that is neither a file path nor a `postgresql://` URL (exit 2)."""
+    """Refuses a `--db` that is not a file path, `postgresql://` or `redis://` URL (exit 2)."""
     if re.match(r"\s*\w+\s*=", db):
         raise UsageError(f"{name} takes a SQLite file path or a postgresql:// URL, not a libpq "
                          "key=value string")
     scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", db)
-    if scheme and not is_postgres(db):
+    if scheme and not is_postgres(db) and not is_redis(db):
         raise UsageError(f"{name} {scheme.group(1)}:// is not supported: give a SQLite file "
-                         "path or a postgresql:// URL")
+                         "path, a postgresql:// or a redis:// URL")
 
 
 def integrity_problems(db: str, name: str = "--db") -> list[str]:
     """SQLite's full integrity check of file `db`, one line per problem (empty when intact).
 
-    Reads only. A PostgreSQL database has no file-level check here (the server checks
-    its own pages): empty.
+    Reads only. A PostgreSQL or Redis database has no file-level check here (the server
+    checks its own pages): empty.
 
     Raises:
         RefusedError: The file is missing or not a checkpoint database at all.
         UsageError: As `open_store` with `read_only` (a folder, a missing permission).
     """
-    if is_postgres(db):
+    if is_postgres(db) or is_redis(db):
         return []
     from graph.access import check_sqlite_access
     from graph.sqlite_file import check_database, integrity_check

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from graph.checkpoint_window import count as count_checkpoints
 from graph.database import Store
 from graph.errors import RefusedError
 from graph.exitcodes import ErrorCode
@@ -171,7 +170,7 @@ def thread_history(store: Store, thread_id: str, checkpoint_limit: int = 50) -> 
                  for r in store.approvals.rows(thread_id).values()]
     page, trimmed = checkpoint_page(store, thread_id, checkpoint_limit)
     return {"header": header, "steps": step_log(store, thread_id), "checkpoints": page,
-            "checkpoints_total": max(count_checkpoints(store.sql, thread_id), len(page)),
+            "checkpoints_total": max(store.count_checkpoints(thread_id), len(page)),
             "checkpoints_trimmed": trimmed, "decisions": decisions}
 
 

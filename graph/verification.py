@@ -54,7 +54,6 @@ def check_database(db: str, name: str = "--db") -> VerifyReport:
         RefusedError: The file is missing or not a checkpoint database at all.
         UsageError: `db` is not a usable path or URL, or may not be read by this user.
     """
-    from graph.checkpoint_window import count
     from graph.loading import check_stored_thread
     from graph.storage import integrity_problems, open_store
 
@@ -69,7 +68,7 @@ def check_database(db: str, name: str = "--db") -> VerifyReport:
                 check_stored_thread(store, store.graph, thread_id)
             except RefusedError as exc:
                 report.problems.append(exc.message)
-            checkpoints = count(store.sql, thread_id)
+            checkpoints = store.count_checkpoints(thread_id)
             report.checkpoints += checkpoints
             if tombstone is not None and not checkpoints:
                 report.pruned += 1

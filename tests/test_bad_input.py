@@ -63,7 +63,7 @@ RUN = [
     _run("--thread", "t1", "--cancel", "--approve", "c1", "--db", "{db}"),
     _run("--thread", "t1", "--cancel", "--reject", "c1", "--db", "{db}"),
     _run("--thread", "n1", "--task", TASK, "--db", "mysql://x/y"),
-    _run("--thread", "n1", "--task", TASK, "--db", "redis://127.0.0.1:6379/0"),
+    _run("--thread", "n1", "--task", TASK, "--db", "redis://127.0.0.1:1/0", error="db_unreachable"),
     _run("--thread", "t1", "--once", "--db", "{tmp}/fifo.sqlite"),
     _run("--thread", "t1", "--once", "--db", "/dev/null"),
     _run(), _run("--thread", "a b"), _run("--thread", ""), _run("--thread", "x" * 129),

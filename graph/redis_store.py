@@ -1,0 +1,159 @@
+"""Opens a Redis checkpoint database: LangGraph's `RedisSaver`, our ledger, tables and leases.
+
+A `redis://`, `rediss://` or `unix://` URL names a database on a Redis >= 7.2 or
+Valkey >= 8 server with the RedisJSON and RediSearch modules (`RedisSaver` needs
+both). What this backend promises and how:
+
+* The attempt ledger is a set of Lua scripts (`graph.redis_ledger`), each claim fsynced
+  to the server's append-only file before it returns; a writer refuses a server whose
+  persistence cannot give that (`db_not_durable`, exit 2) before anything is counted.
+* One writer per thread: a renewed lease with fencing (`graph.redis_locks`), checked
+  by the ledger's scripts themselves.
+* Our tables as keys of `graph.redis_keys` (`graph.redis_tables`,
+  `graph.redis_approvals`); whole-thread operations in `graph.redis_backend`.
+* Summaries of finished threads are not kept (`graph.poll` answers from SQL stores only).
+
+The checkpointer is `graph.redis_saver.CheckedRedisSaver` (digests per checkpoint): see `_saver`.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from graph import redis_keys as keys
+from graph.database import ReadOnlyLocks, Store, WriterLocks
+from graph.errors import BusyError, DatabaseLostError, RefusedError
+from graph.exitcodes import ErrorCode
+from graph.redis_approvals import RedisApprovals
+from graph.redis_backend import RedisBackend
+from graph.redis_conn import connect, redact, server_errors
+from graph.redis_ledger import RedisLedger
+from graph.redis_locks import RedisThreadLocks
+from graph.redis_tables import RedisAttemptLog, RedisTombstones
+
+if TYPE_CHECKING:
+    import redis
+
+CHECKPOINT_INDEX = "checkpoint"
+"""The search index `RedisSaver.setup()` creates (its checkpoint prefix): our set-up marker."""
+SETUP_LOCK = f"{keys.PREFIX}setup"
+"""Held (a string with a lease) by the one process setting the indexes up."""
+SETUP_TIMEOUT_S = 60.0
+"""How long a process waits for another one's set-up (seconds)."""
+
+
+def _saver(client: redis.Redis) -> Any:
+    """The checked checkpointer on `client` (`graph.redis_saver`; indexes not yet set up)."""
+    from graph.redis_saver import CheckedRedisSaver
+
+    return CheckedRedisSaver(redis_client=client)
+
+
+def _no_token(_thread_id: str) -> str | None:
+    """A reader holds no lease."""
+    return None
+
+
+def _is_set_up(client: redis.Redis, location: str) -> bool:
+    """True when `RedisSaver`'s checkpoint index exists (the database was set up)."""
+    import redis
+
+    with server_errors(location):
+        try:
+            client.execute_command("FT.INFO", CHECKPOINT_INDEX)
+        except redis.ResponseError as exc:
+            if "unknown" in str(exc).lower() or "no such" in str(exc).lower():
+                return False
+            raise
+    return True
+
+
+def _set_up(checkpointer: Any, client: redis.Redis, location: str) -> None:
+    """Runs `RedisSaver.setup()` holding `SETUP_LOCK`, so concurrent first runs do not race.
+
+    Its `FT.CREATE`s fail when another process created the index in between; the lock
+    serializes them, and a process that finds the indexes there creates nothing.
+
+    Raises:
+        BusyError: Another process held the set-up lock for `SETUP_TIMEOUT_S` (exit 5).
+        DatabaseLostError: The server refused the indexes (`db_write_failed`, exit 6).
+    """
+    from redisvl.exceptions import RedisVLError
+
+    token, deadline = secrets.token_hex(16), time.monotonic() + SETUP_TIMEOUT_S
+    with server_errors(location):
+        while not client.set(SETUP_LOCK, token, nx=True, px=int(SETUP_TIMEOUT_S * 1000)):
+            if time.monotonic() > deadline:
+                raise BusyError("another process has been setting this Redis database up for "
+                                f"{SETUP_TIMEOUT_S:.0f} s; run again", location=location)
+            time.sleep(0.05)
+        try:
+            checkpointer.setup()  # creates the indexes only when missing
+        except RedisVLError as exc:
+            raise DatabaseLostError(f"the Redis server refused LangGraph's search indexes: "
+                                    f"{str(exc)[:200]}", error_code=ErrorCode.DB_WRITE_FAILED,
+                                    location=location) from None
+        finally:
+            if client.get(SETUP_LOCK) == token.encode():
+                client.delete(SETUP_LOCK)
+
+
+@contextmanager
+def open_redis(url: str, *, create: bool = True, read_only: bool = False) -> Iterator[Store]:
+    """Connects, checks the server keeps claims on disk, sets the indexes up, yields the store.
+
+    Args:
+        url: The `redis://` (or `rediss://`, `unix://`) URL.
+        create: Allow setting up a database that was never set up (a new thread);
+            resuming, history and verification refuse it instead.
+        read_only: Never write: no set-up, no leases, no durability check (history).
+
+    Yields:
+        The open store; closed on exit.
+
+    Raises:
+        UsageError: `db_unreachable` or `db_not_durable` (exit 2).
+        RefusedError: `no_such_file` for a database that was never set up (exit 4).
+    """
+    location = redact(url)
+    client = connect(url)
+    saver_client = None
+    try:
+        locks: WriterLocks
+        tokens: Callable[[str], str | None]
+        if read_only:
+            locks, tokens = ReadOnlyLocks(), _no_token
+        else:
+            redis_locks = RedisThreadLocks(client, location)
+            locks, tokens = redis_locks, redis_locks.token
+        ledger = RedisLedger(client, location, tokens=tokens)
+        if not read_only:
+            ledger.check_durable()  # before anything is written
+        if not _is_set_up(client, location):
+            if read_only or not create:
+                raise RefusedError(f"{location} holds no mandapi-resume checkpoint database",
+                                   error_code=ErrorCode.NO_SUCH_FILE)
+        saver_client = connect(url)
+        checkpointer = _saver(saver_client)
+        if read_only:
+            with server_errors(location):
+                checkpointer.setup()  # only reads: the indexes exist (checked above)
+        else:
+            _set_up(checkpointer, client, location)
+        backend = RedisBackend(client, location, checkpointer, ledger, tokens=tokens)
+        store = Store(location, checkpointer, backend,
+                      ledger, RedisAttemptLog(client, location), RedisTombstones(client, location),
+                      RedisApprovals(client, location), locks, (saver_client, client))
+    except BaseException:
+        for conn in (saver_client, client):
+            if conn is not None:
+                conn.close()
+        raise
+    try:
+        yield store
+    finally:
+        store.close()
