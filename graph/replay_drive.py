@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from graph.replay_diff import outcome_difference
 from graph.replay_format import Recording
 from graph.replay_session import ReplayFailure
 
@@ -138,5 +139,6 @@ def check_end(rec: Recording, db: str, outcomes: list[dict[str, Any]], played: i
     expected = rec.outcome
     got = {"status": final["status"], "answer": final.get("answer"), "usage": final.get("usage")}
     want = {"status": expected["status"], "answer": expected.get("answer"), "usage": expected.get("usage")}
-    if got != want:
-        raise ReplayFailure(f"the replayed thread ended {got}, the recording {want}")
+    diff = outcome_difference(want, got)
+    if diff is not None:
+        raise ReplayFailure(f"the replayed thread ended unlike the recording ({rec.path}):\n{diff}")
