@@ -122,7 +122,8 @@ def check_end(rec: Recording, db: str, outcomes: list[dict[str, Any]], played: i
     Raises:
         ReplayFailure: The first difference found.
     """
-    from graph.storage import open_store
+    from graph.api import Database
+    from graph.settings import Settings
 
     total, final = len(rec.exchanges), outcomes[-1]
     if played < total:
@@ -130,8 +131,8 @@ def check_end(rec: Recording, db: str, outcomes: list[dict[str, Any]], played: i
                             f"stopped {final['status']} after request {played} of {total} "
                             f"({rec.path})")
     thread_id = str(rec.thread["thread_id"])
-    with open_store(db, create=False, read_only=True) as store:
-        entry = store.ledger.read(thread_id)
+    with Database(Settings(db=db), read_only=True) as database:
+        entry = database.store.ledger.read(thread_id)
     counts = (entry.attempts, entry.claimed) if entry else (0, 0)
     if counts != (played, played):
         raise ReplayFailure(f"the ledger counts {counts[0]} attempt(s), {counts[1]} sent, for "
