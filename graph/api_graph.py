@@ -46,10 +46,22 @@ def check_call(config: Any, context: Any, location: str | None = None) -> None:
                            thread_id=None if invoked is None else str(invoked))
 
 
-class CheckedGraph:
-    """The compiled graph with `invoke`, `stream` and their async forms checked first.
+def _each_config(config: Any) -> list[Any]:
+    """The configs of a batch: `config` itself, or each of a list of them."""
+    return list(config) if isinstance(config, (list, tuple)) else [config]
 
-    Everything else (`get_state`, `update_state`, `get_graph`, ...) is the graph's own.
+
+class CheckedGraph:
+    """The compiled graph with every invocation checked first (`check_call`).
+
+    Checked before anything runs, and the budget node's own refusal raised as a
+    `RunError`: `invoke`, `stream`, `batch`, `batch_as_completed`, `stream_events`,
+    `astream_log`, `transform` and their async forms (`a...`); `with_config` and `copy`
+    return a checked graph too. A batch is refused whole when any of its configs is
+    refused. `update_state`, `bulk_update_state` and their async forms are the graph's
+    own: they run no node (only a node's channel writers), so they send nothing and
+    count nothing, and the next invocation of the thread is checked and budgeted like
+    any other. Everything else (`get_state`, `get_graph`, ...) is the graph's own.
 
     Args:
         graph: The compiled graph (`graph.factory.build_graph`).
@@ -63,36 +75,104 @@ class CheckedGraph:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._graph, name)
 
+    def _check(self, config: Any, kwargs: dict[str, Any]) -> None:
+        for one in _each_config(config):
+            check_call(one, kwargs.get("context"), self._location)
+
+    def _refused(self, exc: InvocationRefusedError) -> RunError:
+        return refusal(exc, self._location)
+
+    def _results(self, results: list[Any]) -> list[Any]:
+        """A batch's results with the budget node's refusals (`return_exceptions`) converted."""
+        return [self._refused(r) if isinstance(r, InvocationRefusedError) else r for r in results]
+
+    def _iterate(self, parts: Iterator[Any]) -> Iterator[Any]:
+        try:
+            yield from parts
+        except InvocationRefusedError as exc:
+            raise self._refused(exc) from None
+
+    async def _aiterate(self, parts: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        try:
+            async for part in parts:
+                yield part
+        except InvocationRefusedError as exc:
+            raise self._refused(exc) from None
+
+    def _wrapped(self, result: Any) -> Any:
+        """A stream with refusals converted; another result (an events run object) as is."""
+        if hasattr(result, "__anext__"):
+            return self._aiterate(result)
+        return self._iterate(result) if hasattr(result, "__next__") else result
+
     def invoke(self, input: Any, config: Any = None, **kwargs: Any) -> Any:  # noqa: A002
         """`CompiledStateGraph.invoke`, refused first as `check_call` says."""
-        check_call(config, kwargs.get("context"), self._location)
+        self._check(config, kwargs)
         try:
             return self._graph.invoke(input, config, **kwargs)
         except InvocationRefusedError as exc:
-            raise refusal(exc, self._location) from None
-
-    def stream(self, input: Any, config: Any = None, **kwargs: Any) -> Iterator[Any]:  # noqa: A002
-        """`CompiledStateGraph.stream`, refused first as `check_call` says."""
-        check_call(config, kwargs.get("context"), self._location)
-        try:
-            yield from self._graph.stream(input, config, **kwargs)
-        except InvocationRefusedError as exc:
-            raise refusal(exc, self._location) from None
+            raise self._refused(exc) from None
 
     async def ainvoke(self, input: Any, config: Any = None, **kwargs: Any) -> Any:  # noqa: A002
         """`CompiledStateGraph.ainvoke`, refused first as `check_call` says."""
-        check_call(config, kwargs.get("context"), self._location)
+        self._check(config, kwargs)
         try:
             return await self._graph.ainvoke(input, config, **kwargs)
         except InvocationRefusedError as exc:
-            raise refusal(exc, self._location) from None
+            raise self._refused(exc) from None
 
-    async def astream(self, input: Any, config: Any = None,  # noqa: A002
-                      **kwargs: Any) -> AsyncIterator[Any]:
-        """`CompiledStateGraph.astream`, refused first as `check_call` says."""
-        check_call(config, kwargs.get("context"), self._location)
+    def batch(self, inputs: Any, config: Any = None, **kwargs: Any) -> list[Any]:
+        """`CompiledStateGraph.batch`: every config checked before any input runs."""
+        self._check(config, kwargs)
         try:
-            async for part in self._graph.astream(input, config, **kwargs):
-                yield part
+            return self._results(self._graph.batch(inputs, config, **kwargs))
         except InvocationRefusedError as exc:
-            raise refusal(exc, self._location) from None
+            raise self._refused(exc) from None
+
+    async def abatch(self, inputs: Any, config: Any = None, **kwargs: Any) -> list[Any]:
+        """`CompiledStateGraph.abatch`: every config checked before any input runs."""
+        self._check(config, kwargs)
+        try:
+            return self._results(await self._graph.abatch(inputs, config, **kwargs))
+        except InvocationRefusedError as exc:
+            raise self._refused(exc) from None
+
+    def stream(self, input: Any, config: Any = None, **kwargs: Any) -> Any:  # noqa: A002
+        """`CompiledStateGraph.stream`, refused when called (not at the first part)."""
+        self._check(config, kwargs)
+        return self._wrapped(self._graph.stream(input, config, **kwargs))
+
+    def astream(self, input: Any, config: Any = None, **kwargs: Any) -> Any:  # noqa: A002
+        """`CompiledStateGraph.astream`, refused when called (not at the first part)."""
+        self._check(config, kwargs)
+        return self._wrapped(self._graph.astream(input, config, **kwargs))
+
+
+def _checked_stream(name: str) -> Any:
+    """A method of `CheckedGraph` that checks, then returns the graph's stream `name`."""
+
+    def method(self: CheckedGraph, input: Any, config: Any = None, **kwargs: Any) -> Any:  # noqa: A002
+        self._check(config, kwargs)
+        return self._wrapped(getattr(self._graph, name)(input, config, **kwargs))
+
+    method.__name__ = name
+    method.__doc__ = f"`CompiledStateGraph.{name}`, refused first as `check_call` says."
+    return method
+
+
+def _checked_copy(name: str) -> Any:
+    """A method of `CheckedGraph` returning the graph's `name(...)` (a copy), checked too."""
+
+    def method(self: CheckedGraph, *args: Any, **kwargs: Any) -> CheckedGraph:
+        return CheckedGraph(getattr(self._graph, name)(*args, **kwargs), self._location)
+
+    method.__name__ = name
+    method.__doc__ = f"`CompiledStateGraph.{name}`, the copy checked like this graph."
+    return method
+
+
+for _name in ("batch_as_completed", "abatch_as_completed", "stream_events", "astream_events",
+              "astream_log", "transform", "atransform"):
+    setattr(CheckedGraph, _name, _checked_stream(_name))
+for _name in ("with_config", "copy"):
+    setattr(CheckedGraph, _name, _checked_copy(_name))

@@ -9,6 +9,10 @@ retention deletes a thread's rows with the thread.
 from __future__ import annotations
 
 import json
+import math
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,6 +38,26 @@ _PAYLOAD_KEYS: dict[str, dict[str, Any]] = {
 }
 """Keys the readers of each payload kind use, and their types."""
 _REQUIRED = frozenset({"outcome", "tool_call_id", "observation"})
+
+
+@contextmanager
+def _sql_damage_refused() -> Iterator[None]:
+    """Refuses as `damaged` what the database reports about the stored values themselves.
+
+    SQLite: malformed JSON or an integer overflow in a sum; PostgreSQL: a data exception
+    (SQLSTATE class 22: text that is not JSON, a failed cast).
+    """
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        if "JSON" not in str(exc) and "overflow" not in str(exc):
+            raise
+        raise damaged("attempt_log", f"a payload cannot be read ({exc})") from None
+    except Exception as exc:
+        if not str(getattr(exc, "sqlstate", None) or "").startswith("22"):
+            raise
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise damaged("attempt_log", f"a payload cannot be read ({first})") from None
 
 
 class SqlAttemptLog(SqlTable):
@@ -93,21 +117,31 @@ class SqlAttemptLog(SqlTable):
 
         One aggregate, read before each attempt (`nodes.budget`): the token cap is checked
         against this durable total, which a fork from an older checkpoint cannot lower.
-        Returns 0 for a database written before the log existed.
+        The same statement counts the values that are not non-negative JSON numbers, so
+        an edited row (`"total_tokens": "12"`) is refused instead of being summed as 0
+        (SQLite) or failing a cast (PostgreSQL). Returns 0 for a database written
+        before the log existed.
 
         Raises:
-            RefusedError: `damaged` when the sum is not a non-negative integer.
+            RefusedError: `damaged` when a row's payload is not JSON, a value is not a
+                non-negative number, or the sum is not a whole number.
         """
-        number = self._db.json_number.format(column="payload", path="usage.total_tokens",
-                                             path_pg="usage,total_tokens")
-        with text_refused("attempt_log"):
+        where = {"column": "payload", "path": "usage.total_tokens", "path_pg": "usage,total_tokens"}
+        kind, number = self._db.json_kind.format(**where), self._db.json_number.format(**where)
+        # CASE evaluates only the branch it needs: the number is read only where it is one.
+        with text_refused("attempt_log"), _sql_damage_refused():
             found = self._rows_if_table(
-                LOG, f"SELECT sum({number}) FROM attempt_log WHERE thread_id = ? AND kind = 'reason'",
-                (thread_id,))
-        value = found[0][0] if found else None
+                LOG, f"SELECT sum(CASE WHEN {kind} = 'number' THEN {number} END), "
+                f"count(CASE WHEN {kind} = 'number' THEN CASE WHEN {number} < 0 THEN 1 END "
+                f"WHEN {kind} <> 'null' THEN 1 END) "
+                "FROM attempt_log WHERE thread_id = ? AND kind = 'reason'", (thread_id,))
+        value, wrong = found[0] if found else (None, 0)
+        if wrong:
+            raise damaged("attempt_log", f"{wrong} recorded token usage value(s) are not "
+                          "non-negative numbers")
         if value is None:
             return 0
-        if value != int(value) or value < 0:
+        if not math.isfinite(value) or value != int(value):
             raise damaged("attempt_log", "the recorded token usage is not a whole number")
         return int(value)
 

@@ -47,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     parser.add_trace()
     as_json = "--json" in argv
+    if "--trace" in argv:  # LangSmith's upload failures: one line at the end (graph.tracing)
+        from graph.tracing import watch_uploads
+
+        watch_uploads()
     try:
         return guard(lambda: _run(parser, argv, as_json), as_json)
     finally:

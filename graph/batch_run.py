@@ -31,6 +31,8 @@ class Progress:
     The bar is tqdm's, imported only when there is a terminal to draw it on. Otherwise
     (a file, a pipe, `--json`) each thread gets one plain line, `[3/10] ID: STATUS (CODE)`,
     which a log or a script can read line by line; no escape codes, no rewritten line.
+    CODE is the thread's `error_code`, or `ok` when it has none: every line has the
+    same shape (`grep '(ok)$'`, `grep -v '(ok)$'`).
 
     Args:
         total: How many threads the batch has.
@@ -65,8 +67,7 @@ class Progress:
                     self.close()
                 return
             self.stream.write(f"[{self.done}/{self.total}] {outcome.thread_id}: "
-                              f"{outcome.status or 'error'}"
-                              + (f" ({outcome.error_code})" if outcome.error_code else "") + "\n")
+                              f"{outcome.status or 'error'} ({outcome.error_code or 'ok'})\n")
             self.stream.flush()
         except BrokenPipeError:  # nobody reads the progress any more: the batch goes on
             from graph.cli import silence

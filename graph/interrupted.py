@@ -1,7 +1,8 @@
 """What `graph.run` reports after SIGINT or SIGTERM: the thread as it stands.
 
 The step was stopped mid-way (often mid-request); its lock is released by then. The
-thread is read again through a read-only open of its database, so the report shows
+thread is read again through a read-only `graph.api.Database` (as every entry point
+opens its database), so the report shows
 the counted attempts, the maximum and the status instead of nulls. Reading never
 writes, counts or sends anything.
 """
@@ -33,15 +34,16 @@ def _args(argv: list[str]) -> tuple[str | None, str | None]:
 
 def _fill(outcome: Outcome, db_flag: str | None) -> None:
     """Fills `outcome` from the thread's stored state and ledger (read-only)."""
+    from graph.api import Database
     from graph.cli import resolve_db
     from graph.loading import load_thread
-    from graph.storage import open_store
+    from graph.settings import Settings
 
     thread_id = outcome.thread_id
     assert thread_id is not None
-    with open_store(resolve_db(db_flag), create=False, read_only=True) as store:
-        entry = store.ledger.read(thread_id)
-        loaded = load_thread(store.graph, thread_id, store.location)
+    with Database(Settings(db=resolve_db(db_flag)), read_only=True, source="flags") as db:
+        entry = db.store.ledger.read(thread_id)
+        loaded = load_thread(db.store.graph, thread_id, db.location)
     if loaded is not None:
         state = Outcome.from_state(thread_id, loaded.values, loaded.snapshot.next)
         for name in ("status", "attempts", "max_attempts", "model", "answer", "stop_reason",

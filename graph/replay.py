@@ -60,18 +60,19 @@ def export(db: str, thread_id: str, output: str) -> dict[str, object]:
         UsageError: An invalid environment setting, or `output` cannot be written or is
             not a regular file (`graph.output_file.check_output_path`).
     """
+    from graph.api import Database
     from graph.output_file import check_output_path
     from graph.replay_export import export_thread
     from graph.replay_format import META_KEY, write_recording
     from graph.settings import resolve_settings
     from graph.spec import check_thread_id
-    from graph.storage import open_store
 
     check_thread_id(thread_id)
     check_output_path(output, "-o")  # before reading the database: nothing is done for nothing
-    uri = resolve_settings(db=db, live=False, timeout_s=None).base_url.rstrip("/") + "/chat/completions"
-    with open_store(db, create=False, read_only=True) as store:
-        cassette = export_thread(store, thread_id, uri)
+    settings = resolve_settings(db=db, live=False, timeout_s=None)
+    uri = settings.base_url.rstrip("/") + "/chat/completions"
+    with Database(settings, read_only=True, source="flags") as database:
+        cassette = export_thread(database.store, thread_id, uri)
     write_recording(output, cassette)
     meta = cassette["metadata"][META_KEY]
     return {"thread_id": thread_id, "output": output, "exchanges": len(cassette["interactions"]),

@@ -75,15 +75,51 @@ def compared(method: str, uri: str, body: Any, mode: str) -> dict[str, Any]:
     return {"messages": fields.get("messages"), "tools": fields.get("tools")}
 
 
-def difference(recorded: dict[str, Any], sent: dict[str, Any]) -> str | None:
-    """None when equal; else a unified diff (`recorded` → `sent`), cut at `MAX_DIFF_LINES`."""
-    if recorded == sent:
-        return None
-    lines = list(difflib.unified_diff(render(recorded), render(sent), "recorded", "sent",
-                                      n=2, lineterm=""))
-    if not lines:  # equal renderings of unequal values (a key order or number type)
-        lines = ["--- recorded", "+++ sent", "- " + json.dumps(recorded, sort_keys=True),
-                 "+ " + json.dumps(sent, sort_keys=True)]
+def _canonical(value: Any) -> list[str]:
+    """`value` as pretty-printed canonical JSON (sorted keys), one line per item."""
+    return json.dumps(value, ensure_ascii=False, indent=1, sort_keys=True, default=repr).splitlines()
+
+
+def _unified(recorded: list[str], other: list[str], name: str) -> str:
+    """A unified diff (`recorded` → `name`) of two renderings, cut at `MAX_DIFF_LINES`."""
+    lines = list(difflib.unified_diff(recorded, other, "recorded", name, n=2, lineterm=""))
     if len(lines) > MAX_DIFF_LINES:
         lines = [*lines[:MAX_DIFF_LINES], f"... ({len(lines) - MAX_DIFF_LINES} more diff lines)"]
     return "\n".join(lines)
+
+
+def difference(recorded: dict[str, Any], sent: dict[str, Any]) -> str | None:
+    """None when equal; else a unified diff (`recorded` → `sent`), cut at `MAX_DIFF_LINES`.
+
+    The diff is of `render`'s text; when that hides the difference (a field it does
+    not show, a number type), of both values as pretty-printed canonical JSON.
+    """
+    if recorded == sent:
+        return None
+    old, new = render(recorded), render(sent)
+    if old == new:
+        old, new = _canonical(recorded), _canonical(sent)
+    return _unified(old, new, "sent")
+
+
+def outcome_difference(recorded: dict[str, Any], replayed: dict[str, Any]) -> str | None:
+    """None when equal; else a unified diff of two thread endings (`status`, `answer`, ...).
+
+    Text (an answer) is shown line by line, wrapped; other values as canonical JSON.
+    """
+    if recorded == replayed:
+        return None
+
+    def lines(value: dict[str, Any]) -> list[str]:
+        out: list[str] = []
+        for key, item in value.items():
+            if isinstance(item, str):
+                out += [f"{key}:", *_content_lines(item)]
+            else:
+                out.append(f"{key}: {json.dumps(item, ensure_ascii=False, sort_keys=True)}")
+        return out
+
+    old, new = lines(recorded), lines(replayed)
+    if old == new:
+        old, new = _canonical(recorded), _canonical(replayed)
+    return _unified(old, new, "replayed")

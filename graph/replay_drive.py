@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from graph.replay_diff import outcome_difference
 from graph.replay_format import Recording
 from graph.replay_session import ReplayFailure
 
@@ -121,7 +122,8 @@ def check_end(rec: Recording, db: str, outcomes: list[dict[str, Any]], played: i
     Raises:
         ReplayFailure: The first difference found.
     """
-    from graph.storage import open_store
+    from graph.api import Database
+    from graph.settings import Settings
 
     total, final = len(rec.exchanges), outcomes[-1]
     if played < total:
@@ -129,8 +131,8 @@ def check_end(rec: Recording, db: str, outcomes: list[dict[str, Any]], played: i
                             f"stopped {final['status']} after request {played} of {total} "
                             f"({rec.path})")
     thread_id = str(rec.thread["thread_id"])
-    with open_store(db, create=False, read_only=True) as store:
-        entry = store.ledger.read(thread_id)
+    with Database(Settings(db=db), read_only=True) as database:
+        entry = database.store.ledger.read(thread_id)
     counts = (entry.attempts, entry.claimed) if entry else (0, 0)
     if counts != (played, played):
         raise ReplayFailure(f"the ledger counts {counts[0]} attempt(s), {counts[1]} sent, for "
@@ -138,5 +140,6 @@ def check_end(rec: Recording, db: str, outcomes: list[dict[str, Any]], played: i
     expected = rec.outcome
     got = {"status": final["status"], "answer": final.get("answer"), "usage": final.get("usage")}
     want = {"status": expected["status"], "answer": expected.get("answer"), "usage": expected.get("usage")}
-    if got != want:
-        raise ReplayFailure(f"the replayed thread ended {got}, the recording {want}")
+    diff = outcome_difference(want, got)
+    if diff is not None:
+        raise ReplayFailure(f"the replayed thread ended unlike the recording ({rec.path}):\n{diff}")

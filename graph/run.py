@@ -232,6 +232,10 @@ def main(argv: list[str] | None = None) -> int:
     if "-h" in argv or "--help" in argv:
         emit(_parser().format_help().rstrip("\n"))
         return 0
+    if "--trace" in argv:  # LangSmith's upload failures: one line at the end (graph.tracing)
+        from graph.tracing import watch_uploads
+
+        watch_uploads()
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         outcome = run(argv)

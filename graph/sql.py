@@ -67,6 +67,10 @@ class Sql(ABC):
     json_number: ClassVar[str]
     """An expression template reading a number at `{path}` (`a.b`) / `{path_pg}` (`a,b`) of
     the JSON text in `{column}` (SQLite `json_extract`, PostgreSQL `jsonb`)."""
+    json_kind: ClassVar[str]
+    """An expression template giving the JSON type at the same place: `number`, `null`,
+    another type's name, or NULL when nothing is there (read `json_number` only when it
+    is `number`: PostgreSQL's cast fails on text)."""
     _exists_sql: ClassVar[str]
     """A query whose one value says whether the table named by its parameter exists."""
 
@@ -142,6 +146,8 @@ class SqliteSql(Sql):
 
     placeholder = "?"
     json_number = "json_extract({column}, '$.{path}')"
+    json_kind = ("(CASE json_type({column}, '$.{path}') WHEN 'integer' THEN 'number' "
+                 "WHEN 'real' THEN 'number' ELSE json_type({column}, '$.{path}') END)")
     _exists_sql = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
 
     def __init__(self, conn: sqlite3.Connection) -> None:
@@ -234,6 +240,7 @@ class PostgresSql(Sql):
 
     placeholder = "%s"
     json_number = "({column}::jsonb #>> '{{{path_pg}}}')::numeric"
+    json_kind = "jsonb_typeof({column}::jsonb #> '{{{path_pg}}}')"
     _exists_sql = "SELECT to_regclass(?) IS NOT NULL"
 
     def __init__(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:

@@ -110,3 +110,59 @@ def test_the_budget_node_refuses_a_mismatch_past_the_api_wrapper(backend: Any) -
     assert refused.value.error_code == InvocationErrorCode.IDENTITY_MISMATCH
     assert backend.ledger_row("A") == ledger
     assert len(model.requests) == 1
+
+
+def _call(graph: Any, method: str, config: Any, context: Any) -> Any:
+    """Calls `graph.<method>` the way a LangGraph user would, async ones run to completion."""
+    import asyncio
+
+    kwargs: dict[str, Any] = {} if context is None else {"context": context}
+    if method in ("batch", "abatch", "batch_as_completed", "abatch_as_completed"):
+        result = getattr(graph, method)([None], [config], **kwargs)
+    elif method in ("transform", "atransform"):
+        result = getattr(graph, method)(iter([None]), config, **kwargs)
+    elif method in ("stream_events", "astream_events"):
+        result = getattr(graph, method)(None, config, version="v2", **kwargs)
+    else:
+        result = getattr(graph, method)(None, config, **kwargs)
+    if asyncio.iscoroutine(result):
+        return asyncio.run(result)
+    return result  # a stream: refused at the call, so it is never iterated here
+
+
+INVOCATIONS = ["invoke", "ainvoke", "stream", "astream", "batch", "abatch", "batch_as_completed",
+               "abatch_as_completed", "stream_events", "astream_events", "astream_log",
+               "transform", "atransform"]
+
+
+@pytest.mark.parametrize("method", INVOCATIONS)
+def test_every_invocation_method_refuses_a_missing_or_mismatched_context_before_running(
+        sqlite_db: Any, method: str) -> None:
+    model = ScriptedModel([tool_call_reply("a1"), tool_call_reply("b1")])
+    with open_database(str(sqlite_db), create=True, model_factory=scripted(model)) as db:
+        db.run("A", task=TASK)
+        db.run("B", task=TASK)
+        before = stored(db, "A"), stored(db, "B")
+        start = _first_budget(db, "A")
+        with pytest.raises(UsageError):
+            _call(db.graph, method, start.config, None)
+        with db.invocation("B") as context, pytest.raises(RefusedError) as refused:
+            _call(db.graph, method, start.config, context)
+        with db.invocation("B") as context, pytest.raises(RefusedError):
+            _call(db.graph.with_config(tags=["mine"]), method, start.config, context)
+        assert (stored(db, "A"), stored(db, "B")) == before
+    assert refused.value.error_code == ErrorCode.IDENTITY_MISMATCH
+    assert len(model.requests) == 2
+
+
+def test_a_batch_with_one_foreign_config_runs_none_of_its_inputs(sqlite_db: Any) -> None:
+    model = ScriptedModel([tool_call_reply("a1"), tool_call_reply("b1")])
+    with open_database(str(sqlite_db), create=True, model_factory=scripted(model)) as db:
+        db.run("A", task=TASK)
+        db.run("B", task=TASK)
+        before = stored(db, "A"), stored(db, "B")
+        configs = [_first_budget(db, "A").config, _first_budget(db, "B").config]
+        with db.invocation("A") as context, pytest.raises(RefusedError):
+            db.graph.batch([None, None], configs, context=context)
+        assert (stored(db, "A"), stored(db, "B")) == before
+    assert len(model.requests) == 2

@@ -32,3 +32,39 @@ def test_the_highest_attempt_is_of_reason_rows_and_its_type_is_checked(sqlite_db
                       "VALUES ('t', 'x', 'reason', '{}', 'x')")
         with pytest.raises(RefusedError, match="attempt_log"):
             store.log.last_attempt("t")
+
+
+def _log_reason(db: str, payload: str) -> None:
+    """Appends one `reason` row for thread `t` with `payload` as stored text (an edited log)."""
+    with open_store(db, create=False) as store:
+        store.sql.run("INSERT INTO attempt_log (thread_id, attempt, kind, payload, created_at) "
+                      "VALUES ('t', 1, 'reason', ?, 'x')", (payload,))
+
+
+@pytest.mark.parametrize("payload", [
+    '{"outcome": "answer", "usage": {"total_tokens": "abc"}}',
+    '{"outcome": "answer", "usage": {"total_tokens": "12"}}',
+    '{"outcome": "answer", "usage": {"total_tokens": -50}}',
+    '{"outcome": "answer", "usage": {"total_tokens": [1]}}',
+    'not json at all',
+], ids=["text", "numeric-text", "negative", "list", "not-json"])
+def test_a_logged_token_usage_that_is_not_a_number_is_refused_as_damaged(backend, payload) -> None:
+    run_cli(["--thread", "t", "--task", TASK, "--once", "--max-tokens", "100000", "--db", backend.db])
+    _log_reason(backend.db, payload)
+    with open_store(backend.db, create=False, read_only=True) as store, \
+            pytest.raises(RefusedError, match="attempt_log is damaged") as info:
+        store.log.used_tokens("t")
+    assert info.value.error_code == "damaged"
+    out = run_cli(["--thread", "t", "--once", "--db", backend.db])
+    assert (out["exit_code"], out["error_code"]) == (4, "damaged"), out
+
+
+def test_logged_numbers_and_missing_usage_still_sum(backend) -> None:
+    run_cli(["--thread", "t", "--task", TASK, "--once", "--db", backend.db])
+    with open_store(backend.db, create=False, read_only=True) as store:
+        before = store.log.used_tokens("t")
+    _log_reason(backend.db, '{"outcome": "answer", "usage": {"total_tokens": 7}}')
+    _log_reason(backend.db, '{"outcome": "answer", "usage": null}')
+    _log_reason(backend.db, '{"outcome": "answer", "usage": {"total_tokens": null}}')
+    with open_store(backend.db, create=False, read_only=True) as store:
+        assert store.log.used_tokens("t") == before + 7

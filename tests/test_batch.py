@@ -129,3 +129,14 @@ def test_a_thread_the_cap_stops_mid_run_is_reported_held(backend, tmp_path, caps
     row = json.loads(out.read_text())
     assert (row["status"], row["error_code"], row["exit_code"]) == ("ready", "batch_cap", 8)
     assert backend.ledger_row("m1")[1] == 1
+
+
+def test_every_plain_progress_line_has_the_same_shape_ok_or_its_error_code(sqlite_db, tmp_path,
+                                                                            capsys) -> None:
+    import re
+
+    path = tasks_file(tmp_path, [{"thread_id": f"p{i}", "task": TASK} for i in range(3)])
+    assert batch_main([str(path), "--db", str(sqlite_db), "--max-requests", "2", "--once"]) == 8
+    progress = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[")]
+    assert progress == ["[1/3] p0: ready (ok)", "[2/3] p1: ready (ok)", "[3/3] p2: error (batch_cap)"]
+    assert all(re.fullmatch(r"\[\d+/\d+\] \S+: \S+ \(\S+\)", line) for line in progress)

@@ -108,7 +108,7 @@ def test_batch_progress_has_rate_and_time_left_on_a_terminal_and_plain_lines_oth
         progress.close()
     assert "3/3" in terminal.getvalue() and "thread/s" in terminal.getvalue()
     assert "<00:00" in terminal.getvalue() or "?" in terminal.getvalue()  # tqdm's time left
-    expected = "".join(f"[{i + 1}/3] t{i}: done\n" for i in range(3))
+    expected = "".join(f"[{i + 1}/3] t{i}: done (ok)\n" for i in range(3))
     assert plain.getvalue() == expected == quiet.getvalue()
 
 
@@ -118,7 +118,7 @@ def test_batch_json_never_draws_a_bar_on_stderr(tmp_path: Path, capsys, monkeypa
     assert batch_main([str(path), "--db", str(tmp_path / "db.sqlite"), "--once", "--json"]) == 0
     import sys
 
-    assert sys.stderr.getvalue() == "[1/2] j0: ready\n[2/2] j1: ready\n"
+    assert sys.stderr.getvalue() == "[1/2] j0: ready (ok)\n[2/2] j1: ready (ok)\n"
     assert json.loads(capsys.readouterr().out)["statuses"] == {"ready": 2}
 
 

@@ -135,8 +135,31 @@ def test_a_different_ending_fails_the_replay(tmp_path) -> None:
     def other_answer(data) -> None:  # type: ignore[no-untyped-def]
         data["metadata"]["mandapi_replay"]["outcome"]["answer"] = "something else"
 
-    with pytest.raises(ReplayFailure, match="the replayed thread ended"):
+    with pytest.raises(ReplayFailure, match="the replayed thread ended") as info:
         replay(edited(tmp_path, "shipping.json", other_answer), db=str(tmp_path / "r.sqlite"))
+    lines = str(info.value).splitlines()
+    assert "--- recorded" in lines and "+++ replayed" in lines
+    assert "-    something else" in lines, "the edited answer is one diff line, not a dict"
+    assert any(line.startswith("+    ") for line in lines)
+    assert not any(line.startswith(("-status", "+status", "-usage", "+usage")) for line in lines)
+    assert "{'status'" not in str(info.value)
+
+
+def test_a_request_difference_the_rendering_hides_is_a_canonical_json_diff() -> None:
+    from graph.replay_diff import MAX_DIFF_LINES, difference
+
+    call = {"id": "c1", "type": "function", "function": {"name": "search", "arguments": "{}"}}
+    recorded = {"messages": [{"role": "assistant", "content": None, "tool_calls": [call]}]}
+    sent = {"messages": [{"role": "assistant", "content": None,
+                          "tool_calls": [{**call, "index": 0}]}]}
+    diff = difference(recorded, sent)
+    assert diff is not None
+    assert any(line.startswith("+") and '"index": 0' in line for line in diff.splitlines())
+    assert len(max(diff.splitlines(), key=len)) < 120, "no whole dict on one line"
+    many = {"messages": [{"role": "user", "content": f"line {i}"} for i in range(400)]}
+    long_diff = difference({"messages": []}, many)
+    assert long_diff is not None and len(long_diff.splitlines()) == MAX_DIFF_LINES + 1
+    assert long_diff.splitlines()[-1].endswith("more diff lines)")
 
 
 @pytest.mark.parametrize(("content", "why"), [

@@ -216,3 +216,23 @@ def test_exported_requests_are_byte_for_byte_the_requests_sent(live_env, sqlite_
         "interactions"]]
     assert recorded == sent  # compaction included: later requests carry compacted history
     assert b"[compacted]" in sent[-1]
+
+
+def test_export_opens_the_database_through_graph_api_and_prints_as_before(
+        sqlite_db, tmp_path, capsys, monkeypatch) -> None:
+    from graph.api_base import DatabaseBase
+
+    run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", str(sqlite_db)])
+    opened: list[str] = []
+    enter = DatabaseBase.__enter__
+
+    def recording_enter(self):  # type: ignore[no-untyped-def]
+        opened.append(self.settings.db)
+        return enter(self)
+
+    monkeypatch.setattr(DatabaseBase, "__enter__", recording_enter)
+    capsys.readouterr()
+    assert export(str(sqlite_db), "t1", tmp_path / "t1.json") == 0
+    assert opened == [str(sqlite_db)]
+    assert capsys.readouterr().out == (f"thread t1: 1 exchange(s) written to {tmp_path / 't1.json'} "
+                                       "(status ready)\n")

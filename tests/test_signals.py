@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from graph.interrupted import interrupted_outcome
-from tests.conftest import subprocess_env
+from tests.conftest import run_cli, subprocess_env
 from tests.fake_mandapi import FakeMandApi
 from tests.test_concurrency import outcome, start, wait_for
 
@@ -87,3 +87,20 @@ def test_a_batch_interrupted_mid_request_exits_130_in_one_json_object(
     assert (data["exit_code"], data["error_code"]) == (130, "interrupted")
     with __import__("sqlite3").connect(f"file:{sqlite_db}?mode=ro", uri=True) as conn:
         assert conn.execute("SELECT attempts, claimed FROM attempt_ledger").fetchall() == [(1, 1)]
+
+
+def test_the_interrupted_report_reads_the_thread_through_graph_api(backend, monkeypatch) -> None:
+    from graph.api_base import DatabaseBase
+
+    run_cli(["--thread", "t1", "--task", "How long does shipping take?", "--once", "--db", backend.db])
+    opened: list[str] = []
+    enter = DatabaseBase.__enter__
+
+    def recording_enter(self):  # type: ignore[no-untyped-def]
+        opened.append(self.settings.db)
+        return enter(self)
+
+    monkeypatch.setattr(DatabaseBase, "__enter__", recording_enter)
+    out = interrupted_outcome(["--thread", "t1", "--db", backend.db], "t1")
+    assert opened == [backend.db]
+    assert (int(out.exit_code), out.status, out.attempts, out.max_attempts) == (130, "ready", 1, 4)

@@ -20,7 +20,7 @@ KEY = "sk-marker-trace-5a1c9e"
 class LangSmithCapture:
     """A stand-in LangSmith endpoint on 127.0.0.1 that keeps every request body."""
 
-    def __init__(self) -> None:
+    def __init__(self, status: int = 200) -> None:
         self.bodies: list[bytes] = []
         capture = self
 
@@ -32,7 +32,7 @@ class LangSmithCapture:
 
                     body = zstandard.ZstdDecompressor().decompressobj().decompress(body)
                 capture.bodies.append(body)
-                self.send_response(200)
+                self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.end_headers()
                 self.wfile.write(b"{}")
@@ -88,3 +88,46 @@ def test_trace_uploads_the_conversation_but_never_the_mandapi_key(
     assert b"marker-7be1" in uploaded, "the task went to LangSmith, flushed before the exit"
     assert KEY.encode() not in uploaded
     assert KEY not in result.stdout + result.stderr
+
+
+def _closed_port() -> str:
+    """A 127.0.0.1 URL nothing listens on (the port was bound, then closed)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.mark.parametrize("endpoint", ["closed", "refuses the key"])
+def test_a_failed_trace_upload_keeps_the_exit_code_and_says_so_without_the_key(
+        tmp_path: Path, endpoint: str) -> None:
+    refusing = LangSmithCapture(status=401) if endpoint == "refuses the key" else None
+    url = refusing.url if refusing else _closed_port()
+    langsmith_key = "lsv2-marker-secret-77c4"
+    try:
+        env = subprocess_env(LANGSMITH_API_KEY=langsmith_key, LANGSMITH_ENDPOINT=url,
+                             LANGSMITH_TRACING="false")
+        result = subprocess.run([PYTHON, "-m", "graph.run", "--thread", "t1", "--task", TASK,
+                                 "--once", "--trace", "--db", "d.sqlite"],
+                                cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    finally:
+        if refusing:
+            refusing.close()
+    assert result.returncode == 0, result.stderr
+    assert "thread t1: ready" in result.stdout, "the step ran and was stored"
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 1, result.stderr
+    assert warnings[0].startswith("warning: the trace was not uploaded to LangSmith (")
+    assert ("Connection error" if endpoint == "closed" else "Authentication failed") in warnings[0]
+    assert "lsv2" not in result.stderr and "API Key" not in result.stderr
+
+
+def test_the_upload_failure_reason_is_one_capped_sentence_without_the_key() -> None:
+    from graph.tracing import upload_failure
+
+    message = ("Failed to multipart ingest runs: Bad key lsv2-abc123 for POST x. Please confirm"
+               "\nContent-Length: 9\nAPI Key: lsv2-*23")
+    why = upload_failure(message, {"LANGSMITH_API_KEY": "lsv2-abc123"})
+    assert why == "Bad key *** for POST x"
+    assert len(upload_failure("Failed to batch ingest runs: " + "x" * 500, {})) == 200
