@@ -71,8 +71,12 @@ class CheckedSaver(BaseCheckpointSaver[str]):
     transaction; None when this saver cannot (the store trims after a step instead)."""
     _marker: str | None = None
 
-    def _checkpoint_block(self) -> AbstractContextManager[None]:
-        """Around a `put` or `delete_thread`: here nothing (each statement commits)."""
+    def _checkpoint_block(self, source: str | None = None) -> AbstractContextManager[None]:
+        """Around a `put` (of a checkpoint from `source`) or `delete_thread`: here nothing.
+
+        SQLite keeps a new thread's input (`source` "input") back for the next checkpoint's
+        commit: a kill before it leaves no trace of the thread, as one before its input.
+        """
         return nullcontext()
 
     def _writes_block(self, config: RunnableConfig) -> AbstractContextManager[None]:
@@ -82,11 +86,10 @@ class CheckedSaver(BaseCheckpointSaver[str]):
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
             new_versions: ChannelVersions) -> RunnableConfig:
         """Records the checkpoint's digest, then saves it like LangGraph."""
-        with self._checkpoint_block():
+        with self._checkpoint_block(metadata.get("source")):
             if self.digests is not None:
-                conf = config["configurable"]
-                key = (str(conf["thread_id"]), conf.get("checkpoint_ns", ""), checkpoint["id"],
-                       "", 0)
+                thread_id, ns = _slot(config)
+                key = (thread_id, ns, checkpoint["id"], "", 0)
                 self.digests.record(key, checkpoint_digest(self.serde, checkpoint))
             saved = super().put(config, checkpoint, metadata, new_versions)
             self._keep_window(config)
@@ -251,8 +254,8 @@ def sqlite_saver(sql: SqliteSql, digests: SqlDigests) -> SqliteSaver:
                 self.saved_after[_slot(config)] = config["configurable"].get("checkpoint_id")
                 return saved
 
-        def _checkpoint_block(self) -> AbstractContextManager[None]:
-            return sql.transaction()
+        def _checkpoint_block(self, source: str | None = None) -> AbstractContextManager[None]:
+            return sql.deferred() if source == "input" else sql.transaction()
 
         @contextmanager
         def _writes_block(self, config: RunnableConfig) -> Iterator[None]:
