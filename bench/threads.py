@@ -5,8 +5,11 @@
 N threads × S steps (the offline demo model answers after one tool round, so a thread
 is done in 2 steps), in the default configuration. Ours: `graph.step.advance` on one
 SQLite store kept open for the whole run. Anchor: the same compiled graph on
-`InMemorySaver` with an in-memory ledger, compiled once. Thread by thread alternated
-(thread i of ours, then thread i of the anchor, the order rotating), in two passes,
+`InMemorySaver` with an in-memory ledger, compiled once. Beside them, for reference, the
+same graph on LangGraph's own `SqliteSaver` (WAL, `synchronous=FULL`, `durability="sync"`,
+no checks, no attempt log): the floor a durable SQLite store sets on this disk, since
+every superstep waits for its commit's sync. Thread by thread alternated
+(thread i of each variant in turn, the order rotating), in two passes,
 timing wall and CPU time (the process's, every thread of it; the difference is time
 spent waiting, mostly for the disk's syncs the durable steps promise).
 Also the peak resident set of one `--once` step run as its own process (`graph.run`).
@@ -27,13 +30,15 @@ from bench.scratch import workdir
 
 def one_pass(threads: int, steps: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Wall and CPU seconds per thread (all its steps) of ours and of the anchor, alternated."""
-    from bench.project import BareThreads, OurStore, demo_model, memory_saver
+    from bench.project import BareThreads, OurStore, demo_model, memory_saver, sqlite_saver
 
     with workdir("threads") as work, ExitStack() as stack:
         ours = OurStore(str(work / "many.sqlite"), demo_model(), max_attempts=None)
         stack.callback(ours.close)
         anchor = BareThreads(memory_saver(), demo_model(), durability="sync", max_attempts=4)
-        cpu: dict[str, list[float]] = {"memory": [], "ours": []}
+        bare = BareThreads(stack.enter_context(sqlite_saver(str(work / "bare.sqlite"))),
+                           demo_model(), durability="sync", max_attempts=4)
+        cpu: dict[str, list[float]] = {"memory": [], "sqlite": [], "ours": []}
 
         def run(thread: Any, name: str) -> Any:
             def steps_of(i: int) -> None:
@@ -43,7 +48,8 @@ def one_pass(threads: int, steps: int) -> tuple[dict[str, list[float]], dict[str
                 cpu[name].append(time.process_time() - start)
             return steps_of
 
-        wall = alternate({"memory": run(anchor, "memory"), "ours": run(ours, "ours")}, threads)
+        wall = alternate({"memory": run(anchor, "memory"), "sqlite": run(bare, "sqlite"),
+                          "ours": run(ours, "ours")}, threads)
         return wall, cpu
 
 
@@ -78,6 +84,7 @@ def measure(threads: int, steps: int) -> dict[str, Any]:
     return {"threads": threads, "steps": steps, "summaries": pass_summaries(walls),
             "threads_per_s": {name: [threads / t for t in ts] for name, ts in totals.items()},
             "ratio": [m / o for m, o in zip(totals["memory"], totals["ours"], strict=True)],
+            "sqlite_ratio": [m / o for m, o in zip(totals["memory"], totals["sqlite"], strict=True)],
             "cpu_s": cpu,
             "cpu_ratio": [m / o for m, o in zip(cpu["memory"], cpu["ours"], strict=True)],
             "one_step_rss_mb": one_step_rss()}
@@ -87,12 +94,16 @@ def report(results: dict[str, Any]) -> str:
     """The table of `results` (from `measure`)."""
     speed, summaries = results["threads_per_s"], results["summaries"]
     ones = [1.0] * PASSES
+    cpu = results["cpu_s"]
+    ratio = {"memory": ones, "sqlite": results["sqlite_ratio"], "ours": results["ratio"]}
     rows = [[label, per_pass(speed[name], lambda v: f"{v:.1f}"),
              per_pass([s["median"] for s in summaries[name]], ms),
-             per_pass(ones if name == "memory" else results["ratio"], lambda r: f"{r:.2f}"),
-             per_pass([c / results["threads"] for c in results["cpu_s"][name]], ms),
-             per_pass(ones if name == "memory" else results["cpu_ratio"], lambda r: f"{r:.2f}")]
+             per_pass(ratio[name], lambda r: f"{r:.2f}"),
+             per_pass([c / results["threads"] for c in cpu[name]], ms),
+             per_pass([m / c for m, c in zip(cpu["memory"], cpu[name], strict=True)],
+                      lambda r: f"{r:.2f}")]
             for name, label in (("memory", "InMemorySaver, graph compiled once (anchor)"),
+                                ("sqlite", "LangGraph's SqliteSaver, synchronous=FULL (floor)"),
                                 ("ours", "ours: advance on one SQLite store"))]
     rss = results["one_step_rss_mb"]
     return (table(f"{results['threads']} threads × {results['steps']} steps, one process, threads "

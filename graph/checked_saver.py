@@ -46,8 +46,7 @@ if TYPE_CHECKING:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
 _T = TypeVar("_T")
-_REREADS = 3
-"""How often `get_tuple` reads again a latest checkpoint trimmed while it was read."""
+_REREADS = 3  # how often `get_tuple` reads again a latest checkpoint trimmed while read
 
 
 class _Vanished(Exception):
@@ -71,8 +70,13 @@ class CheckedSaver(BaseCheckpointSaver[str]):
     transaction; None when this saver cannot (the store trims after a step instead)."""
     _marker: str | None = None
 
-    def _checkpoint_block(self) -> AbstractContextManager[None]:
-        """Around a `put` or `delete_thread`: here nothing (each statement commits)."""
+    def _checkpoint_block(self, starts: bool = False) -> AbstractContextManager[None]:
+        """Around a `put` or `delete_thread`: here nothing.
+
+        `starts`: a new thread's input or `__start__` checkpoint, kept back on SQLite for the
+        first node's commit (a kill before leaves no trace of the thread, as one before its
+        input; no request leaves before it).
+        """
         return nullcontext()
 
     def _writes_block(self, config: RunnableConfig) -> AbstractContextManager[None]:
@@ -82,11 +86,10 @@ class CheckedSaver(BaseCheckpointSaver[str]):
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
             new_versions: ChannelVersions) -> RunnableConfig:
         """Records the checkpoint's digest, then saves it like LangGraph."""
-        with self._checkpoint_block():
+        starts = (metadata.get("source"), metadata.get("step")) in (("input", -1), ("loop", 0))
+        with self._checkpoint_block(starts):
             if self.digests is not None:
-                conf = config["configurable"]
-                key = (str(conf["thread_id"]), conf.get("checkpoint_ns", ""), checkpoint["id"],
-                       "", 0)
+                key = (*_slot(config), checkpoint["id"], "", 0)
                 self.digests.record(key, checkpoint_digest(self.serde, checkpoint))
             saved = super().put(config, checkpoint, metadata, new_versions)
             self._keep_window(config)
@@ -251,8 +254,8 @@ def sqlite_saver(sql: SqliteSql, digests: SqlDigests) -> SqliteSaver:
                 self.saved_after[_slot(config)] = config["configurable"].get("checkpoint_id")
                 return saved
 
-        def _checkpoint_block(self) -> AbstractContextManager[None]:
-            return sql.transaction()
+        def _checkpoint_block(self, starts: bool = False) -> AbstractContextManager[None]:
+            return sql.deferred() if starts else sql.transaction()
 
         @contextmanager
         def _writes_block(self, config: RunnableConfig) -> Iterator[None]:
