@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 def remember_finished(store: Store, outcome: Outcome, *, checked: bool = False) -> Outcome:
     """Stores the summary of a finished thread (`graph.summaries`); returns `outcome` as is.
 
+    A finished thread with nothing pending also gets its time-to-live on Redis
+    (`graph.redis_ttl`; nothing elsewhere), even when no summary is stored.
+
     Nothing is stored for a thread that is not done, exhausted or cancelled, on a store
     without summaries, or when the thread fails a check or the write fails: the next
     invocation then takes the full path, which checks and reports it.
@@ -40,6 +43,8 @@ def remember_finished(store: Store, outcome: Outcome, *, checked: bool = False) 
             checked again here.
     """
     thread_id = outcome.thread_id
+    if thread_id is not None and outcome.status in FINAL_STATUSES and not outcome.next_nodes:
+        store.backend.expire_finished(thread_id, outcome.status)  # Redis: `graph.redis_ttl`
     if store.summaries is None or thread_id is None or outcome.status not in FINAL_STATUSES:
         return outcome
     expected: tuple[type[Exception], ...] = (RunError, *_database_errors())

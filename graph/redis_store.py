@@ -11,6 +11,7 @@ both). What this backend promises and how:
   by the ledger's scripts themselves.
 * Our tables as keys of `graph.redis_keys` (`graph.redis_tables`,
   `graph.redis_approvals`); whole-thread operations in `graph.redis_backend`.
+* Finished threads expire by TTL, leaving a mark read as a tombstone (`graph.redis_ttl`).
 * Summaries of finished threads are not kept (`graph.poll` answers from SQL stores only).
 
 The checkpointer is `graph.redis_saver.CheckedRedisSaver` (digests per checkpoint): see `_saver`.
@@ -29,11 +30,11 @@ from graph.database import ReadOnlyLocks, Store, WriterLocks
 from graph.errors import BusyError, DatabaseLostError, RefusedError
 from graph.exitcodes import ErrorCode
 from graph.redis_approvals import RedisApprovals
-from graph.redis_backend import RedisBackend
 from graph.redis_conn import connect, redact, server_errors
-from graph.redis_ledger import RedisLedger
+from graph.redis_expiring import ExpiringLedger, ExpiringTombstones
 from graph.redis_locks import RedisThreadLocks
-from graph.redis_tables import RedisAttemptLog, RedisTombstones
+from graph.redis_tables import RedisAttemptLog
+from graph.redis_ttl import TtlBackend, ttl_ages
 
 if TYPE_CHECKING:
     import redis
@@ -130,7 +131,7 @@ def open_redis(url: str, *, create: bool = True, read_only: bool = False) -> Ite
         else:
             redis_locks = RedisThreadLocks(client, location)
             locks, tokens = redis_locks, redis_locks.token
-        ledger = RedisLedger(client, location, tokens=tokens)
+        ledger = ExpiringLedger(client, location, tokens=tokens)
         if not read_only:
             ledger.check_durable()  # before anything is written
         if not _is_set_up(client, location):
@@ -144,9 +145,10 @@ def open_redis(url: str, *, create: bool = True, read_only: bool = False) -> Ite
                 checkpointer.setup()  # only reads: the indexes exist (checked above)
         else:
             _set_up(checkpointer, client, location)
-        backend = RedisBackend(client, location, checkpointer, ledger, tokens=tokens)
+        backend = TtlBackend(client, location, checkpointer, ledger, tokens=tokens,
+                             ages=ttl_ages() if not read_only else {}, hold=locks.hold)
         store = Store(location, checkpointer, backend,
-                      ledger, RedisAttemptLog(client, location), RedisTombstones(client, location),
+                      ledger, RedisAttemptLog(client, location), ExpiringTombstones(client, location),
                       RedisApprovals(client, location), locks, (saver_client, client))
     except BaseException:
         for conn in (saver_client, client):

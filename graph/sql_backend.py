@@ -66,6 +66,9 @@ class SqlBackend:
         """`graph.checkpoint_window.trim` on this connection."""
         return trim(self.sql, self._checkpointer, thread_id, keep)
 
+    def expire_finished(self, thread_id: str, status: str) -> None:
+        """Nothing: SQL databases keep finished threads until `graph.prune` deletes them."""
+
     def buried_with_checkpoints(self) -> set[str]:
         """Tombstoned thread ids that still have checkpoints."""
         rows = self.sql.run(f"SELECT DISTINCT thread_id FROM {CHECKPOINTS} WHERE thread_id IN "

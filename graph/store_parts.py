@@ -179,6 +179,9 @@ class Backend(Protocol):
     def trim(self, thread_id: str, keep: int | None) -> int:
         """Deletes the thread's checkpoints older than its latest `keep`; returns how many."""
 
+    def expire_finished(self, thread_id: str, status: str) -> None:
+        """Gives a finished thread's keys their time-to-live (`graph.redis_ttl`); else nothing."""
+
     def buried_with_checkpoints(self) -> set[str]:
         """Tombstoned thread ids that still have checkpoints (an interrupted `bury`)."""
 
