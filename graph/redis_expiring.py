@@ -12,12 +12,14 @@ expire between its tombstone check and its ledger row's creation is refused as
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, cast
 
 from graph import redis_keys as keys
 from graph.errors import RefusedError
+from graph.redis_backend import CHECKPOINT_PREFIX, checkpoint_thread
 from graph.redis_conn import server_errors
 from graph.redis_ledger import RedisLedger
 from graph.redis_tables import RedisTombstones, _text
@@ -74,14 +76,25 @@ def read_mark(client: redis.Redis, thread_id: str) -> Mark | None:
     return Mark(fields["final_status"], int(numbers[0]), int(numbers[1]))
 
 
-def expired(client: redis.Redis, thread_id: str, mark: Mark) -> bool:
-    """True once the marked thread is not whole (module doc)."""
+def expired(client: redis.Redis, thread_id: str, mark: Mark,
+            checkpoints: Counter[str] | None = None) -> bool:
+    """True once the marked thread is not whole (module doc).
+
+    Args:
+        client: The server's client.
+        thread_id: The marked thread.
+        mark: Its mark (`read_mark`).
+        checkpoints: Checkpoint keys per thread id, counted by one `SCAN` for many
+            threads; None counts this thread's now.
+    """
     seconds, micros = client.time()
     if int(seconds) * 1000 + int(micros) // 1000 >= mark.expires_at_ms:
         return True
     if not client.exists(keys.ledger_key(thread_id)):
         return True
-    return len(checkpoint_keys(client, thread_id)) < mark.checkpoints
+    left = (len(checkpoint_keys(client, thread_id)) if checkpoints is None
+            else checkpoints[thread_id])
+    return left < mark.checkpoints
 
 
 class ExpiringTombstones(RedisTombstones):
@@ -105,14 +118,20 @@ class ExpiringTombstones(RedisTombstones):
     def thread_ids(self) -> set[str]:
         """Every tombstoned thread id, and every expired marked one (a damaged mark counts)."""
         found = super().thread_ids()
-        for thread_id in set(self._ids(EXPIRING)) - found:
+        marked = set(self._ids(EXPIRING)) - found
+        if not marked:
+            return found
+        with server_errors(self.location):
+            counted = Counter(checkpoint_thread(key) or "" for key in self._client.scan_iter(
+                match=f"{CHECKPOINT_PREFIX}*".encode(), count=1000))
+        for thread_id in marked:
             with server_errors(self.location):
                 try:
                     mark = read_mark(self._client, thread_id)
                 except RefusedError:
                     found.add(thread_id)
                     continue
-                if mark is not None and expired(self._client, thread_id, mark):
+                if mark is not None and expired(self._client, thread_id, mark, counted):
                     found.add(thread_id)
         return found
 

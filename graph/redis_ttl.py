@@ -155,8 +155,8 @@ class TtlBackend(RedisBackend):
             BusyError: This process does not hold the thread's lease (exit 5); nothing changed.
             NotDurableError: Not confirmed on disk (exit 6); the keys may expire anyway.
         """
-        if status not in FINAL_STATUSES:
-            return
+        if status not in FINAL_STATUSES or status not in self._ages:
+            return  # a read-only store has no ages
         ttl_ms = int(self._ages[status] / timedelta(milliseconds=1))
         with server_errors(self.location):
             found = thread_keys(self._client, thread_id)

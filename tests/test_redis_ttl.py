@@ -78,6 +78,13 @@ def _attempts(client: Any, thread_id: str) -> bytes | None:
     return value
 
 
+def _tombstoned(db: str) -> set[str]:
+    from graph.storage import open_store
+
+    with open_store(db, create=False, read_only=True) as store:
+        return store.tombstones.thread_ids()
+
+
 def test_every_key_of_a_done_thread_gets_a_ttl_of_24_hours(
         redis_url: str, client: Any, capsys: pytest.CaptureFixture[str]) -> None:
     from graph import redis_keys
@@ -93,6 +100,7 @@ def test_every_key_of_a_done_thread_gets_a_ttl_of_24_hours(
     assert client.ttl(redis_keys.tombstone_key(thread_id)) == -2  # no tombstone yet
     code, out = _run(capsys, redis_url, thread_id)
     assert (code, out["status"]) == (0, "done")  # whole until it expires
+    assert thread_id not in _tombstoned(redis_url)
 
 
 def test_a_ready_thread_has_no_key_with_a_ttl(
@@ -102,6 +110,31 @@ def test_a_ready_thread_has_no_key_with_a_ttl(
     assert (code, out["status"]) == (0, "ready")
     ttls = _thread_keys(client, thread_id)
     assert ttls and all(ttl == -1 for ttl in ttls.values()), ttls
+
+
+def test_a_cancelled_thread_gets_the_failed_age_of_7_days(
+        redis_url: str, client: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    thread_id = _thread()
+    _run(capsys, redis_url, thread_id, "--task", TASK)
+    code, out = _run(capsys, redis_url, thread_id, "--cancel")
+    assert (code, out["status"]) == (0, "cancelled")
+    ttls = _thread_keys(client, thread_id)
+    assert ttls and all(7 * DAY_MS - 600_000 < ttl <= 7 * DAY_MS for ttl in ttls.values()), ttls
+
+
+def test_the_ledger_row_of_an_expired_thread_is_never_created_again(
+        redis_url: str, client: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from graph.errors import RefusedError
+    from graph.storage import open_store
+
+    thread_id = _thread()
+    _to_done(capsys, redis_url, thread_id)
+    _expire_now(client, list(_thread_keys(client, thread_id)))
+    with open_store(redis_url, create=False) as store, store.locks.hold(thread_id):
+        with pytest.raises(RefusedError) as refused:  # keys expired after the tombstone check
+            store.ledger.create(thread_id, 4)
+    assert refused.value.error_code == "pruned"
+    assert _attempts(client, thread_id) is None
 
 
 def test_the_configured_age_applies(redis_url: str, client: Any, monkeypatch: pytest.MonkeyPatch,
@@ -130,6 +163,7 @@ def test_an_expired_thread_is_refused_as_pruned_without_counting(
     code, out = _run(capsys, redis_url, thread_id, "--task", TASK)
     assert (code, out["error_code"]) == (4, "pruned")
     assert _thread_keys(client, thread_id) == {}  # no attempt, no ledger row
+    assert thread_id in _tombstoned(redis_url)
     code, out = _run(capsys, redis_url, thread_id, "--task", TASK)
     assert (code, out["error_code"]) == (4, "pruned")
 
