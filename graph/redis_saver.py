@@ -32,6 +32,7 @@ the server needs the RedisJSON and RediSearch modules (`tests/redis_server.py`).
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -75,6 +76,7 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.serde = StrictRedisSerializer()
+        self._order = threading.Lock()
         self.digests = RedisDigests(  # type: ignore[assignment]
             self._redis, self._make_redis_checkpoint_key_cached)
 
@@ -88,7 +90,15 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
 
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
             new_versions: ChannelVersions) -> RunnableConfig:
-        """Records the digest of the rest (`rest_digest`), then saves like `CheckedSaver.put`."""
+        """Records the digest of the rest (`rest_digest`), then saves like `CheckedSaver.put`.
+
+        LangGraph's loop saves a run's input checkpoint in the background while its first
+        task runs, so that task's `put_writes` may finish before this `put`; `RedisSaver.put`
+        then overwrites the document's `has_writes` with false and every later load skips
+        those writes (LangGraph would run the task again; our check refuses the checkpoint
+        as damaged). `put` and `put_writes` therefore hold one lock, and a checkpoint whose
+        writes were already saved gets `has_writes` set back to true before `put` returns.
+        """
         conf = config["configurable"]
         key = (str(conf["thread_id"]), str(conf.get("checkpoint_ns", "")), checkpoint["id"],
                METADATA, 0)
@@ -96,19 +106,28 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
         assert self.digests is not None
         self.digests.record(key, rest_digest(self.strict, checkpoint, metadata,
                                              parent if parent != checkpoint["id"] else None))
-        saved = super().put(config, checkpoint, metadata, new_versions)
-        self._redis_digests.saved(key[0], key[1], key[2])
+        with self._order:
+            saved = super().put(config, checkpoint, metadata, new_versions)
+            self._redis_digests.saved(key[0], key[1], key[2])
+            if self._redis_digests.written_counts(key[0], key[1], key[2]):
+                self._redis.json().merge(self._make_redis_checkpoint_key_cached(*key[:3]),
+                                         "$", {"has_writes": True})
         return saved
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                    task_path: str = "") -> None:
-        """Saves like `CheckedSaver.put_writes`, then marks the writes saved."""
-        super().put_writes(config, writes, task_id, task_path)
+        """Saves like `CheckedSaver.put_writes`, then marks the writes saved.
+
+        Runs under the lock `put` takes (see `put`), so a checkpoint saved after its
+        writes is marked as having them.
+        """
         conf = config["configurable"]
-        self._redis_digests.written(
-            str(conf["thread_id"]), str(conf.get("checkpoint_ns", "")),
-            str(conf["checkpoint_id"]), task_id,
-            [WRITES_IDX_MAP.get(channel, idx) for idx, (channel, _) in enumerate(writes)])
+        with self._order:
+            super().put_writes(config, writes, task_id, task_path)
+            self._redis_digests.written(
+                str(conf["thread_id"]), str(conf.get("checkpoint_ns", "")),
+                str(conf["checkpoint_id"]), task_id,
+                [WRITES_IDX_MAP.get(channel, idx) for idx, (channel, _) in enumerate(writes)])
 
     @property
     def _redis_digests(self) -> RedisDigests:

@@ -193,16 +193,17 @@ def _settings(args: argparse.Namespace) -> Settings:
     """
     from graph.settings import resolve_settings
     from graph.spec import check_paid
-    from graph.storage import is_postgres
+    from graph.storage import is_postgres, is_redis
     from nodes.demo_model import DEMO_MODEL_ID
 
     if args.db and "://" in args.db and _has_password(args.db):
         print("warning: a password in --db is visible in the process list; "
-              "put the URL in GRAPH_DB or the password in PGPASSWORD or ~/.pgpass",
+              "put the URL in GRAPH_DB (PostgreSQL: or the password in PGPASSWORD or ~/.pgpass)",
               file=sys.stderr)
     settings = resolve_settings(db=args.db, live=args.live, timeout_s=args.timeout,
                                 trace=args.trace)
     if (args.model not in (None, DEMO_MODEL_ID) and not is_postgres(settings.db)
+            and not is_redis(settings.db)
             and not Path(settings.db).exists()):
         check_paid(args.model, args.live)  # certainly a new thread: before the file exists
     return settings

@@ -65,7 +65,7 @@ def check_db_flag(flag: str | None, name: str = "--db") -> str | None:
     """
     if flag is not None and not flag.strip():
         default = f"${DB_ENV} or ./{DEFAULT_DB}"
-        raise UsageError(f"{name} is empty: give a SQLite file or a postgresql:// URL"
+        raise UsageError(f"{name} is empty: give a SQLite file, a postgresql:// or a redis:// URL"
                          + (f", or leave {name} out to use {default}" if name == "--db" else
                             f", or None to use {default}" if name == "db" else ""))
     return flag

@@ -80,7 +80,8 @@ def open_store(db: str, *, create: bool, read_only: bool = False,
 def _check_form(db: str, name: str) -> None:
     """Refuses a `--db` that is not a file path, `postgresql://` or `redis://` URL (exit 2)."""
     if re.match(r"\s*\w+\s*=", db):
-        raise UsageError(f"{name} takes a SQLite file path or a postgresql:// URL, not a libpq "
+        raise UsageError(f"{name} takes a SQLite file path, a postgresql:// or a redis:// URL, not a "
+                         "libpq "
                          "key=value string")
     scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", db)
     if scheme and not is_postgres(db) and not is_redis(db):

@@ -98,9 +98,9 @@ def test_a_missing_write_folder_is_named_allow_writes(db_path: str, tmp_path: Pa
 
 
 @pytest.mark.parametrize(("db", "message"), [
-    ("", "db is empty: give a SQLite file or a postgresql:// URL, or None to use $GRAPH_DB "
-         "or ./checkpoints.sqlite"),
-    ("host=localhost dbname=x", "db takes a SQLite file path or a postgresql:// URL"),
+    ("", "db is empty: give a SQLite file, a postgresql:// or a redis:// URL, or None to use "
+         "$GRAPH_DB or ./checkpoints.sqlite"),
+    ("host=localhost dbname=x", "db takes a SQLite file path, a postgresql:// or a redis:// URL"),
     ("mysql://h/x", "db mysql:// is not supported"),
     ("postgresql://u@h:99999/x", "db postgresql://u@h:99999/x is not a valid PostgreSQL URL"),
 ])

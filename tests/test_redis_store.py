@@ -33,6 +33,27 @@ def client(redis_url: str) -> Iterator[Any]:
     client.close()
 
 
+@pytest.fixture
+def own_url(tmp_path: Path) -> Iterator[str]:
+    """A server of the test's own, for a test that reads or changes every thread in the database
+    (listing, verify, prune, copy): the session server holds other tests' threads, some damaged on
+    purpose (their refusals are right there) or held by a killed process's lease."""
+    server = start_server(tmp_path / "own")
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def own_client(own_url: str) -> Iterator[Any]:
+    from graph.redis_conn import connect
+
+    client = connect(own_url)
+    yield client
+    client.close()
+
+
 def _thread() -> str:
     return f"rs-{uuid.uuid4().hex[:12]}"
 
@@ -90,17 +111,17 @@ def test_a_thread_held_by_another_writer_exits_busy_without_counting(
 
 
 def test_history_and_verify_read_a_redis_thread(
-        redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+        own_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     thread_id = _thread()
-    _to_done(capsys, redis_url, thread_id)
+    _to_done(capsys, own_url, thread_id)
     capsys.readouterr()
-    assert history_main(["--db", redis_url, "--thread", thread_id, "--json"]) == 0
+    assert history_main(["--db", own_url, "--thread", thread_id, "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["header"]["status"] == "done" and [s["step"] for s in shown["steps"]] == [1, 2]
     assert shown["checkpoints_total"] == len(shown["checkpoints"]) > 0
-    assert history_main(["--db", redis_url, "--list"]) == 0
+    assert history_main(["--db", own_url, "--list"]) == 0
     assert thread_id in capsys.readouterr().out
-    assert verify_main(["--db", redis_url]) == 0
+    assert verify_main(["--db", own_url]) == 0
     assert "every thread reads back intact" in capsys.readouterr().out
 
 
@@ -114,18 +135,19 @@ def test_the_checkpoint_window_is_kept_on_redis(
 
 
 def test_prune_buries_a_done_thread_and_a_later_task_is_refused_as_pruned(
-        redis_url: str, client: Any, capsys: pytest.CaptureFixture[str]) -> None:
+        own_url: str, own_client: Any, capsys: pytest.CaptureFixture[str]) -> None:
     from graph import redis_keys
 
+    client = own_client
     thread_id = _thread()
-    _to_done(capsys, redis_url, thread_id)
-    assert prune_main(["--db", redis_url, "--completed", "0s"]) == 0
+    _to_done(capsys, own_url, thread_id)
+    assert prune_main(["--db", own_url, "--completed", "0s"]) == 0
     assert f"pruned {thread_id}" in capsys.readouterr().out
     assert _keys(client, thread_id) == {redis_keys.tombstone_key(thread_id)}
-    code, out = _run(capsys, "--db", redis_url, "--thread", thread_id, "--task", TASK, "--once")
+    code, out = _run(capsys, "--db", own_url, "--thread", thread_id, "--task", TASK, "--once")
     assert code == 4 and out["error_code"] == "pruned"
     assert _keys(client, thread_id) == {redis_keys.tombstone_key(thread_id)}
-    code, out = _run(capsys, "--db", redis_url, "--thread", thread_id, "--task", TASK, "--once",
+    code, out = _run(capsys, "--db", own_url, "--thread", thread_id, "--task", TASK, "--once",
                      "--restart-pruned")
     assert (code, out["status"], out["attempts"]) == (0, "ready", 1)
     assert redis_keys.tombstone_key(thread_id) not in _keys(client, thread_id)
@@ -218,15 +240,15 @@ def test_resuming_on_a_database_never_set_up_is_refused(
 
 
 def test_copy_moves_a_thread_from_sqlite_to_redis_and_back_with_its_budget(
-        redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        own_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from graph.copy import main as copy_main
 
     thread_id, first, back = _thread(), str(tmp_path / "a.sqlite"), str(tmp_path / "b.sqlite")
     assert _run(capsys, "--db", first, "--thread", thread_id, "--task", TASK, "--once")[0] == 0
-    assert copy_main(["--from", first, "--to", redis_url, "--thread", thread_id]) == 0
-    out = _to_done(capsys, redis_url, thread_id)
+    assert copy_main(["--from", first, "--to", own_url, "--thread", thread_id]) == 0
+    out = _to_done(capsys, own_url, thread_id)
     assert (out["status"], out["attempts"]) == ("done", 2)  # resumed: attempt 1 was not repeated
-    assert copy_main(["--from", redis_url, "--to", back, "--thread", thread_id]) == 0
+    assert copy_main(["--from", own_url, "--to", back, "--thread", thread_id]) == 0
     capsys.readouterr()
     assert history_main(["--db", back, "--thread", thread_id, "--json"]) == 0
     header = json.loads(capsys.readouterr().out)["header"]
@@ -266,11 +288,11 @@ def test_a_redis_server_lost_mid_step_exits_6_not_as_a_bug(
     assert code == 6 and out["error_code"] == "db_lost"
 
 
-def test_the_python_api_runs_a_thread_to_done_on_redis(redis_url: str) -> None:
+def test_the_python_api_runs_a_thread_to_done_on_redis(own_url: str) -> None:
     from graph.api import open_database
 
     thread_id = _thread()
-    with open_database(redis_url, create=True) as db:
+    with open_database(own_url, create=True) as db:
         outcome = db.run(thread_id, task=TASK, once=False)
         assert (outcome.status, outcome.attempts) == ("done", 2)
         assert db.history(thread_id)["header"]["status"] == "done"
