@@ -30,6 +30,21 @@ def client(redis_url: str) -> Iterator[Any]:
     client.close()
 
 
+@pytest.fixture
+def own(tmp_path: Path) -> Iterator[tuple[str, Any]]:
+    """A server of the test's own and a client of it, for a test that runs `graph.prune` (it
+    reads and changes every thread; the session server holds other tests' threads)."""
+    from graph.redis_conn import connect
+
+    server = start_server(tmp_path / "own")
+    client = connect(server.url)
+    try:
+        yield server.url, client
+    finally:
+        client.close()
+        server.stop()
+
+
 @pytest.fixture(autouse=True)
 def _default_ages(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(COMPLETED_ENV, raising=False)
@@ -170,7 +185,8 @@ def test_an_expired_thread_is_refused_as_pruned_without_counting(
 
 @pytest.mark.parametrize("part", [b"ledger:", b"checkpoint:"])
 def test_a_partly_expired_thread_is_refused_as_pruned_and_never_restarted(
-        redis_url: str, client: Any, capsys: pytest.CaptureFixture[str], part: bytes) -> None:
+        own: tuple[str, Any], capsys: pytest.CaptureFixture[str], part: bytes) -> None:
+    redis_url, client = own
     thread_id = _thread()
     _to_done(capsys, redis_url, thread_id)
     before = _attempts(client, thread_id)
@@ -198,7 +214,8 @@ def test_restart_pruned_after_expiry_starts_anew_without_ttls(
 
 
 def test_prune_applies_the_same_rule_at_once_on_redis(
-        redis_url: str, client: Any, capsys: pytest.CaptureFixture[str]) -> None:
+        own: tuple[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    redis_url, client = own
     thread_id = _thread()
     _to_done(capsys, redis_url, thread_id)
     assert prune_main(["--db", redis_url, "--completed", "0s"]) == 0
