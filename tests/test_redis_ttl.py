@@ -161,6 +161,18 @@ def test_the_configured_age_applies(redis_url: str, client: Any, monkeypatch: py
     assert ttls and all(80_000 < ttl <= 90_000 for ttl in ttls.values()), ttls
 
 
+def test_with_an_age_of_0s_a_done_thread_expires_by_itself_and_leaves_its_mark(
+        redis_url: str, client: Any, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv(COMPLETED_ENV, "0s")
+    thread_id = _thread()
+    _to_done(capsys, redis_url, thread_id)
+    assert _thread_keys(client, thread_id) == {}  # the server removed them, not a test
+    assert client.exists(f"mandapi-resume:expiring:{thread_id}".encode()) == 1
+    code, out = _run(capsys, redis_url, thread_id, "--task", TASK)
+    assert (code, out["error_code"]) == (4, "pruned")
+
+
 def test_an_unreadable_age_is_refused_as_a_usage_error(
         redis_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv(FAILED_ENV, "a week")
