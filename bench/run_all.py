@@ -93,7 +93,9 @@ def configuration(quick: bool, postgres: str | None, skip_400: bool, context_tok
             f"{os.cpu_count()} cores, Python {platform.python_version()}, in the default "
             f"configuration (`--context-tokens` {context_tokens}, `durability=\"sync\"`, the claim "
             "checkpoint on). Each comparison alternates its variants in one loop and runs twice; a cell with "
-            "two values gives pass 1 / pass 2. Medians; spreads are printed by the scripts.")
+            "two values gives pass 1 / pass 2. Medians; spreads are printed by the scripts."
+            + (" Redis: a private valkey-server with RedisJSON and RediSearch, its append-only file "
+               "fsynced on every write (`appendfsync always`)." if redis == PRIVATE else ""))
 
 
 def run(quick: bool, postgres: str | None, skip_400: bool, redis: str | None = None) -> dict[str, Any]:
