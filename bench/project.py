@@ -190,3 +190,13 @@ def postgres_saver(url: str) -> Iterator[Any]:
     with PostgresSaver.from_conn_string(url) as saver:
         saver.setup()
         yield saver
+
+
+@contextmanager
+def redis_saver(url: str) -> Iterator[Any]:
+    """LangGraph's own `RedisSaver` on `url`, its indexes set up."""
+    from langgraph.checkpoint.redis import RedisSaver
+
+    with RedisSaver.from_conn_string(url) as saver:
+        saver.setup()
+        yield saver

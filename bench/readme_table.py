@@ -56,7 +56,25 @@ def step_rows(r: dict[str, Any]) -> list[str]:
         f"InMemorySaver, same graph and compaction, {_ms(s['memory'])}; SqliteSaver with LangGraph's "
         f"default async durability and no ledger {_ms(s['bare'])}, {commits('bare')}",
         f"{_x(x['ours/memory'])} InMemorySaver, {_x(x['ours/bare'])} bare SQLite",
-        "durable bookkeeping per step beside a model call of seconds")]
+        "durable bookkeeping per step beside a model call of seconds")] + server_step_rows(r)
+
+
+SERVER_STEPS = {
+    "postgres": ("PostgreSQL", "round trips to the server; each LangGraph call commits on its own "
+                 "connection"),
+    "redis": ("Redis", "each write is fsynced to the append-only file before the server answers "
+              "(`appendfsync always`), and each claim waits for it (`WAITAOF`)"),
+}
+"""Server variant of `bench.step_cost` -> (its name, what its cost is made of)."""
+
+
+def server_step_rows(r: dict[str, Any]) -> list[str]:
+    """One step of ours on PostgreSQL and on Redis (those measured), in the same loop."""
+    s, x = r["summaries"], r["ratios"]
+    return [_row(f"one step in process on {name}, same loop", _ms(s[key]),
+                 f"InMemorySaver {_ms(s['memory'])}; ours on SQLite {_ms(s['ours'])}",
+                 f"{_x(x[f'{key}/memory'])} InMemorySaver, {_x(x[f'{key}/ours'])} ours on SQLite", means)
+            for key, (name, means) in SERVER_STEPS.items() if key in s]
 
 
 def storage_rows(backend: str, points: list[dict[str, Any]], k: dict[str, float]) -> list[str]:
@@ -68,9 +86,14 @@ def storage_rows(backend: str, points: list[dict[str, Any]], k: dict[str, float]
     last, lat = points[-1], points[-1]["latency"]
     ratio = last["sizes"]["ours"]["total"] / last["sizes"]["bare"]["total"]
     k_text = f"k ≈ {k['ours']:.1f} ({k['ours_without_log']:.1f} without the log)"
+    what, aof = f"database after {lengths} steps, {backend}", ""
+    if "aof" in last["sizes"]["ours"]:
+        what = f"memory of one thread (`MEMORY USAGE` of its keys) after {lengths} steps, {backend}"
+        aof = "; its steps appended " + " / ".join(_mb(p["sizes"]["ours"]["aof"]) for p in points) \
+            + " MB to the append-only file (bare: " \
+            + " / ".join(_mb(p["sizes"]["bare"]["aof"]) for p in points) + " MB)"
     return [
-        _row(f"database after {lengths} steps, {backend}",
-             f"{ours} MB, of which attempt log {logs} MB; {k_text}",
+        _row(what, f"{ours} MB, of which attempt log {logs} MB; {k_text}{aof}",
              f"bare LangGraph: {bare} MB, k ≈ {k['bare']:.1f}", f"{ratio:.3g} × at {last['steps']} steps",
              "each checkpoint holds the compacted, bounded conversation; the log keeps every step"),
         _row(f"`get_state` / full history after {last['steps']} steps, {backend}",
@@ -117,13 +140,15 @@ def workers_rows(r: dict[str, Any]) -> list[str]:
     return rows
 
 
-def render(results: dict[str, Any], rss: dict[str, float | None], config: str) -> str:
+def render(results: dict[str, Any], rss: dict[str, float | None], config: str,
+           skipped: list[str] | None = None) -> str:
     """The whole table, its configuration line before it and the per-script memory after it.
 
     Args:
         results: Script name -> that script's JSON results (missing scripts are left out).
         rss: Script name -> peak RSS in MB of its largest process (None: unknown).
         config: The sentence stating how and where the figures were measured.
+        skipped: Sentences naming rows not measured and why (printed after the table as they are).
     """
     lines = [config, "", _row("what", "ours", "anchor", "ratio", "what it means for you"),
              "|---|---|---|---|---|"]
@@ -142,6 +167,8 @@ def render(results: dict[str, Any], rss: dict[str, float | None], config: str) -
         claim = results["step_cost"]["ratios"]["claim"]
         lines += ["", f"The claim checkpoint costs **{_x(claim)}** a step without it (same loop, "
                   f"median of {results['step_cost']['steps']} steps each, pass 1 / pass 2)."]
+    if skipped:
+        lines += ["", *skipped]
     known = {name: mb for name, mb in rss.items() if mb is not None}
     if known:
         lines += ["", "Peak RSS of each script's largest process: "

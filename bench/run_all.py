@@ -1,6 +1,6 @@
 """Runs every benchmark, each in its own process, and prints their tables and the README's.
 
-  python -m bench.run_all [--quick] [--postgres URL] [--skip-400]
+  python -m bench.run_all [--quick] [--postgres URL] [--redis [URL]] [--skip-400]
 
 Each script (`bench.startup`, `bench.step_cost`, `bench.storage`, `bench.threads`, and
 `bench.workers` with `--postgres`) runs as its own process, so its peak memory (the
@@ -11,6 +11,15 @@ storage to 400 steps unless `--skip-400`. At the end the README's Performance ta
 printed in its Markdown format, ready to paste. Every temporary folder and every
 `bench_*` database is removed; `bench_*` databases left by a killed run are dropped
 first. This module imports nothing of the project, so its own memory stays small.
+
+With `--postgres` and `--redis`, `bench.step_cost` and `bench.storage` measure ours on
+all three backends in one run. `--redis` alone starts a private valkey-server
+(`bench.redis_db.private_server`: a free port of 127.0.0.1, RedisJSON and RediSearch,
+the append-only file fsynced on every write), stopped and its folder removed at the
+end; `--redis URL` uses that server instead (each thread's keys deleted afterwards).
+When no private server can start (valkey-server or the modules missing) the Redis rows
+are skipped and the run says so, with the reason, before its tables and under the
+README table. Queue workers have no Redis rows (`bench.workers.REDIS_SKIPPED` says why).
 """
 
 from __future__ import annotations
@@ -21,6 +30,8 @@ import platform
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from bench.common import cli_parser
@@ -32,14 +43,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 scripts' `PYTHONPATH`, whatever the working directory."""
 
 
-def plan(quick: bool, postgres: str | None, skip_400: bool) -> dict[str, list[str]]:
+def plan(quick: bool, postgres: str | None, skip_400: bool,
+         redis: str | None = None) -> dict[str, list[str]]:
     """Script name -> its arguments (before `--json`), in running order."""
     steps = "5,10" if quick else "50,100,200" if skip_400 else "50,100,200,400"
+    servers = (["--postgres", postgres] if postgres else []) + (["--redis", redis] if redis else [])
     scripts = {
         "startup": ["--repeat", "2" if quick else "7"] + (["--postgres", postgres] if postgres else []),
-        "step_cost": ["--steps", "5" if quick else "100"],
-        "storage": ["--steps", steps, "--repeat", "2" if quick else "5"]
-                   + (["--postgres", postgres] if postgres else []),
+        "step_cost": ["--steps", "5" if quick else "100"] + servers,
+        "storage": ["--steps", steps, "--repeat", "2" if quick else "5"] + servers,
         "threads": ["--threads", "5" if quick else "1000", "--steps", "2"],
     }
     if postgres:
@@ -72,23 +84,26 @@ def run_script(name: str, args: list[str], json_path: str, log_dir: str) -> tupl
     return stdout, usage.ru_maxrss / 1024  # kilobytes on Linux
 
 
-def configuration(quick: bool, postgres: str | None, skip_400: bool, context_tokens: Any) -> str:
+def configuration(quick: bool, postgres: str | None, skip_400: bool, context_tokens: Any,
+                  redis: str | None = None) -> str:
     """The sentence before the README table: the command, the machine and the settings."""
     flags = (" --quick" if quick else "") + (" --postgres URL" if postgres else "") \
-        + (" --skip-400" if skip_400 else "")
+        + ({None: "", PRIVATE: " --redis"}.get(redis, " --redis URL")) + (" --skip-400" if skip_400 else "")
     return (f"Measured with `python -m bench.run_all{flags}` on {platform.machine()}, "
             f"{os.cpu_count()} cores, Python {platform.python_version()}, in the default "
             f"configuration (`--context-tokens` {context_tokens}, `durability=\"sync\"`, the claim "
             "checkpoint on). Each comparison alternates its variants in one loop and runs twice; a cell with "
-            "two values gives pass 1 / pass 2. Medians; spreads are printed by the scripts.")
+            "two values gives pass 1 / pass 2. Medians; spreads are printed by the scripts."
+            + (" Redis: a private valkey-server with RedisJSON and RediSearch, its append-only file "
+               "fsynced on every write (`appendfsync always`)." if redis == PRIVATE else ""))
 
 
-def run(quick: bool, postgres: str | None, skip_400: bool) -> dict[str, Any]:
+def run(quick: bool, postgres: str | None, skip_400: bool, redis: str | None = None) -> dict[str, Any]:
     """Runs the scripts, printing each one's tables; returns their results and peak RSS."""
     results: dict[str, Any] = {}
     rss: dict[str, float | None] = {}
     with workdir("run-all") as work:
-        for name, args in plan(quick, postgres, skip_400).items():
+        for name, args in plan(quick, postgres, skip_400, redis).items():
             json_path = str(work / f"{name}.json")
             stdout, rss[name] = run_script(name, args, json_path, str(work))
             with open(json_path) as fh:
@@ -98,11 +113,47 @@ def run(quick: bool, postgres: str | None, skip_400: bool) -> dict[str, Any]:
     return {"results": results, "rss": rss}
 
 
+PRIVATE = "private"
+"""`--redis` without a URL: start a private server."""
+
+
+@contextmanager
+def redis_server(redis: str | None) -> Iterator[tuple[str | None, str | None]]:
+    """`(URL to measure, why Redis is skipped)`: the given URL, a private server's, or none.
+
+    A private server is stopped and its folder removed on exit.
+    """
+    if redis is None:
+        yield None, None
+        return
+    if redis != PRIVATE:
+        yield redis, None
+        return
+    from bench.redis_db import private_server, unavailable
+
+    why = unavailable()
+    with ExitStack() as stack:
+        if why is None:
+            try:
+                url = stack.enter_context(private_server())
+            except RuntimeError as exc:  # from starting only: the run's own errors pass through
+                why = f"the private valkey-server did not start: {exc}"
+            else:
+                print(f"Redis: a private valkey-server at {url} (append-only file, fsync always)\n",
+                      flush=True)
+                yield url, None
+                return
+    yield None, f"Redis rows skipped: {why}."
+
+
 def main(argv: list[str] | None = None) -> None:
     """Runs everything and prints the tables, then the README table."""
     parser = cli_parser(__doc__)
     parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke run)")
     parser.add_argument("--postgres", help="also measure PostgreSQL and queue workers (an admin URL)")
+    parser.add_argument("--redis", nargs="?", const=PRIVATE, metavar="URL",
+                        help="also measure Redis: on a private valkey-server started for the run, "
+                        "or on the server at URL")
     parser.add_argument("--skip-400", action="store_true", help="storage up to 200 steps only "
                         "(bare LangGraph at 400 steps takes minutes)")
     args = parser.parse_args(argv)
@@ -110,15 +161,26 @@ def main(argv: list[str] | None = None) -> None:
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}\n")
     if args.postgres and (dropped := drop_leftover_databases(args.postgres)):
         print(f"dropped databases left by an earlier run: {', '.join(dropped)}\n")
-    try:
-        done = run(args.quick, args.postgres, args.skip_400)
-    finally:
-        if args.postgres and (left := bench_databases(args.postgres, run_prefix())):
-            print(f"warning: bench databases left behind: {', '.join(left)}", file=sys.stderr)
+    skipped = []
+    with redis_server(args.redis) as (redis, why):
+        if why:
+            print(why + "\n", flush=True)
+            print(why, file=sys.stderr)
+            skipped.append(why)
+        if args.redis:
+            from bench.workers import REDIS_SKIPPED
+
+            skipped.append(f"Not measured: {REDIS_SKIPPED}")
+            print(skipped[-1] + "\n", flush=True)
+        try:
+            done = run(args.quick, args.postgres, args.skip_400, redis)
+        finally:
+            if args.postgres and (left := bench_databases(args.postgres, run_prefix())):
+                print(f"warning: bench databases left behind: {', '.join(left)}", file=sys.stderr)
     print("README Performance table (paste as it is):\n")
     context_tokens = done["results"].get("step_cost", {}).get("context_tokens", "default")
-    config = configuration(args.quick, args.postgres, args.skip_400, context_tokens)
-    print(render(done["results"], done["rss"], config))
+    config = configuration(args.quick, args.postgres, args.skip_400, context_tokens, redis and args.redis)
+    print(render(done["results"], done["rss"], config, skipped))
 
 
 if __name__ == "__main__":

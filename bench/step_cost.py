@@ -1,6 +1,6 @@
 """In-process cost of one step (one graph invocation) in the default configuration.
 
-  python -m bench.step_cost [--steps N] [--json PATH]
+  python -m bench.step_cost [--steps N] [--postgres URL] [--redis URL] [--json PATH]
 
 One thread per variant, stepped with the offline scripted tool-loop model (the
 conversation grows ~2 KB per step until compaction bounds it at the default
@@ -13,12 +13,16 @@ conversation grows ~2 KB per step until compaction bounds it at the default
   in-memory ledger (the anchor);
 - SqliteSaver: the same graph on LangGraph's own saver, its default `"async"`
   durability, no ledger;
-- a JSON-file step (load, append, write a temporary file, fsync, rename).
+- a JSON-file step (load, append, write a temporary file, fsync, rename);
+- with `--postgres URL`: ours on PostgreSQL (a fresh database per pass, dropped after);
+- with `--redis URL`: ours on Redis (a new thread per pass, its keys deleted after; the
+  server must keep an append-only file, fsynced by each claim's `WAITAOF`).
 
 Two passes from scratch; medians, interquartile ranges and ratios per pass, of the
 wall time and of the process's CPU time (every thread of it): their difference is time
 spent waiting, mostly for the disk's syncs that `durability="sync"` and
-`synchronous=FULL` promise. Commits per step are counted under strace by `bench.syncs`
+`synchronous=FULL` promise, and on PostgreSQL and Redis for the server, whose own CPU
+time is not counted. Commits per step are counted under strace by `bench.syncs`
 (a separate, untimed run). `--profile` instead prints where our step spends its CPU
 (cProfile of the main thread; LangGraph saves checkpoints on other threads).
 """
@@ -54,7 +58,11 @@ LABELS = {
     "ours": "ours: durable SQLite + ledger + checks",
     "ours_no_claim": "ours without the claim checkpoint",
     "json": "JSON-file step",
+    "postgres": "ours on PostgreSQL",
+    "redis": "ours on Redis",
 }
+SERVERS = ("postgres", "redis")
+"""Variants measured only when their server is given."""
 SYNC_STEPS = 20
 """Steps counted under strace (fewer when the run has fewer)."""
 
@@ -88,7 +96,38 @@ def _stepper(thread: Any, cpu: list[float]) -> Callable[[int], None]:
     return step
 
 
-def one_pass(steps: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+class _Named:
+    """Steps one named thread of a store (`step()` takes no thread id)."""
+
+    def __init__(self, store: Any, thread_id: str) -> None:
+        self.store, self.thread_id = store, thread_id
+
+    def step(self) -> None:
+        """One step of the thread."""
+        self.store.step(self.thread_id)
+
+
+def _servers(stack: ExitStack, postgres: str | None, redis: str | None) -> dict[str, Any]:
+    """Ours on a fresh PostgreSQL database and on a new Redis thread (each when given)."""
+    from bench.project import OurStore, ToolLoopModel
+    from bench.redis_db import drop_thread, thread_id
+    from bench.scratch import fresh_database
+
+    threads: dict[str, Any] = {}
+    if postgres:
+        store = OurStore(stack.enter_context(fresh_database(postgres, "step")), ToolLoopModel())
+        stack.callback(store.close)
+        threads["postgres"] = store
+    if redis:
+        store, tid = OurStore(redis, ToolLoopModel()), thread_id("step")
+        stack.callback(drop_thread, redis, tid)
+        stack.callback(store.close)
+        threads["redis"] = _Named(store, tid)
+    return threads
+
+
+def one_pass(steps: int, postgres: str | None = None,
+             redis: str | None = None) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Runs every variant `steps` times, alternated.
 
     Returns:
@@ -107,17 +146,17 @@ def one_pass(steps: int) -> tuple[dict[str, list[float]], dict[str, list[float]]
             "bare": BareThreads(bare_saver, ToolLoopModel(), durability="async"),
             "ours": ours, "ours_no_claim": ours_no_claim,
             "json": JsonFileThread(work / "thread.json"),
-        }
+        } | _servers(stack, postgres, redis)
         cpu: dict[str, list[float]] = {name: [] for name in threads}
         wall = alternate({name: _stepper(t, cpu[name]) for name, t in threads.items()}, steps)
         return wall, cpu
 
 
-def measure(steps: int) -> dict[str, Any]:
+def measure(steps: int, postgres: str | None = None, redis: str | None = None) -> dict[str, Any]:
     """Both passes and the commit counts, as the JSON `bench.run_all` reads."""
     from bench.project import default_context_tokens
 
-    passes = [one_pass(steps) for _ in range(PASSES)]
+    passes = [one_pass(steps, postgres, redis) for _ in range(PASSES)]
     summaries = pass_summaries([wall for wall, _ in passes])
     cpu = pass_summaries([cpu for _, cpu in passes])
     sync_steps = min(steps, SYNC_STEPS)
@@ -129,7 +168,11 @@ def measure(steps: int) -> dict[str, Any]:
         "ratios": {"ours/memory": ratios(summaries, "ours", "memory"),
                    "ours/bare": ratios(summaries, "ours", "bare"),
                    "bare/memory": ratios(summaries, "bare", "memory"),
-                   "claim": ratios(summaries, "ours", "ours_no_claim")},
+                   "claim": ratios(summaries, "ours", "ours_no_claim")}
+                  | {f"{name}/memory": ratios(summaries, name, "memory")
+                     for name in SERVERS if name in summaries}
+                  | {f"{name}/ours": ratios(summaries, name, "ours")
+                     for name in SERVERS if name in summaries},
         "sync_steps": sync_steps,
         "syncs": {variant: syncs.count(variant, sync_steps) for variant in ("ours", "bare")},
     }
@@ -147,7 +190,7 @@ def report(results: dict[str, Any]) -> str:
     rows = [timing_row(LABELS[name], summaries[name], ratios(summaries, name, "memory"))
             + [per_pass([p["median"] for p in cpu[name]], ms),
                per_pass(ratios(cpu, name, "memory"), lambda r: f"{r:.2f}"),
-               per_step(name, "commits"), per_step(name, "syncs")] for name in LABELS]
+               per_step(name, "commits"), per_step(name, "syncs")] for name in LABELS if name in summaries]
     main = table(f"One step in process, default configuration (--context-tokens "
                  f"{results['context_tokens']}), {results['steps']} steps × {PASSES} passes, "
                  "variants alternated (cells: pass 1 / pass 2)",
@@ -187,6 +230,8 @@ def main(argv: list[str] | None = None) -> None:
     """Measures and prints the report (and writes the results as JSON with `--json`)."""
     parser = cli_parser(__doc__)
     parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--postgres", help="also step ours on this PostgreSQL server (an admin URL)")
+    parser.add_argument("--redis", help="also step ours on this Redis server (a redis:// URL)")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--profile", action="store_true",
                         help="print a profile of our step instead of measuring")
@@ -194,7 +239,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.profile:
         print(profile(args.steps))
         return
-    results = measure(args.steps)
+    results = measure(args.steps, args.postgres, args.redis)
     write_json(args.json, results)
     print(report(results))
 

@@ -1,6 +1,6 @@
 """Storage of one long thread, split by table, and resume latency against its length.
 
-  python -m bench.storage [--steps 50,100,200,400] [--postgres URL] [--json PATH]
+  python -m bench.storage [--steps 50,100,200,400] [--postgres URL] [--redis URL] [--json PATH]
 
 Two threads grow in the same loop, one step of each per round, with the offline
 scripted tool-loop model (~2 KB of new conversation per step): ours through
@@ -8,7 +8,9 @@ scripted tool-loop model (~2 KB of new conversation per step): ours through
 `--context-tokens`, the attempt log keeping every step's text), and bare LangGraph (its
 own saver, the whole conversation in every checkpoint, no ledger, no log). At each
 length: the bytes of LangGraph's tables, of the attempt log and of our other tables,
-the file (SQLite, after a WAL checkpoint) or the tables' total (PostgreSQL), the fitted
+the file (SQLite, after a WAL checkpoint) or the tables' total (PostgreSQL), on Redis
+the memory of the thread's keys (`MEMORY USAGE`, bare LangGraph on its `RedisSaver`)
+and what its steps appended to the append-only file (`bench.redis_db`), the fitted
 exponent k in size ∝ steps^k, and `get_state` and a full `get_state_history` listing,
 alternated between the two, in two passes.
 """
@@ -19,6 +21,7 @@ import math
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -72,13 +75,31 @@ def postgres_sizes(url: str) -> dict[str, int]:
     return _group(sizes, sum(sizes.values()))
 
 
+@dataclass
+class Grown:
+    """One growing thread: how to step it, its compiled graph, its id and its sizes."""
+
+    step: Callable[[], object]
+    graph: Any
+    thread_id: str
+    sizes: Callable[[], dict[str, int]]
+
+
+def _sql(thread: Any, thread_id: str, sizes: Callable[[], dict[str, int]]) -> Grown:
+    return Grown(lambda: thread.step(thread_id), thread.graph(), thread_id, sizes)
+
+
 @contextmanager
-def _threads(backend: str, admin_url: str | None) -> Iterator[dict[str, tuple[Any, Any]]]:
-    """Kind -> (thread, sizes function) on fresh databases, closed and removed on exit."""
+def _threads(backend: str, admin_url: str | None, redis_url: str | None) -> Iterator[dict[str, Grown]]:
+    """Kind -> its growing thread on fresh databases, closed and removed on exit."""
     from bench.project import BareThreads, OurStore, ToolLoopModel, postgres_saver, sqlite_saver
 
     sizes: Callable[[str], dict[str, int]]
     with ExitStack() as stack:
+        if backend == "Redis":
+            assert redis_url is not None
+            yield _redis_threads(stack, redis_url)
+            return
         if backend == "SQLite":
             work = stack.enter_context(workdir("storage"))
             ours_db, bare_db = str(work / "ours.sqlite"), str(work / "bare.sqlite")
@@ -91,42 +112,69 @@ def _threads(backend: str, admin_url: str | None) -> Iterator[dict[str, tuple[An
         ours = OurStore(ours_db, ToolLoopModel())
         stack.callback(ours.close)
         bare = BareThreads(saver, ToolLoopModel(), durability="async", context_tokens=10**9)
-        yield {"ours": (ours, lambda: sizes(ours_db)), "bare": (bare, lambda: sizes(bare_db))}
+        yield {"ours": _sql(ours, "t", lambda: sizes(ours_db)),
+               "bare": _sql(bare, "t", lambda: sizes(bare_db))}
+
+
+def _redis_threads(stack: ExitStack, url: str) -> dict[str, Grown]:
+    """Both kinds on one Redis server, each thread's keys deleted on exit (see `bench.redis_db`)."""
+    from bench.project import BareThreads, OurStore, ToolLoopModel, redis_saver
+    from bench.redis_db import AofMeter, drop_thread, thread_id, thread_sizes
+
+    ours = OurStore(url, ToolLoopModel())
+    stack.callback(ours.close)
+    bare = BareThreads(stack.enter_context(redis_saver(url)), ToolLoopModel(), durability="async",
+                       context_tokens=10**9)
+    grown = {}
+    for kind, thread in (("ours", ours), ("bare", bare)):
+        tid, meter = thread_id(f"storage_{kind}"), AofMeter(url)
+        stack.callback(meter.close)
+        stack.callback(drop_thread, url, tid)
+
+        def step(thread: Any = thread, tid: str = tid, meter: AofMeter = meter) -> None:
+            meter.step(lambda: thread.step(tid))
+
+        def sizes(tid: str = tid, meter: AofMeter = meter) -> dict[str, int]:
+            return thread_sizes(url, tid) | {"aof": meter.appended, "aof_skipped": meter.skipped}
+
+        grown[kind] = Grown(step, thread.graph(), tid, sizes)
+    return grown
 
 
 HISTORY_REPEAT = 3
 """At most this many full history listings per pass (bare LangGraph's take seconds at 400 steps)."""
 
 
-def _latency(threads: dict[str, tuple[Any, Any]], repeat: int) -> dict[str, Any]:
+def _latency(threads: dict[str, Grown], repeat: int) -> dict[str, Any]:
     """`get_state` and a full history listing per kind, alternated, in two passes."""
-    config = {"configurable": {"thread_id": "t"}}
-    graphs = {kind: thread.graph() for kind, (thread, _) in threads.items()}
     states: dict[str, Callable[[int], object]] = {}
     histories: dict[str, Callable[[int], object]] = {}
 
-    def state(graph: Any) -> Callable[[int], object]:
+    def state(graph: Any, config: dict[str, Any]) -> Callable[[int], object]:
         return lambda i: graph.get_state(config)
 
-    def history(graph: Any) -> Callable[[int], object]:
+    def history(graph: Any, config: dict[str, Any]) -> Callable[[int], object]:
         return lambda i: sum(1 for _ in graph.get_state_history(config))
 
-    for kind, graph in graphs.items():
-        states[f"{kind} get_state"], histories[f"{kind} history"] = state(graph), history(graph)
+    for kind, grown in threads.items():
+        config = {"configurable": {"thread_id": grown.thread_id}}
+        states[f"{kind} get_state"] = state(grown.graph, config)
+        histories[f"{kind} history"] = history(grown.graph, config)
     return pass_summaries([alternate(states, repeat) | alternate(histories, min(repeat, HISTORY_REPEAT))
                            for _ in range(PASSES)])
 
 
-def grow(backend: str, admin_url: str | None, steps: list[int], repeat: int) -> list[dict[str, Any]]:
+def grow(backend: str, admin_url: str | None, steps: list[int], repeat: int,
+         redis_url: str | None = None) -> list[dict[str, Any]]:
     """Grows both threads to each length in `steps`; one result per length."""
     points, done = [], 0
-    with _threads(backend, admin_url) as threads:
+    with _threads(backend, admin_url, redis_url) as threads:
         for target in steps:
             while done < target:
-                for thread, _ in threads.values():
-                    thread.step()
+                for grown in threads.values():
+                    grown.step()
                 done += 1
-            points.append({"steps": target, "sizes": {k: threads[k][1]() for k in KINDS},
+            points.append({"steps": target, "sizes": {k: threads[k].sizes() for k in KINDS},
                            "latency": _latency(threads, repeat)})
     return points
 
@@ -163,19 +211,24 @@ def report(backend: str, points: list[dict[str, Any]]) -> str:
                          _mb(s["total"]),
                          f"{s['total'] / p['sizes']['bare']['total']:.3g}" if kind == "ours" else "1",
                          per_pass([x["median"] for x in lat[f"{kind} get_state"]], ms),
-                         per_pass([x["median"] for x in lat[f"{kind} history"]], ms)])
+                         per_pass([x["median"] for x in lat[f"{kind} history"]], ms)]
+                        + ([_mb(s["aof"])] if "aof" in s else []))
     k = exponents(points)
-    return table(f"Storage and resume on {backend} (one thread, ~2 KB per step; MB; latency "
+    redis = "aof" in points[0]["sizes"]["ours"]
+    what = ("MB of memory: MEMORY USAGE summed over the thread's keys, search indexes left out; "
+            "AOF: MB its steps appended to the append-only file" if redis else "MB")
+    return table(f"Storage and resume on {backend} (one thread, ~2 KB per step; {what}; latency "
                  f"medians pass 1 / pass 2)\nk (size ∝ steps^k): bare {k['bare']:.2f}, ours "
                  f"{k['ours']:.2f}, ours without the attempt log {k['ours_without_log']:.2f}",
                  ["thread", "steps", "LangGraph tables", "attempt log", "our other tables", "total",
-                  "÷ bare", "get_state", "full history"], rows)
+                  "÷ bare", "get_state", "full history"] + (["AOF"] if redis else []), rows)
 
 
-def measure(steps: list[int], admin_url: str | None, repeat: int) -> dict[str, Any]:
+def measure(steps: list[int], admin_url: str | None, repeat: int,
+            redis_url: str | None = None) -> dict[str, Any]:
     """Every backend's points, as the JSON `bench.run_all` reads."""
-    backends = ["SQLite"] + (["PostgreSQL"] if admin_url else [])
-    points = {backend: grow(backend, admin_url, steps, repeat) for backend in backends}
+    backends = ["SQLite"] + (["PostgreSQL"] if admin_url else []) + (["Redis"] if redis_url else [])
+    points = {backend: grow(backend, admin_url, steps, repeat, redis_url) for backend in backends}
     return {"points": points, "k": {b: exponents(p) for b, p in points.items()}}
 
 
@@ -184,10 +237,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = cli_parser(__doc__)
     parser.add_argument("--steps", default="50,100,200,400", help="lengths, comma-separated")
     parser.add_argument("--postgres", help="also measure on this PostgreSQL server (an admin URL)")
+    parser.add_argument("--redis", help="also measure on this Redis server (a redis:// URL; "
+                        "bench.run_all --redis starts a private one)")
     parser.add_argument("--repeat", type=int, default=5, help="latency samples per pass")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
-    results = measure(sorted(int(n) for n in args.steps.split(",")), args.postgres, args.repeat)
+    results = measure(sorted(int(n) for n in args.steps.split(",")), args.postgres, args.repeat,
+                      args.redis)
     write_json(args.json, results)
     print("\n\n".join(report(b, p) for b, p in results["points"].items()))
 

@@ -4,6 +4,8 @@
                           [--threads-per-slot 6] [--memory-jobs 100,1000] [--quick]
                           [--json PATH]
 
+On PostgreSQL only: see `REDIS_SKIPPED` for why there are no Redis rows.
+
 Against a loopback fake MandAPI answering after `--delay` seconds, each thread takes two
 steps (two jobs). Throughput is steps per second from the first job's start to the last
 job's end (procrastinate's own job events), so worker start-up is left out. Variants
@@ -45,6 +47,12 @@ FROM procrastinate_events e JOIN procrastinate_jobs j ON j.id = e.job_id
 WHERE j.task_name = 'graph.advance_thread' AND j.queue_name = %s AND j.id > %s
 """
 _LAST_JOB_SQL = "SELECT coalesce(max(id), 0) FROM procrastinate_jobs"
+REDIS_SKIPPED = (
+    "queue workers with Redis checkpoints: a worker takes its queue and its checkpoints from "
+    "the one database in `GRAPH_DB` (`graph.queue.make_app` connects procrastinate to it, "
+    "`graph.queue_worker.run_step` opens the store on it), and `graph.batch --enqueue` needs "
+    "a PostgreSQL database, so a Redis checkpoint database with a PostgreSQL queue cannot run yet.")
+"""Why `bench.workers` has no Redis rows (printed by `bench.run_all --redis`)."""
 
 
 def _procrastinate() -> str:

@@ -3,6 +3,7 @@ is asserted)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import uuid
@@ -10,9 +11,24 @@ from pathlib import Path
 
 import pytest
 
+from tests.redis_server import RedisServer
+
+
+def _processes_naming(text: str) -> list[str]:
+    """Command lines of the running processes that contain `text`."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            line = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in line:
+            found.append(line)
+    return found
+
 
 @pytest.mark.slow
-@pytest.mark.postgres  # bench.run_all also measures PostgreSQL
+@pytest.mark.postgres  # bench.run_all also measures PostgreSQL (and Redis on a private server)
 def test_every_benchmark_runs_prints_its_ratios_and_leaves_nothing_behind(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from bench import scratch
@@ -27,7 +43,7 @@ def test_every_benchmark_runs_prints_its_ratios_and_leaves_nothing_behind(
     monkeypatch.setenv(scratch.RUN_ENV, "test" + uuid.uuid4().hex[:8])  # this run's databases
     before = sorted(Path.cwd().iterdir())
 
-    main(["--quick", "--postgres", url])
+    main(["--quick", "--postgres", url, "--redis"])
 
     out = capsys.readouterr().out
     for title in ("Cold start", "One step in process, default configuration", "Claim checkpoint",
@@ -38,6 +54,19 @@ def test_every_benchmark_runs_prints_its_ratios_and_leaves_nothing_behind(
         assert ratio in out, ratio
     assert "commits/step" in out and "peak RSS of bench.storage" in out
     assert "| what | ours | anchor | ratio | what it means for you |" in out
+    assert "Not measured: queue workers with Redis checkpoints" in out
+    from bench.redis_db import unavailable
+
+    if unavailable() is None or os.environ.get("GRAPH_REQUIRE_REDIS") == "1":
+        for redis_row in ("Storage and resume on Redis", "ours on Redis", "ours on PostgreSQL",
+                          "| one step in process on Redis, same loop |",
+                          "| one step in process on PostgreSQL, same loop |",
+                          "| memory of one thread (`MEMORY USAGE` of its keys) after 5 / 10 steps, Redis |",
+                          "to the append-only file", "--redis`"):
+            assert redis_row in out, redis_row
+    else:
+        assert "Redis rows skipped: " in out
+    assert _processes_naming(str(scratch_dir)) == [], "the private Redis server still runs"
     if shutil.which("strace"):
         assert "commits n/a" not in out
     assert list(scratch_dir.iterdir()) == [], "temporary files left behind"
@@ -66,3 +95,57 @@ def test_commits_are_wal_syncs_after_frames_between_the_markers() -> None:
 """
     assert parse(log) == {"commits": 2, "wal_header": 1, "wal_checkpoint": 1, "db": 1, "other": 0,
                           "syncs": 5}
+
+
+def test_run_all_says_the_redis_rows_were_skipped_and_why_when_valkey_is_missing(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import bench.run_all
+    import tests.redis_server
+
+    monkeypatch.setattr(tests.redis_server, "valkey_server", lambda: None)
+    monkeypatch.setattr(bench.run_all, "plan", lambda *args: {})  # no script: only the Redis decision
+
+    bench.run_all.main(["--redis"])
+
+    captured = capsys.readouterr()
+    reason = "Redis rows skipped: valkey-server >= 8 is not installed"
+    assert reason in captured.err
+    before, table = captured.out.split("README Performance table", 1)
+    assert reason in before and reason in table
+    config = next(line for line in table.splitlines() if line.startswith("Measured with"))
+    assert "--redis" not in config, "the configuration names a Redis it did not measure"
+
+
+def test_a_threads_redis_keys_are_told_apart_from_other_threads_and_server_wide_keys() -> None:
+    from bench.redis_db import _owner
+
+    assert _owner("checkpoint:t1:__empty__:1f0") == ("t1", "langgraph")
+    assert _owner("checkpoint_latest:t1:__empty__") == ("t1", "langgraph")
+    assert _owner("checkpoint_write:t1:__empty__:1f0:task:0") == ("t1", "langgraph")
+    assert _owner("write_keys_zset:t1:__empty__:1f0") == ("t1", "langgraph")
+    assert _owner("mandapi-resume:log:t1") == ("t1", "log")
+    assert _owner("mandapi-resume:ledger:t1") == ("t1", "ours")
+    assert _owner("mandapi-resume:digest:t1\0\0001f0") == ("t1", "ours")
+    assert _owner("mandapi-resume:fsync") is None
+    assert _owner("checkpoint") is None
+    assert _owner("someone:else:t1") is None
+
+
+def test_window_and_step_cost_measure_redis_and_delete_their_threads_keys(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        redis_server: RedisServer) -> None:
+    import redis
+
+    from bench import scratch, step_cost, window
+
+    monkeypatch.setenv(scratch.RUN_ENV, "test" + uuid.uuid4().hex[:8])
+    window.main(["--steps", "2,3", "--redis", redis_server.url])
+    results = step_cost.measure(2, redis=redis_server.url)
+
+    out = capsys.readouterr().out
+    assert "ours, Redis memory, keep 10" in out and "ours, Redis AOF appended, keep all" in out
+    assert len(results["summaries"]["redis"]) == 2 and len(results["ratios"]["redis/memory"]) == 2
+    assert "ours on Redis" in step_cost.report(results)
+    with redis.Redis.from_url(redis_server.url) as client:
+        left = list(client.scan_iter(match=f"*{scratch.run_prefix()}*", count=1000))
+    assert left == [], "the benchmark's threads were left on the server"
