@@ -77,8 +77,9 @@ def refuse_existing(db: str, thread_id: str) -> None:
         raise
     if found:
         raise RefusedError(f"thread {thread_id!r} already exists in {location}: a replay creates the "
-                           "recorded thread anew; replay into another database (or leave db= unset "
-                           "for a new one); nothing was run", error_code=ErrorCode.EXISTS)
+                           "recorded thread anew; replay into another database (the mandapi_replay "
+                           "fixture makes a new one when db= is not given); nothing was run",
+                           error_code=ErrorCode.EXISTS)
 
 
 def _decide(rec: Recording, out: dict[str, Any]) -> list[list[str]] | None:
