@@ -162,6 +162,17 @@ class DatabaseBase:
         return cast("CompiledStateGraph[Any, Any, Any, Any]",
                     CheckedGraph(self.store.graph, self.store.location))
 
+    def _writable(self, call: str) -> None:
+        """Refuses `call` on a database opened with `read_only=True`, before anything is read.
+
+        Raises:
+            UsageError: The database was opened read-only (exit 2, `usage`).
+        """
+        if self._read_only:
+            raise UsageError(f"{call} writes to the database, which was opened with read_only=True: "
+                             "open it without read_only to run, cancel, decide, batch, prune or "
+                             "invoke threads")
+
     def _call(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         with self._lock, known_errors():
             self.store  # noqa: B018 - refuses a closed database first

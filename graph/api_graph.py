@@ -14,6 +14,7 @@ from typing import Any
 
 from graph.errors import RefusedError, RunError, UsageError
 from graph.exitcodes import ErrorCode
+from graph.state_updates import check_updates
 from nodes.errors import InvocationErrorCode, InvocationRefusedError
 
 _USAGE = ("invoke the graph with context=: the runtime context of "
@@ -58,10 +59,12 @@ class CheckedGraph:
     `RunError`: `invoke`, `stream`, `batch`, `batch_as_completed`, `stream_events`,
     `astream_log`, `transform` and their async forms (`a...`); `with_config` and `copy`
     return a checked graph too. A batch is refused whole when any of its configs is
-    refused. `update_state`, `bulk_update_state` and their async forms are the graph's
-    own: they run no node (only a node's channel writers), so they send nothing and
-    count nothing, and the next invocation of the thread is checked and budgeted like
-    any other. Everything else (`get_state`, `get_graph`, ...) is the graph's own.
+    refused. `update_state`, `bulk_update_state` and their async forms run no node
+    (only a node's channel writers), so they send nothing and count nothing, and the
+    next invocation of the thread is checked and budgeted like any other; a `messages`
+    update is checked first as a load would check the result (`graph.state_updates`):
+    one that would leave the thread unloadable is a `UsageError`, nothing written.
+    Everything else (`get_state`, `get_graph`, ...) is the graph's own.
 
     Args:
         graph: The compiled graph (`graph.factory.build_graph`).
@@ -137,6 +140,26 @@ class CheckedGraph:
         except InvocationRefusedError as exc:
             raise self._refused(exc) from None
 
+    def update_state(self, config: Any, values: Any, *args: Any, **kwargs: Any) -> Any:
+        """`CompiledStateGraph.update_state`, a `messages` update checked first."""
+        check_updates(self._graph, config, [values])
+        return self._graph.update_state(config, values, *args, **kwargs)
+
+    async def aupdate_state(self, config: Any, values: Any, *args: Any, **kwargs: Any) -> Any:
+        """`CompiledStateGraph.aupdate_state`, a `messages` update checked first."""
+        check_updates(self._graph, config, [values])
+        return await self._graph.aupdate_state(config, values, *args, **kwargs)
+
+    def bulk_update_state(self, config: Any, supersteps: Any) -> Any:
+        """`CompiledStateGraph.bulk_update_state`, the `messages` updates checked first."""
+        check_updates(self._graph, config, _values(supersteps))
+        return self._graph.bulk_update_state(config, supersteps)
+
+    async def abulk_update_state(self, config: Any, supersteps: Any) -> Any:
+        """`CompiledStateGraph.abulk_update_state`, the `messages` updates checked first."""
+        check_updates(self._graph, config, _values(supersteps))
+        return await self._graph.abulk_update_state(config, supersteps)
+
     def stream(self, input: Any, config: Any = None, **kwargs: Any) -> Any:  # noqa: A002
         """`CompiledStateGraph.stream`, refused when called (not at the first part)."""
         self._check(config, kwargs)
@@ -146,6 +169,15 @@ class CheckedGraph:
         """`CompiledStateGraph.astream`, refused when called (not at the first part)."""
         self._check(config, kwargs)
         return self._wrapped(self._graph.astream(input, config, **kwargs))
+
+
+def _values(supersteps: Any) -> list[Any]:
+    """The values of each `StateUpdate` (or `(values, as_node)` pair), in order."""
+    out = []
+    for step in supersteps if isinstance(supersteps, list | tuple) else ():
+        for update in step if isinstance(step, list | tuple) else ():
+            out.append(update[0] if isinstance(update, tuple) and update else update)
+    return out
 
 
 def _checked_stream(name: str) -> Any:

@@ -120,11 +120,14 @@ class StoreOperations(DatabaseBase):
 
         Raises:
             UsageError: An age not written like `24h`, negative or neither text nor a
-                `timedelta`, or `dry_run` not a bool (named as the keyword).
+                `timedelta`, or `dry_run` not a bool (named as the keyword); without
+                `dry_run`, a database opened `read_only=True`.
         """
         from graph.retention import retain
 
         check_flag(dry_run, self._name("dry_run"))
+        if not dry_run:
+            self._writable("prune")
         return self._call(retain, self.store, completed=self._age("completed", completed),
                           failed=self._age("failed", failed), dry_run=dry_run)
 
@@ -194,6 +197,7 @@ class StoreOperations(DatabaseBase):
         given = () if thread_ids is None else check_names(thread_ids, "thread_ids", "thread ids")
         ids = [check_thread_id(t) for t in dict.fromkeys(given)]
         target.store  # noqa: B018 - refuses a closed target before anything is read
+        target._writable("copy_to's target")
         if thread_ids is not None and not ids:
             return []
         with target._lock:

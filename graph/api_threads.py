@@ -50,13 +50,15 @@ class ThreadOperations(StoreOperations):
         Raises:
             BusyError: Another process holds the thread (exit 5).
             RefusedError: Stored data refused, identity mismatch, no such thread (exit 4).
-            UsageError: A bad setting, a paid model without `live`, or an argument of
+            UsageError: A database opened `read_only=True` (refused before anything is
+                read), a bad setting, a paid model without `live`, or an argument of
                 the wrong type (exit 2).
             DatabaseLostError: The database was lost or could not be written (exit 6).
         """
         from graph.models import make_model
         from graph.step import StepRequest, advance
 
+        self._writable("advance")
         if not isinstance(request, StepRequest):
             raise UsageError(f"request must be a graph.step.StepRequest, not {shown(request)}")
         check_callable(now, "now")
@@ -98,6 +100,7 @@ class ThreadOperations(StoreOperations):
         """
         from graph.step import StepRequest
 
+        self._writable("run")
         check_flag(once, self._name("once"))
         check_flag(restart_pruned, self._name("restart_pruned"))
         spec = thread_spec(self.source, thread_id, task=task, model=model,
@@ -112,10 +115,12 @@ class ThreadOperations(StoreOperations):
 
         Raises:
             RefusedError: `no_such_thread`, or the thread fails its checks.
-            UsageError: An invalid thread id, or one that is no str.
+            UsageError: An invalid thread id, or one that is no str; a database opened
+                `read_only=True`.
         """
         from graph.step import StepRequest
 
+        self._writable("cancel")
         return self.advance(StepRequest(thread_spec(self.source, thread_id),
                                         cancel=True))
 
@@ -129,12 +134,14 @@ class ThreadOperations(StoreOperations):
             the decisions were applied (no model request).
 
         Raises:
-            UsageError: An unknown or already decided call, or a thread not waiting;
+            UsageError: A database opened `read_only=True`; an unknown or already decided
+                call, or a thread not waiting;
                 `approve` or `reject` not a list or tuple of str, `reason` not a str.
             RefusedError: `tampered`, `conflict` (see the README's error codes).
         """
         from graph.step import StepRequest
 
+        self._writable("decide")
         approved = check_names(approve, self._name("approve"))
         rejected = check_names(reject, self._name("reject"))
         if check_text(reason, self._name("reason")) is not None and not rejected:
@@ -174,6 +181,7 @@ class ThreadOperations(StoreOperations):
         from graph.request_cap import check_cap
         from graph.tasks_file import BatchItem
 
+        self._writable("batch")
         if not (isinstance(items, list | tuple) and all(isinstance(i, BatchItem) for i in items)):
             raise UsageError(f"items must be a list or tuple of graph.tasks_file.BatchItem, "
                              f"not {shown(items)}")
@@ -200,14 +208,15 @@ class ThreadOperations(StoreOperations):
         Raises:
             BusyError: Another process holds the thread.
             RefusedError: `no_such_thread`, or the thread fails its checks.
-            UsageError: A paid model without `live`, an invalid thread id (when the
-                `with` block is entered).
+            UsageError: A database opened `read_only=True`, a paid model without `live`,
+                an invalid thread id (when the `with` block is entered).
         """
         from graph.loading import load_thread
         from graph.models import make_model
         from graph.value_checks import check_thread_id
         from nodes.context import StepContext
 
+        self._writable("invocation")
         check_thread_id(thread_id)
         with self._lock, known_errors(), self.store.locks.hold(thread_id):
             loaded = load_thread(self.graph, thread_id, self.location)

@@ -119,13 +119,21 @@ class Outcome:
         return self
 
     def to_json(self) -> str:
-        """One JSON object, on one line."""
+        r"""One JSON object, on one line: exactly what `graph.run --json` prints.
+
+        Control characters in values (C1 such as U+009B, bidirectional such as U+202E,
+        which `json.dumps` leaves raw) are written as their JSON `\uXXXX` escapes
+        (`graph.terminal_text.escape_controls`): the text decodes to the same values and
+        never drives a terminal it is printed on.
+        """
+        from graph.terminal_text import escape_controls
+
         data = asdict(self)
         data.pop("next_nodes")
         data.pop("held_back")
         data["exit_code"] = int(self.exit_code)
         data["review_required"] = self.answer is not None
-        return json.dumps(data, ensure_ascii=False, sort_keys=True)
+        return escape_controls(json.dumps(data, ensure_ascii=False, sort_keys=True))
 
     def to_text(self) -> str:
         """A short status for people: thread, status, attempts; answer when done."""

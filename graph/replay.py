@@ -2,6 +2,9 @@
 
   python -m graph.replay export --thread ID [--db PATH_OR_URL] -o FILE [--json]
 
+`-o -` writes the recording to standard output (the summary line, or the `--json`
+object, then goes to standard error).
+
 The recording holds each request as it was sent and each reply as it came back (with
 its token usage), rebuilt from the thread's attempt log and checked against its
 latest checkpoint, plus the thread's settings and the review decisions on its write
@@ -41,13 +44,13 @@ def _parser() -> Parser:
     parser.add_argument("--thread", required=True, help="the thread to export")
     parser.add_db()
     parser.add_argument("-o", "--output", required=True, metavar="FILE",
-                        help="the recording to write (replaced if it exists)")
+                        help="the recording to write (replaced if it exists); - for stdout")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
 
 def export(db: str, thread_id: str, output: str) -> dict[str, object]:
-    """Writes the recording of `thread_id` in database `db` to `output`.
+    """Writes the recording of `thread_id` in database `db` to `output` (`-`: stdout).
 
     The requests are recorded as sent to `$MANDAPI_BASE_URL` (else MandAPI's default).
 
@@ -63,20 +66,35 @@ def export(db: str, thread_id: str, output: str) -> dict[str, object]:
     from graph.api import Database
     from graph.output_file import check_output_path
     from graph.replay_export import export_thread
-    from graph.replay_format import META_KEY, write_recording
+    from graph.replay_format import META_KEY, serialize, write_recording
     from graph.settings import resolve_settings
     from graph.spec import check_thread_id
 
     check_thread_id(thread_id)
-    check_output_path(output, "-o")  # before reading the database: nothing is done for nothing
+    if output != "-":
+        check_output_path(output, "-o")  # before reading the database: nothing is done for nothing
     settings = resolve_settings(db=db, live=False, timeout_s=None)
     uri = settings.base_url.rstrip("/") + "/chat/completions"
     with Database(settings, read_only=True, source="flags") as database:
         cassette = export_thread(database.store, thread_id, uri)
-    write_recording(output, cassette)
+    if output == "-":
+        _write_stdout(serialize(cassette))
+    else:
+        write_recording(output, cassette)
     meta = cassette["metadata"][META_KEY]
     return {"thread_id": thread_id, "output": output, "exchanges": len(cassette["interactions"]),
             "status": meta["outcome"]["status"]}
+
+
+def _write_stdout(text: str) -> None:
+    """Writes the recording as is (no escapes: it is JSON); a closed pipe is silenced."""
+    from graph.cli import silence
+
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        silence(sys.stdout)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         done = export(resolve_db(args.db), args.thread, args.output)
         emit(json.dumps(done, ensure_ascii=False, sort_keys=True) if as_json else
              f"thread {done['thread_id']}: {done['exchanges']} exchange(s) written to "
-             f"{done['output']} (status {done['status']})")
+             f"{'stdout' if args.output == '-' else done['output']} (status {done['status']})",
+             sys.stderr if args.output == "-" else None)
         return 0
 
     return guard(body, as_json, thread_id=None, output=None)

@@ -52,6 +52,36 @@ def identity_flags(rec: Recording, workspace: str | Path | None,
     return flags
 
 
+def refuse_existing(db: str, thread_id: str) -> None:
+    """Refuses a replay into a database that already holds the recorded thread.
+
+    A replay creates the thread anew; run in a database where it exists, it would
+    advance that thread (counting its attempts) and then report a misleading diff.
+    Read-only: a missing SQLite file or an empty PostgreSQL database holds no thread.
+
+    Raises:
+        RefusedError: `exists` (exit 4), naming the thread and the database; nothing
+            was run or written. Or the database's own refusal (damaged, unreachable).
+    """
+    from graph.errors import RefusedError
+    from graph.exitcodes import ErrorCode
+    from graph.storage import open_store
+    from graph.thread_copy import thread_exists
+
+    try:
+        with open_store(db, create=False, read_only=True, name="db") as store:
+            found, location = thread_exists(store, thread_id), store.location
+    except RefusedError as exc:
+        if exc.error_code == ErrorCode.NO_SUCH_FILE:
+            return
+        raise
+    if found:
+        raise RefusedError(f"thread {thread_id!r} already exists in {location}: a replay creates the "
+                           "recorded thread anew; replay into another database (the mandapi_replay "
+                           "fixture makes a new one when db= is not given); nothing was run",
+                           error_code=ErrorCode.EXISTS)
+
+
 def _decide(rec: Recording, out: dict[str, Any]) -> list[list[str]] | None:
     """The decision flags for each undecided paused call; None when the recording ends here."""
     decisions = {(d["attempt"], d["tool_call_id"]): d for d in rec.decisions}

@@ -219,10 +219,12 @@ def replay(recording: str | Path, *, db: str, match: str = "exact", workspace: s
         ReplayFailure: A request differs or is not in the recording, exchanges are left
             over, the ledger or the final outcome differs, or the recording or a folder
             is unusable.
+        RefusedError: `exists` (exit 4) when `db` already holds the recorded thread
+            (nothing is run), or `db` itself is refused.
         ValueError: An unknown `match`.
     """
     from graph.errors import RunError
-    from graph.replay_drive import check_end, drive, identity_flags
+    from graph.replay_drive import check_end, drive, identity_flags, refuse_existing
 
     if match not in MODES:
         raise ValueError(f"match must be one of {MODES}, not {match!r}")
@@ -233,6 +235,7 @@ def replay(recording: str | Path, *, db: str, match: str = "exact", workspace: s
     playback = _Playback(rec, match)
     player = _vcr(playback)
     flags = identity_flags(rec, workspace, allow_writes)
+    refuse_existing(db, str(rec.thread["thread_id"]))
     base_url = rec.uris[0].removesuffix("/chat/completions") if rec.uris else "https://api.mandapi.com/v1"
     with _environment(base_url), player.use_cassette(
             str(rec.path), serializer="mandapi_replay", match_on=["mandapi_replay_next"],

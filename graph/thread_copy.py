@@ -14,7 +14,8 @@ from graph.errors import RefusedError
 from graph.exitcodes import ErrorCode
 
 
-def _exists(store: Store, thread_id: str) -> bool:
+def thread_exists(store: Store, thread_id: str) -> bool:
+    """Whether `thread_id` has a checkpoint, a ledger row or a tombstone in `store`."""
     return (store.checkpointer.get_tuple({"configurable": {"thread_id": thread_id}}) is not None
             or store.ledger.read(thread_id) is not None
             or store.tombstones.get(thread_id) is not None)
@@ -46,7 +47,7 @@ def copy_threads(src: Store, dst: Store, thread_ids: list[str] | None = None) ->
         if check_stored_thread(src, src.graph, thread_id) is None and tombstone is None:
             raise RefusedError(f"no such thread {thread_id!r} in {src.location}",
                                error_code=ErrorCode.NO_SUCH_THREAD)
-        if _exists(dst, thread_id):
+        if thread_exists(dst, thread_id):
             raise RefusedError(f"thread {thread_id!r} already exists in {dst.location}; "
                                "nothing was copied", error_code=ErrorCode.EXISTS)
     _copy_caps(src, dst)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import unicodedata
 from collections.abc import Mapping, Sequence
+from html.parser import HTMLParser
 from typing import Any
 
 from nodes.errors import ModelRequestError, RequestErrorCode, StopReason
@@ -46,6 +47,8 @@ def stop_hint(stop_reason: str | None) -> str | None:
 def _retry_hint(status: int) -> str:
     if status in (401, 403):
         return "check MANDAPI_API_KEY and that it may use this model, then run again"
+    if status == 404:
+        return "check MANDAPI_BASE_URL (the endpoint) and the model id, then run again"
     if status == 429:
         return "rate limited or out of quota: wait, then run again"
     if status >= 500:
@@ -71,18 +74,45 @@ def sanitize(text: str, secrets: Sequence[str] = ()) -> str:
     return text if len(text) <= MAX_MESSAGE_CHARS else text[:MAX_MESSAGE_CHARS - 1] + "…"
 
 
+class _PageText(HTMLParser):
+    """The visible text of an HTML error page (a proxy's or a web server's 404)."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self._hidden = 0
+
+    def handle_starttag(self, tag: str, attrs: Any) -> None:
+        self._hidden += tag in ("script", "style")
+
+    def handle_endtag(self, tag: str) -> None:
+        self._hidden -= tag in ("script", "style") and self._hidden > 0
+
+    def handle_data(self, data: str) -> None:
+        if not self._hidden:
+            self.parts.append(data)
+
+
+def _page_text(html: str) -> str:
+    """The text of an HTML page, tags, scripts and styles left out."""
+    parser = _PageText()
+    parser.feed(html)
+    parser.close()
+    return " ".join(parser.parts)
+
+
 def _fields(body: bytes) -> tuple[str, str]:
     """The message and the code (or type) an error body gives, as raw text ('' if none).
 
     Understands OpenAI's `{"error": {"message", "code", "type"}}`, `{"error": "text"}`,
     a top-level `message`/`code`/`type` (vLLM) and `{"detail": "text"}`; a body that is
-    not JSON counts as its text unless it is HTML.
+    not JSON counts as its text (an HTML page as its visible text).
     """
     text = body.decode("utf-8", errors="replace")
     try:
         data: Any = json.loads(text)
     except (ValueError, RecursionError):
-        return ("" if text.lstrip().startswith("<") else text), ""
+        return (_page_text(text) if text.lstrip().startswith("<") else text), ""
     if isinstance(data, Mapping) and isinstance(data.get("error"), Mapping):
         data = data["error"]
     if not isinstance(data, Mapping):

@@ -165,3 +165,15 @@ def test_a_parent_with_a_subtask_still_running_is_running(tmp_path: Path, capsys
 def test_a_name_that_is_neither_thread_nor_parent_is_still_refused(tmp_path: Path, argv) -> None:
     db = demo_db(tmp_path, "x1")
     assert history_main([*argv, "--db", db]) == (0 if argv == ["--list"] else 4)
+
+
+def test_outcome_to_json_is_exactly_what_run_json_prints_controls_escaped() -> None:
+    from graph.cli import emit
+
+    answer = "ship \u009b[31m in 3 days \u202eevil\u202c\x1b[0m"
+    outcome = Outcome("t1", status="done", answer=answer, error="bad \u009b")
+    printed = io.StringIO()
+    emit(outcome.to_json(), printed)
+    assert printed.getvalue() == outcome.to_json() + "\n"
+    assert not {"\u009b", "\u202e", "\x1b"} & set(outcome.to_json())
+    assert json.loads(outcome.to_json())["answer"] == answer

@@ -147,3 +147,21 @@ def test_sanitize_keeps_ordinary_text_and_hides_the_key() -> None:
     assert sanitize(f"key={KEY};", [KEY]) == "key=***;"
     assert sanitize("a\n\tb\x00c", []) == "a b c"
     assert json.dumps(sanitize("é ü 日本", [])) == json.dumps("é ü 日本")
+
+
+def test_an_html_error_page_shows_its_text_sanitized_and_a_404_names_the_url_and_model(
+        tmp_path: Path, live_env: None) -> None:
+    page = ("<!DOCTYPE html><html><head><title>404 Not Found</title><style>h1 {color: red}</style>"
+            "<script>var k = 'x';</script></head><body><h1>Not Found</h1><p>The requested URL "
+            f"/v1/chat/completions was not found on this server &amp; key {KEY}\x1b[31m</p>"
+            "</body></html>" + "<p>more</p>" * 2000)
+    out = run_cli(["--thread", "t1", "--task", TASK, "--live", "--once", "--db", str(tmp_path / "d.sqlite")],
+                  model_factory=answering(404, page, []))
+    message = out["error"]
+    assert message.startswith("http://mandapi.test/v1/chat/completions answered HTTP 404: 404 Not Found "
+                              "Not Found The requested URL /v1/chat/completions was not found on this "
+                              "server & key ***")
+    assert "check MANDAPI_BASE_URL (the endpoint) and the model id" in message
+    assert "<" not in message and "color" not in message and "var k" not in message
+    assert KEY not in message and "\x1b" not in message and len(message) < MAX_MESSAGE_CHARS + 200
+    assert (out["status"], out["exit_code"]) == ("ready", 6)

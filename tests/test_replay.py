@@ -194,3 +194,25 @@ def test_replay_sends_no_real_key_and_leaves_recording_and_environment_as_they_w
     assert sent_keys == [f"Bearer {session.DUMMY_KEY}"] * 3
     assert (RECORDINGS / "shipping.json").read_bytes() == before
     assert os.environ["MANDAPI_API_KEY"] == "sk-marker-real-key-91"
+
+
+def test_replaying_into_a_database_that_holds_the_thread_is_refused_before_anything_runs(
+        backend) -> None:  # type: ignore[no-untyped-def]
+    from graph.errors import RefusedError
+    from graph.exitcodes import ErrorCode, ExitCode
+
+    replay(RECORDINGS / "shipping.json", db=backend.db)  # a new database (PG: no tables yet)
+    before, row = backend.fingerprint(), backend.ledger_row("shipping")
+    with pytest.raises(RefusedError) as refused:
+        replay(RECORDINGS / "shipping.json", db=backend.db)
+    assert refused.value.error_code == ErrorCode.EXISTS and refused.value.exit_code == ExitCode.REFUSED
+    assert refused.value.message.startswith("thread 'shipping' already exists in ")
+    assert "replay into another database" in refused.value.message
+    assert backend.fingerprint() == before and backend.ledger_row("shipping") == row
+
+
+def test_the_fixture_fails_a_replay_into_a_database_holding_the_thread(mandapi_replay, tmp_path) -> None:
+    db = str(tmp_path / "mine.sqlite")
+    mandapi_replay(RECORDINGS / "shipping.json", db=db)
+    with pytest.raises(pytest.fail.Exception, match=r"^mandapi_replay: thread 'shipping' already exists"):
+        mandapi_replay(RECORDINGS / "shipping.json", db=db)

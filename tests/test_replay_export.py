@@ -236,3 +236,16 @@ def test_export_opens_the_database_through_graph_api_and_prints_as_before(
     assert opened == [str(sqlite_db)]
     assert capsys.readouterr().out == (f"thread t1: 1 exchange(s) written to {tmp_path / 't1.json'} "
                                        "(status ready)\n")
+
+
+def test_export_to_dash_writes_the_recording_to_stdout_and_no_file(sqlite_db, tmp_path) -> None:
+    run_cli(["--thread", "d1", "--task", TASK, "--db", str(sqlite_db)])
+    done = subprocess.run([PYTHON, "-m", "graph.replay", "export", "--thread", "d1", "--db", str(sqlite_db),
+                           "-o", "-", "--json"], cwd=tmp_path, env=subprocess_env(), capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert not (tmp_path / "-").exists()
+    assert len(json.loads(done.stdout)["interactions"]) == 2
+    assert json.loads(done.stderr)["output"] == "-"
+    (tmp_path / "d1.json").write_text(done.stdout)
+    assert replay(tmp_path / "d1.json", db=str(tmp_path / "r.sqlite")).status == "done"

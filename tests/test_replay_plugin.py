@@ -22,8 +22,8 @@ def user_env() -> dict[str, str]:
 
 
 def test_importing_the_plugin_imports_nothing_heavy() -> None:
-    code = ("import sys, graph.replay_plugin; print(sorted({m.split('.')[0] for m in sys.modules} & "
-            "{'langgraph', 'langchain_core', 'httpx', 'vcr', 'yaml', 'nodes'}))")
+    code = ("import sys, mandapi_resume_pytest; print(sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'langgraph', 'langchain_core', 'httpx', 'vcr', 'yaml', 'nodes', 'graph'}))")
     done = subprocess.run([PYTHON, "-c", code], cwd=ROOT, env=user_env(), capture_output=True,
                           text=True, timeout=60)
     assert done.stdout.strip() == "[]", done.stderr
@@ -33,7 +33,7 @@ def test_the_plugin_adds_no_marker_no_autouse_fixture_and_no_hook_but_its_ini_op
         request: pytest.FixtureRequest) -> None:
     assert request.config.pluginmanager.has_plugin("mandapi_replay")  # loaded by its entry point
     assert not [m for m in request.config.getini("markers") if "replay" in m]
-    tree = ast.parse((ROOT / "graph/replay_plugin.py").read_text())
+    tree = ast.parse((ROOT / "mandapi_resume_pytest.py").read_text())
     hooks = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("pytest_")]
     assert hooks == ["pytest_addoption"]
     assert not [k for k in ast.walk(tree) if isinstance(k, ast.keyword) and k.arg == "autouse"]
@@ -62,3 +62,31 @@ def test_a_failing_replay_reads_as_a_diff_and_the_ini_option_loosens_the_match(t
     assert "During handling" not in failed.stdout and "Traceback" not in failed.stdout
     passed = pytest_run("-o", "mandapi_replay_match=messages_and_tools")
     assert passed.returncode == 0 and "1 passed" in passed.stdout, passed.stdout
+
+
+def test_a_projects_own_graph_module_fails_only_the_tests_that_replay_with_a_clear_message(
+        tmp_path: Path) -> None:
+    (tmp_path / "graph.py").write_text("from langgraph.graph import StateGraph\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests/test_x.py").write_text(
+        "def test_unrelated():\n    assert 1 + 1 == 2\n\n"
+        f"def test_replays(mandapi_replay):\n    mandapi_replay({str(RECORDING)!r})\n")
+    done = subprocess.run([PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
+                          cwd=tmp_path, env=user_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr  # tests ran; one failed (not 3: no start)
+    assert "1 failed, 1 passed" in done.stdout, done.stdout
+    assert f"`import graph` finds {tmp_path / 'graph.py'}, not the mandapi-resume package" in done.stdout
+    assert "Run the bare `pytest` command instead" in done.stdout
+    assert "Traceback" not in done.stdout
+
+
+@pytest.mark.slow  # a pytest process
+def test_the_bare_pytest_command_replays_next_to_a_projects_own_graph_module(tmp_path: Path) -> None:
+    (tmp_path / "graph.py").write_text("from langgraph.graph import StateGraph\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests/test_x.py").write_text(
+        "def test_replays(mandapi_replay):\n"
+        f"    assert mandapi_replay({str(RECORDING)!r}).status == 'done'\n")
+    done = subprocess.run([str(Path(PYTHON).parent / "pytest"), "-q", "-p", "no:cacheprovider", "tests"],
+                          cwd=tmp_path, env=user_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout + done.stderr

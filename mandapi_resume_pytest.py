@@ -9,16 +9,51 @@ mandapi-resume with pytest can write::
 
 It adds nothing else to a test run: no marker, no autouse fixture, one ini option
 (`mandapi_replay_match`, the default comparison: `exact` or `messages_and_tools`).
-Nothing heavy is imported until a test uses the fixture. See `graph.replay_session`
+Nothing of `graph` is imported until a test uses the fixture. See `graph.replay_session`
 for what a replay checks and `graph.replay` for how a recording is made.
+
+Why a top-level module with its own name: the package's modules live under `graph`,
+and a LangGraph project usually has a `graph.py` or `graph/` of its own, which
+`python -m pytest` (current folder first on `sys.path`) imports instead. A plugin
+under `graph` would then fail to load and stop every test; this one always loads, and
+only a test that uses `mandapi_replay` fails, saying which `graph` was found.
 """
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+OURS = Path(__file__).resolve().parent / "graph"
+"""Where this distribution's `graph` package is (beside this module, installed or editable)."""
+
+
+def shadowing_graph() -> str | None:
+    """Where the importable `graph` is when it is not this package's, else None.
+
+    Returns:
+        The path of the module or folder that `import graph` finds instead of ours
+        (a project's `graph.py` or `graph/`), or a sentence when none is found.
+    """
+    try:
+        module = importlib.import_module("graph")
+    except ImportError as exc:  # a broken local graph.py, or ours not installed
+        return f"none that imports ({exc})"
+    folders = [Path(p).resolve() for p in getattr(module, "__path__", [])]
+    if OURS in folders:
+        return None
+    return str(getattr(module, "__file__", None) or (folders[0] if folders else module))
+
+
+def _shadowed_message(where: str) -> str:
+    return (f"mandapi_replay: `import graph` finds {where}, not the mandapi-resume package ({OURS}). "
+            "A graph.py or graph/ in this project shadows it: `python -m pytest` puts the current "
+            "folder first on sys.path. Run the bare `pytest` command instead (without a "
+            "conftest.py at the project root it does not add that folder), run from another "
+            "folder, or rename your graph module.")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -43,6 +78,9 @@ def mandapi_replay(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
 
     def replay(recording: str | Path, *, match: str | None = None, db: str | None = None,
                workspace: str | Path | None = None, allow_writes: str | Path | None = None) -> Any:
+        shadow = shadowing_graph()
+        if shadow is not None:
+            pytest.fail(_shadowed_message(shadow), pytrace=False)
         from graph.errors import RunError
         from graph.replay_format import load_recording
         from graph.replay_session import ReplayFailure

@@ -1,0 +1,73 @@
+"""Checks a `messages` update before `update_state` stores it, so no edit damages a thread.
+
+LangGraph's `update_state` runs no node: it applies the reducers and writes a new
+checkpoint. Our `messages` are OpenAI wire dicts, checked on every load
+(`graph.integrity.check_messages`); an update in another shape (LangGraph's usual
+`("user", "text")` tuple, a dict with a `name` key) would be stored as given and make
+every later load refuse the thread as `damaged`. This module applies our reducer to the
+stored messages and the update, checks the result as a load would, and refuses the
+update first (`UsageError`, nothing written).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from graph.errors import RunError, UsageError
+
+_SHAPE = ("append OpenAI wire dicts such as {'role': 'user', 'content': '...'}; LangChain "
+          "message objects and (role, text) tuples are not stored")
+
+
+def _messages(values: Any) -> Any:
+    return values.get("messages") if isinstance(values, dict) else None
+
+
+def merged_messages(stored: list[Any], update: Any) -> list[Any]:
+    """The messages the reducer would store: `stored` with `update` applied.
+
+    Raises:
+        UsageError: The update is no list (nor a replace or edit) or names a slice
+            the stored list does not have.
+    """
+    from nodes.state import append_messages
+
+    if not isinstance(update, list | dict):
+        raise UsageError(f"update_state: messages must be a list of messages ({_SHAPE}), "
+                         f"not {type(update).__name__}; nothing was written")
+    try:
+        return append_messages(list(stored), update)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise UsageError(f"update_state: {exc}; nothing was written") from None
+
+
+def check_updates(graph: Any, config: Any, updates: Iterable[Any]) -> None:
+    """Refuses `messages` updates to `config`'s thread that a later load would refuse.
+
+    Args:
+        graph: The compiled graph (its `get_state` reads the checkpoint `config` names).
+        config: The thread (and checkpoint) the updates apply to.
+        updates: Each update's values, in the order they apply.
+
+    Raises:
+        UsageError: The resulting messages would not load (`graph.integrity`), with
+            what is wrong and the shape to use; nothing was written.
+    """
+    from graph.integrity import check_messages
+
+    pending = [u for u in updates if _messages(u) is not None]
+    if not pending:
+        return
+    values = graph.get_state(config).values
+    if not values or "thread" not in values:
+        return  # a new thread: the create step checks its own input
+    messages = list(values.get("messages") or [])
+    for update in pending:
+        messages = merged_messages(messages, _messages(update))
+    try:
+        check_messages(messages, values["thread"]["task"])
+    except RunError as exc:
+        why = exc.detail.removeprefix("stored state is damaged: ")
+        raise UsageError(f"update_state would store messages the thread cannot load ({why}): "
+                         f"{_SHAPE}; nothing was written") from None
