@@ -1,10 +1,12 @@
 """`graph.api.Database.graph`: the compiled graph, its invocations checked first.
 
 A runtime context (`Database.invocation(thread_id)`) carries one thread's ledger and
-attempt log. Invoking another thread with it, or invoking without one, would count
-attempts against the wrong thread or none: this wrapper refuses both before LangGraph
-writes anything (not even the input checkpoint), and the budget node refuses them
-again for any other caller (`nodes.budget.check_invocation`).
+attempt log, bound to that database and to its `with` block (`nodes.context.Lease`).
+Invoking another thread or database with it, after its block, or invoking without one,
+would count attempts against the wrong thread or none, or without the thread's lock:
+this wrapper refuses each before LangGraph writes anything (not even the input
+checkpoint; `graph.api_graph_checks`), and the budget node refuses them again for any
+other caller (`nodes.budget.check_invocation`).
 """
 
 from __future__ import annotations
