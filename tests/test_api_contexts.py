@@ -197,3 +197,29 @@ def test_a_bad_graph_call_is_a_typed_usage_error_changing_nothing(sqlite_db: Any
     if case.startswith("a"):
         assert "Database.arun" in refused.value.detail
     assert len(model.requests) == 1
+
+
+def test_async_graph_methods_are_refused_on_every_backend_before_running(backend: Any) -> None:
+    model = ScriptedModel([tool_call_reply("c1"), tool_call_reply("c2")])
+    with open_database(backend.db, create=True, model_factory=scripted(model)) as db:
+        db.run("A", task=TASK, max_attempts=10)
+        ledger = backend.ledger_row("A")
+        for case in ("ainvoke", "abatch", "aupdate_state", "aget_state"):
+            with db.invocation("A") as context, pytest.raises(UsageError) as refused:
+                asyncio.run(BAD_CALLS[case](db.graph, context))
+            assert "Database.arun" in refused.value.detail
+        assert backend.ledger_row("A") == ledger
+    assert len(model.requests) == 1
+
+
+def test_a_live_context_of_this_database_still_runs_through_a_configured_copy(
+        sqlite_db: Any) -> None:
+    model = ScriptedModel([tool_call_reply("c1"), tool_call_reply("c2")])
+    with open_database(str(sqlite_db), create=True, model_factory=scripted(model)) as db:
+        db.run("A", task=TASK, max_attempts=10)
+        with db.invocation("A") as context:
+            parts = list(db.graph.with_config(tags=["mine"]).stream(
+                None, _first_budget(db, "A").config, context=context, durability="sync"))
+        assert parts
+        assert db.history("A")["header"]["attempts"] == 2
+    assert len(model.requests) == 2
