@@ -153,9 +153,11 @@ class DatabaseBase:
         Invoking it needs a runtime context holding this database's ledger
         (`invocation`): every request is still counted before it is sent and refused
         at the thread's maximum, whatever checkpoint it starts from (forks, replays,
-        `update_state`). An invocation without a context, or with another thread's, is
-        refused before anything is written (`graph.api_graph`): `UsageError`, or
-        `RefusedError` `identity_mismatch`.
+        `update_state`). An invocation without a live context of this database's
+        `invocation` block, or with another thread's or another database's, is refused
+        before anything is written (`graph.api_graph`): `UsageError`, or `RefusedError`
+        `identity_mismatch`; so are malformed configs, forks from a thread's input
+        checkpoint and async methods on the synchronous savers (`UsageError`).
         """
         from graph.api_graph import CheckedGraph
 

@@ -1,10 +1,12 @@
 """`graph.api.Database.graph`: the compiled graph, its invocations checked first.
 
 A runtime context (`Database.invocation(thread_id)`) carries one thread's ledger and
-attempt log. Invoking another thread with it, or invoking without one, would count
-attempts against the wrong thread or none: this wrapper refuses both before LangGraph
-writes anything (not even the input checkpoint), and the budget node refuses them
-again for any other caller (`nodes.budget.check_invocation`).
+attempt log, bound to that database and to its `with` block (`nodes.context.Lease`).
+Invoking another thread or database with it, after its block, or invoking without one,
+would count attempts against the wrong thread or none, or without the thread's lock:
+this wrapper refuses each before LangGraph writes anything (not even the input
+checkpoint; `graph.api_graph_checks`), and the budget node refuses them again for any
+other caller (`nodes.budget.check_invocation`).
 """
 
 from __future__ import annotations
@@ -12,13 +14,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+from langgraph.errors import EmptyInputError
+
+from graph.api_graph_checks import check_async, check_call, check_config, check_fork
 from graph.errors import RefusedError, RunError, UsageError
 from graph.exitcodes import ErrorCode
 from graph.state_updates import check_updates
 from nodes.errors import InvocationErrorCode, InvocationRefusedError
-
-_USAGE = ("invoke the graph with context=: the runtime context of "
-          "Database.invocation(thread_id) (its ledger counts each attempt)")
 
 
 def refusal(exc: InvocationRefusedError, location: str | None = None) -> RunError:
@@ -29,22 +31,16 @@ def refusal(exc: InvocationRefusedError, location: str | None = None) -> RunErro
                         location=location, thread_id=exc.thread_id)
 
 
-def check_call(config: Any, context: Any, location: str | None = None) -> None:
-    """Refuses an invocation whose context is missing or is another thread's.
+def _converted(exc: Exception, location: str) -> RunError:
+    """The `RunError` for what LangGraph or the budget node raised while running."""
+    if isinstance(exc, InvocationRefusedError):
+        return refusal(exc, location)
+    return UsageError(f"nothing to run from this checkpoint ({exc}): give an input, or "
+                      "resume the thread with Database.run", location=location)
 
-    Raises:
-        UsageError: No context (`usage`).
-        RefusedError: `identity_mismatch`: `config`'s `configurable.thread_id` is not the
-            context's thread.
-    """
-    if context is None:
-        raise UsageError(_USAGE, location=location)
-    invoked = ((config or {}).get("configurable") or {}).get("thread_id")
-    if invoked != getattr(context, "thread_id", None):
-        raise RefusedError(f"the context is thread {context.thread_id!r}'s, not this "
-                           "thread's; use Database.invocation() of the thread you invoke",
-                           error_code=ErrorCode.IDENTITY_MISMATCH, location=location,
-                           thread_id=None if invoked is None else str(invoked))
+
+_REFUSALS = (InvocationRefusedError, EmptyInputError)
+"""What a run raises that `_converted` turns into a `RunError`."""
 
 
 def _each_config(config: Any) -> list[Any]:
@@ -53,18 +49,21 @@ def _each_config(config: Any) -> list[Any]:
 
 
 class CheckedGraph:
-    """The compiled graph with every invocation checked first (`check_call`).
+    """The compiled graph with every invocation checked first (`graph.api_graph_checks`).
 
     Checked before anything runs, and the budget node's own refusal raised as a
     `RunError`: `invoke`, `stream`, `batch`, `batch_as_completed`, `stream_events`,
     `astream_log`, `transform` and their async forms (`a...`); `with_config` and `copy`
     return a checked graph too. A batch is refused whole when any of its configs is
-    refused. `update_state`, `bulk_update_state` and their async forms run no node
-    (only a node's channel writers), so they send nothing and count nothing, and the
-    next invocation of the thread is checked and budgeted like any other; a `messages`
-    update is checked first as a load would check the result (`graph.state_updates`):
-    one that would leave the thread unloadable is a `UsageError`, nothing written.
-    Everything else (`get_state`, `get_graph`, ...) is the graph's own.
+    refused. A fork from a thread's input checkpoint is refused (`check_fork`).
+    `update_state`, `bulk_update_state` and their async forms are the graph's own,
+    their configs checked first: they run no node (only a node's channel writers), so
+    they send nothing and count nothing, and the next invocation of the thread is
+    checked and budgeted like any other; a `messages` update is checked first as a
+    load would check the result (`graph.state_updates`): one that would leave the
+    thread unloadable is a `UsageError`, nothing written. On a synchronous checkpointer (every backend
+    here) each async method is refused (`check_async`). Everything else (`get_state`,
+    `get_graph`, ...) is the graph's own.
 
     Args:
         graph: The compiled graph (`graph.factory.build_graph`).
@@ -76,30 +75,48 @@ class CheckedGraph:
         self._location = location
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._graph, name)
+        found = getattr(self._graph, name)
+        if name not in ("aget_state", "aget_state_history"):
+            return found
 
-    def _check(self, config: Any, kwargs: dict[str, Any]) -> None:
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            check_async(self._graph.checkpointer, name, self._location)
+            return found(*args, **kwargs)
+
+        return checked
+
+    def _check(self, config: Any, kwargs: dict[str, Any], method: str = "") -> None:
+        saver = self._graph.checkpointer
         for one in _each_config(config):
-            check_call(one, kwargs.get("context"), self._location)
+            check_call(one, kwargs.get("context"), saver, self._location)
+        if method.startswith("a"):
+            check_async(saver, method, self._location)
+        for one in _each_config(config):
+            check_fork(one, saver, self._location)
 
-    def _refused(self, exc: InvocationRefusedError) -> RunError:
-        return refusal(exc, self._location)
+    def _check_single(self, config: Any, kwargs: dict[str, Any], method: str) -> None:
+        """`_check` for a method taking one config (a list is refused, not batched)."""
+        check_config(config, self._location)
+        self._check(config, kwargs, method)
+
+    def _refused(self, exc: Exception) -> RunError:
+        return _converted(exc, self._location)
 
     def _results(self, results: list[Any]) -> list[Any]:
         """A batch's results with the budget node's refusals (`return_exceptions`) converted."""
-        return [self._refused(r) if isinstance(r, InvocationRefusedError) else r for r in results]
+        return [self._refused(r) if isinstance(r, _REFUSALS) else r for r in results]
 
     def _iterate(self, parts: Iterator[Any]) -> Iterator[Any]:
         try:
             yield from parts
-        except InvocationRefusedError as exc:
+        except _REFUSALS as exc:
             raise self._refused(exc) from None
 
     async def _aiterate(self, parts: AsyncIterator[Any]) -> AsyncIterator[Any]:
         try:
             async for part in parts:
                 yield part
-        except InvocationRefusedError as exc:
+        except _REFUSALS as exc:
             raise self._refused(exc) from None
 
     def _wrapped(self, result: Any) -> Any:
@@ -110,64 +127,75 @@ class CheckedGraph:
 
     def invoke(self, input: Any, config: Any = None, **kwargs: Any) -> Any:  # noqa: A002
         """`CompiledStateGraph.invoke`, refused first as `check_call` says."""
-        self._check(config, kwargs)
+        self._check_single(config, kwargs, "invoke")
         try:
             return self._graph.invoke(input, config, **kwargs)
-        except InvocationRefusedError as exc:
+        except _REFUSALS as exc:
             raise self._refused(exc) from None
 
     async def ainvoke(self, input: Any, config: Any = None, **kwargs: Any) -> Any:  # noqa: A002
         """`CompiledStateGraph.ainvoke`, refused first as `check_call` says."""
-        self._check(config, kwargs)
+        self._check_single(config, kwargs, "ainvoke")
         try:
             return await self._graph.ainvoke(input, config, **kwargs)
-        except InvocationRefusedError as exc:
+        except _REFUSALS as exc:
             raise self._refused(exc) from None
 
     def batch(self, inputs: Any, config: Any = None, **kwargs: Any) -> list[Any]:
         """`CompiledStateGraph.batch`: every config checked before any input runs."""
-        self._check(config, kwargs)
+        self._check(config, kwargs, "batch")
         try:
             return self._results(self._graph.batch(inputs, config, **kwargs))
-        except InvocationRefusedError as exc:
+        except _REFUSALS as exc:
             raise self._refused(exc) from None
 
     async def abatch(self, inputs: Any, config: Any = None, **kwargs: Any) -> list[Any]:
         """`CompiledStateGraph.abatch`: every config checked before any input runs."""
-        self._check(config, kwargs)
+        self._check(config, kwargs, "abatch")
         try:
             return self._results(await self._graph.abatch(inputs, config, **kwargs))
-        except InvocationRefusedError as exc:
+        except _REFUSALS as exc:
             raise self._refused(exc) from None
 
-    def update_state(self, config: Any, values: Any, *args: Any, **kwargs: Any) -> Any:
-        """`CompiledStateGraph.update_state`, a `messages` update checked first."""
+    def update_state(self, config: Any, values: Any, as_node: Any = None, **kwargs: Any) -> Any:
+        """`CompiledStateGraph.update_state`: its config checked, never the input checkpoint."""
+        check_config(config, self._location, thread_needed=True)
+        check_fork(config, self._graph.checkpointer, self._location)
         check_updates(self._graph, config, [values])
-        return self._graph.update_state(config, values, *args, **kwargs)
+        return self._graph.update_state(config, values, as_node, **kwargs)
 
-    async def aupdate_state(self, config: Any, values: Any, *args: Any, **kwargs: Any) -> Any:
-        """`CompiledStateGraph.aupdate_state`, a `messages` update checked first."""
+    async def aupdate_state(self, config: Any, values: Any, as_node: Any = None,
+                            **kwargs: Any) -> Any:
+        """`CompiledStateGraph.aupdate_state`, checked as `update_state`."""
+        check_config(config, self._location, thread_needed=True)
+        check_async(self._graph.checkpointer, "aupdate_state", self._location)
+        check_fork(config, self._graph.checkpointer, self._location)
         check_updates(self._graph, config, [values])
-        return await self._graph.aupdate_state(config, values, *args, **kwargs)
+        return await self._graph.aupdate_state(config, values, as_node, **kwargs)
 
-    def bulk_update_state(self, config: Any, supersteps: Any) -> Any:
-        """`CompiledStateGraph.bulk_update_state`, the `messages` updates checked first."""
+    def bulk_update_state(self, config: Any, supersteps: Any, **kwargs: Any) -> Any:
+        """`CompiledStateGraph.bulk_update_state`: its config checked as `update_state`."""
+        check_config(config, self._location, thread_needed=True)
+        check_fork(config, self._graph.checkpointer, self._location)
         check_updates(self._graph, config, _values(supersteps))
-        return self._graph.bulk_update_state(config, supersteps)
+        return self._graph.bulk_update_state(config, supersteps, **kwargs)
 
-    async def abulk_update_state(self, config: Any, supersteps: Any) -> Any:
-        """`CompiledStateGraph.abulk_update_state`, the `messages` updates checked first."""
+    async def abulk_update_state(self, config: Any, supersteps: Any, **kwargs: Any) -> Any:
+        """`CompiledStateGraph.abulk_update_state`: checked as `aupdate_state`."""
+        check_config(config, self._location, thread_needed=True)
+        check_async(self._graph.checkpointer, "abulk_update_state", self._location)
+        check_fork(config, self._graph.checkpointer, self._location)
         check_updates(self._graph, config, _values(supersteps))
-        return await self._graph.abulk_update_state(config, supersteps)
+        return await self._graph.abulk_update_state(config, supersteps, **kwargs)
 
     def stream(self, input: Any, config: Any = None, **kwargs: Any) -> Any:  # noqa: A002
         """`CompiledStateGraph.stream`, refused when called (not at the first part)."""
-        self._check(config, kwargs)
+        self._check_single(config, kwargs, "stream")
         return self._wrapped(self._graph.stream(input, config, **kwargs))
 
     def astream(self, input: Any, config: Any = None, **kwargs: Any) -> Any:  # noqa: A002
         """`CompiledStateGraph.astream`, refused when called (not at the first part)."""
-        self._check(config, kwargs)
+        self._check_single(config, kwargs, "astream")
         return self._wrapped(self._graph.astream(input, config, **kwargs))
 
 
@@ -184,7 +212,10 @@ def _checked_stream(name: str) -> Any:
     """A method of `CheckedGraph` that checks, then returns the graph's stream `name`."""
 
     def method(self: CheckedGraph, input: Any, config: Any = None, **kwargs: Any) -> Any:  # noqa: A002
-        self._check(config, kwargs)
+        if name.endswith("batch_as_completed"):
+            self._check(config, kwargs, name)
+        else:
+            self._check_single(config, kwargs, name)
         return self._wrapped(getattr(self._graph, name)(input, config, **kwargs))
 
     method.__name__ = name

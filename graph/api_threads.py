@@ -204,6 +204,9 @@ class ThreadOperations(StoreOperations):
         own model, so a fork or an `update_state` followed by `invoke` still counts
         each attempt before its request and stops at the thread's maximum. Invoke with
         `durability="sync"`; what is kept back is committed when the block ends.
+        The context is bound to this database and to the block: `graph` and the budget
+        node refuse it on another database's graph (`identity_mismatch`) or after the
+        block ended and released the lock (`usage`).
 
         Raises:
             BusyError: Another process holds the thread.
@@ -214,7 +217,7 @@ class ThreadOperations(StoreOperations):
         from graph.loading import load_thread
         from graph.models import make_model
         from graph.value_checks import check_thread_id
-        from nodes.context import StepContext
+        from nodes.context import Lease, StepContext
 
         self._writable("invocation")
         check_thread_id(thread_id)
@@ -225,9 +228,12 @@ class ThreadOperations(StoreOperations):
                                    location=self.location, thread_id=thread_id)
             model = (self._model_factory or make_model)(loaded.values["thread"]["model"],
                                                         self.settings)
+            lease = Lease(self.store.checkpointer, self.store.ledger, thread_id)
             try:
-                yield StepContext(thread_id, self.store.ledger, model, self.store.log)
+                yield StepContext(thread_id, self.store.ledger, model, self.store.log,
+                                  lease=lease)
             finally:
+                lease.end()  # dead before the lock is released (I8)
                 self.store.commit()
                 close = getattr(model, "close", None)
                 if close is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from langgraph.constants import CONFIG_KEY_CHECKPOINTER
 from langgraph.runtime import Runtime
 
 from nodes.context import NodeContext, StepContext
@@ -72,15 +73,19 @@ def check_invocation(ctx: NodeContext | None) -> NodeContext:
     another thread with it would charge one thread's attempts to the other.
 
     Raises:
-        InvocationRefusedError: `usage` without a context; `identity_mismatch` when the
-            run's `configurable.thread_id` is not `ctx.thread_id`. Called outside a
+        InvocationRefusedError: `usage` without a context, or with a context whose
+            `Database.invocation` block has ended; `identity_mismatch` when the run's
+            `configurable.thread_id` is not `ctx.thread_id`, or its checkpointer is not
+            the database the context was made by (`nodes.context.Lease`). Called outside a
             LangGraph run (unit tests), only the context is checked.
     """
     if ctx is None:
         raise InvocationRefusedError(
             InvocationErrorCode.USAGE, "invoke the graph with context=: the runtime context "
             "of Database.invocation(thread_id) (its ledger counts each attempt)")
-    invoked = _invoked_thread()
+    configurable = _configurable()
+    _check_lease(ctx, configurable.get(CONFIG_KEY_CHECKPOINTER))
+    invoked = configurable.get("thread_id")
     if invoked is not None and invoked != ctx.thread_id:
         raise InvocationRefusedError(
             InvocationErrorCode.IDENTITY_MISMATCH,
@@ -89,11 +94,34 @@ def check_invocation(ctx: NodeContext | None) -> NodeContext:
     return ctx
 
 
-def _invoked_thread() -> Any:
+def _check_lease(ctx: NodeContext, saver: Any) -> None:
+    """Refuses a `Database.invocation` context used after its block or on another database.
+
+    Raises:
+        InvocationRefusedError: `usage` when the block that made the context ended (its
+            lock was released); `identity_mismatch` when the running graph's checkpointer
+            is not the database whose ledger the context carries. A context without a
+            lease (one the program builds itself) is not checked here.
+    """
+    lease = getattr(ctx, "lease", None)
+    if lease is None:
+        return
+    if not lease.alive:
+        raise InvocationRefusedError(
+            InvocationErrorCode.USAGE, "the context's `with Database.invocation()` block has "
+            "ended and released the thread's lock: invoke the graph inside the block")
+    if saver is not None and saver is not lease.saver:
+        raise InvocationRefusedError(
+            InvocationErrorCode.IDENTITY_MISMATCH, "the context is another database's (its "
+            "ledger would count this thread's attempts there); use this database's invocation()")
+
+
+def _configurable() -> Any:
+    """The running invocation's `configurable`, or {} outside a LangGraph run."""
     from langgraph.config import get_config
 
     try:
         config = get_config()
     except RuntimeError:  # not inside a LangGraph run
-        return None
-    return (config.get("configurable") or {}).get("thread_id")
+        return {}
+    return config.get("configurable") or {}

@@ -176,6 +176,31 @@ class NodeContext(Protocol):
         ...
 
 
+class Lease:
+    """Where and while a runtime context may be used: one `Database.invocation` block.
+
+    A context with a lease counts attempts only in graphs compiled with `saver` (the
+    database its ledger lives in) and only until its block ends and releases the
+    thread's writer lock (`end`); the budget node refuses it otherwise.
+
+    Attributes:
+        saver: The checkpointer of the database that made the context.
+        ledger: That database's attempt ledger (the context's own).
+        thread_id: The thread whose lock the block holds.
+        alive: True until the block ends.
+    """
+
+    def __init__(self, saver: object, ledger: AttemptLedger, thread_id: str) -> None:
+        self.saver = saver
+        self.ledger = ledger
+        self.thread_id = thread_id
+        self.alive = True
+
+    def end(self) -> None:
+        """Marks the block ended: every later use of the context is refused."""
+        self.alive = False
+
+
 @dataclass(frozen=True)
 class StepContext:
     """Everything a node needs besides state, passed as LangGraph runtime context.
@@ -189,6 +214,8 @@ class StepContext:
             batch or a parent task), or None.
         prepared: The request the budget node prepared, for the reason node of the same
             invocation (never stored; see `nodes.request`).
+        lease: Set by `Database.invocation`: which database and block the context
+            belongs to (`Lease`); None for the contexts the program builds itself.
     """
 
     thread_id: str
@@ -197,3 +224,4 @@ class StepContext:
     log: AttemptLog = field(default_factory=NoAttemptLog)
     charge: str | None = None
     prepared: PreparedRequests = field(default_factory=PreparedRequests, compare=False, repr=False)
+    lease: Lease | None = field(default=None, compare=False, repr=False)
