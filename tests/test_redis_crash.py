@@ -22,13 +22,11 @@ from typing import Any
 import pytest
 
 from graph import redis_keys as keys
-from graph.factory import build_graph
-from graph.storage import open_store
 from graph.verify import verify
 from tests.crash_child import KILL_POINTS, LEASE_ENV, NODE_WRITES_KILL_POINTS, child_main
 from tests.fake_mandapi import FakeMandApi
 from tests.redis_server import start_server
-from tests.test_crash import Runner, forkserver, wait_for  # noqa: F401 - forkserver: fixture
+from tests.test_crash import Runner, forkserver, never_restarted, wait_for  # noqa: F401
 
 pytestmark = pytest.mark.slow
 
@@ -120,20 +118,6 @@ def _argv(thread_id: str, tag: str, db: str) -> list[str]:
             "shop?", "--db", db, "--live", "--once", "--json"]
 
 
-def _never_restarted(db: str, thread_ids: list[str]) -> None:
-    """Along each thread's history the conversation only grows and attempts never go down."""
-    with open_store(db, create=False) as store:
-        graph = build_graph(store.checkpointer)
-        for thread_id in thread_ids:
-            config = {"configurable": {"thread_id": thread_id}}
-            states = [h.values for h in reversed(list(graph.get_state_history(config)))
-                      if h.values.get("thread")]
-            lengths = [len(v["messages"]) for v in states]
-            attempts = [v["progress"]["attempts"] for v in states]
-            assert lengths == sorted(lengths) and attempts == sorted(attempts), thread_id
-            assert states[-1]["thread"]["task"].startswith(f"[{thread_id}]")
-
-
 def test_sigkill_at_any_point_on_redis_never_sends_an_uncounted_request(
     backend: RedisKillBackend, tmp_path: Path, forkserver: Any  # noqa: F811 - the fixture
 ) -> None:
@@ -157,7 +141,7 @@ def test_sigkill_at_any_point_on_redis_never_sends_an_uncounted_request(
                     break
             assert thread_id in finals, f"{thread_id} never finished"
         ids = sorted(finals)
-        _never_restarted(backend.db, ids)
+        never_restarted(backend.db, ids)
         assert verify(backend.db) == []
         received = {t: len(fake.requests_for(f"[{t}]")) for t in ids}
         for _ in range(BURY_KILLS):
