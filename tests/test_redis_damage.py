@@ -297,3 +297,55 @@ def _readers(db: str, thread_id: str, capsys: pytest.CaptureFixture[str]
     capsys.readouterr()
     checked = verify(["--db", db, "--json"])
     return shown, checked, json.loads(capsys.readouterr().out).get("problems") or []
+
+
+CAP_CASES: dict[str, tuple[Damage, str]] = {
+    # name: (damage to cap A, given cap B; the refusal's error_code)
+    "cap count not a number": (lambda c, a, b: c.hset(keys.cap_key(a), "requests", "two"),
+                               "damaged"),
+    "cap count above its maximum": (lambda c, a, b: c.hset(keys.cap_key(a), "requests", "10"),
+                                    "damaged"),
+    "cap maximum not canonical": (lambda c, a, b: c.hset(keys.cap_key(a), "max_requests", "09"),
+                                  "damaged"),
+    "cap field deleted": (lambda c, a, b: c.hdel(keys.cap_key(a), "requests"), "damaged"),
+    "cap field added": (lambda c, a, b: c.hset(keys.cap_key(a), "extra", "1"), "damaged"),
+    "cap retyped to a string": (_retype(keys.cap_key), "damaged"),
+    "cap copied from another batch": (_copy(keys.cap_key), "identity_mismatch"),
+}
+
+
+@pytest.mark.parametrize("name", list(CAP_CASES))
+def test_damaged_request_cap_is_refused_before_any_request_and_left_unchanged(
+    name: str, server: RedisServer, fake: FakeMandApi, client: Any, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    request: pytest.FixtureRequest
+) -> None:
+    """A batch's request cap (`graph.batch --max-requests`), damaged after two steps."""
+    from graph.batch import main as batch
+
+    damage, code = CAP_CASES[name]
+    n = next(_IDS)
+    db, a, b, cap_a, cap_b = server.url, f"t{n}a", f"t{n}b", f"cap{n}a", f"cap{n}b"
+    request.addfinalizer(lambda: _forget(client, a, b, cap_a, cap_b))
+    monkeypatch.setenv("MANDAPI_API_KEY", "sk-redis-damage")
+    monkeypatch.setenv("MANDAPI_MODEL_ID", "mandapi-large")
+    monkeypatch.setenv("MANDAPI_BASE_URL", fake.base_url)
+
+    def run(thread_id: str, cap: str, maximum: str) -> tuple[int, str]:
+        tasks = tmp_path / f"{thread_id}.jsonl"
+        tasks.write_text(json.dumps({"thread_id": thread_id, "task": f"[{thread_id}] {TASK}"})
+                         + "\n")
+        code = batch([str(tasks), "--once", "--live", "--max-requests", maximum, "--batch-id",
+                      cap, "--db", db, "--json"])
+        return code, capsys.readouterr().out
+
+    assert [run(*args)[0] for args in ((a, cap_a, "9"), (a, cap_a, "9"), (b, cap_b, "5"))
+            ] == [0, 0, 0]
+    damage(client, cap_a, cap_b)
+    before, sent = _snapshot(client), len(fake.requests_for(f"[{a}]"))
+    exit_code, out = run(a, cap_a, "9")
+    assert exit_code == 4 and f'"{code}"' in out, out
+    assert len(fake.requests_for(f"[{a}]")) == sent
+    history, verify, problems = _readers(db, a, capsys)  # neither reads caps (yet)
+    assert history != 1 and verify != 1, (history, verify, problems)
+    assert _snapshot(client) == before
