@@ -32,9 +32,17 @@ checkpoints (or, after LangGraph's own `prune`, their digests) were deleted but 
 commit: on SQLite the reason checkpoint's own transaction, on PostgreSQL the trim after
 the step."""
 
+REDIS_KILL_POINTS = ("mid_waitaof", "mid_bury")
+"""Redis only: right after the claim and its `WAITAOF` were sent, before the reply was
+read; and inside a prune's `bury`, after the tombstone script, before the checkpoints go."""
+
+LEASE_ENV = "TEST_REDIS_LEASE_MS"
+"""When set, a Redis writer lease of that many milliseconds (a killed holder blocks less)."""
+
 PRELOAD = ["graph.run", "graph.step", "graph.approvals", "graph.storage", "graph.sqlite_store",
            "graph.postgres_store", "nodes.mandapi", "langgraph.checkpoint.sqlite",
-           "langgraph.checkpoint.postgres", "psycopg", "httpx", "tests.crash_child"]
+           "langgraph.checkpoint.postgres", "psycopg", "graph.redis_store", "graph.prune",
+           "langgraph.checkpoint.redis", "redis", "httpx", "tests.crash_child"]
 
 
 def _die() -> None:
@@ -43,9 +51,24 @@ def _die() -> None:
 
 def _patch(kill_at: str) -> None:
     from graph.ledger import SqlLedger
-    from nodes.mandapi import MandApiModel
 
-    count, claim, complete = SqlLedger.count, SqlLedger.claim, MandApiModel.complete
+    ledgers: list[Any] = [SqlLedger]
+    try:
+        from graph.redis_ledger import RedisLedger
+
+        ledgers.append(RedisLedger)
+    except ImportError:  # without the redis extra
+        pass
+    claimed: list[bool] = []
+    for ledger in ledgers:
+        _patch_ledger(ledger, kill_at, claimed)
+    _patch_rest(kill_at, claimed)
+    if kill_at in REDIS_KILL_POINTS:
+        _patch_redis(kill_at)
+
+
+def _patch_ledger(ledger: Any, kill_at: str, claimed: list[bool]) -> None:
+    count, claim = ledger.count, ledger.claim
 
     def patched_count(self: Any, thread_id: str) -> Any:
         if kill_at == "before_count":
@@ -55,8 +78,6 @@ def _patch(kill_at: str) -> None:
             _die()
         return entry
 
-    claimed: list[bool] = []
-
     def patched_claim(self: Any, thread_id: str, attempt: int, charge: Any = None) -> bool:
         ok = claim(self, thread_id, attempt, charge)
         if ok and kill_at == "after_claim":
@@ -65,13 +86,20 @@ def _patch(kill_at: str) -> None:
             claimed.append(True)
         return ok
 
+    ledger.count, ledger.claim = patched_count, patched_claim
+
+
+def _patch_rest(kill_at: str, claimed: list[bool]) -> None:
+    from nodes.mandapi import MandApiModel
+
+    complete = MandApiModel.complete
+
     def patched_complete(self: Any, messages: Any, tools: Any) -> Any:
         reply = complete(self, messages, tools)
         if kill_at == "after_answer":
             _die()
         return reply
 
-    SqlLedger.count, SqlLedger.claim = patched_count, patched_claim  # type: ignore[method-assign]
     MandApiModel.complete = patched_complete  # type: ignore[method-assign]
 
     if kill_at.startswith("after_writes:"):
@@ -79,7 +107,14 @@ def _patch(kill_at: str) -> None:
         from langgraph.checkpoint.sqlite import SqliteSaver
 
         node, armed = kill_at.split(":", 1)[1], []
-        for saver in (SqliteSaver, PostgresSaver):
+        savers: list[Any] = [SqliteSaver, PostgresSaver]
+        try:
+            from langgraph.checkpoint.redis import RedisSaver
+
+            savers.append(RedisSaver)
+        except ImportError:  # without the redis extra
+            pass
+        for saver in savers:
             def put_writes(self: Any, config: Any, writes: Any, task_id: str, task_path: str = "",
                            _orig: Any = saver.put_writes) -> Any:
                 result = _orig(self, config, writes, task_id, task_path)
@@ -127,19 +162,55 @@ def _patch(kill_at: str) -> None:
     approvals.SqlApprovals.mark_applied = patched_mark  # type: ignore[method-assign]
 
 
+def _patch_redis(kill_at: str) -> None:
+    """The Redis-only kill points (`REDIS_KILL_POINTS`)."""
+    import redis.connection
+
+    from graph.redis_ledger import RedisLedger
+
+    send, make_durable = redis.connection.AbstractConnection.send_packed_command, \
+        RedisLedger.make_durable
+
+    def patched_send(self: Any, command: Any, check_health: bool = True) -> None:
+        send(self, command, check_health)
+        packed = b"".join(command) if isinstance(command, list) else command
+        if kill_at == "mid_waitaof" and b"WAITAOF" in packed and b"EVALSHA" in packed:
+            _die()
+
+    def patched_durable(self: Any, what: str) -> None:
+        if kill_at == "mid_bury" and "buried" in what:
+            _die()
+        make_durable(self, what)
+
+    redis.connection.AbstractConnection.send_packed_command = patched_send  # type: ignore[method-assign]
+    RedisLedger.make_durable = patched_durable  # type: ignore[method-assign]
+
+
+def _short_lease(lease_ms: str | None) -> None:
+    """A Redis writer lease of `lease_ms` for every lock this process takes."""
+    if lease_ms:
+        from graph.redis_locks import RedisThreadLocks
+
+        defaults = RedisThreadLocks.__init__.__kwdefaults__ or {}
+        defaults["lease_ms"] = int(lease_ms)
+
+
 def child_main(argv: list[str], kill_at: str | None, env: dict[str, str], cwd: str,
-               out_path: str) -> None:
-    """Process target: runs `graph.run.main(argv)` with stdout in `out_path`."""
+               out_path: str, entry: str = "graph.run") -> None:
+    """Process target: runs `main(argv)` of `entry` (`graph.run`, `graph.prune`) with stdout
+    in `out_path`."""
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
     fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
-    if kill_at in (*KILL_POINTS, *WRITE_KILL_POINTS, *NODE_WRITES_KILL_POINTS, *TRIM_KILL_POINTS):
+    _short_lease(env.get(LEASE_ENV))
+    if kill_at in (*KILL_POINTS, *WRITE_KILL_POINTS, *NODE_WRITES_KILL_POINTS, *TRIM_KILL_POINTS,
+                   *REDIS_KILL_POINTS):
         _patch(kill_at)
-    from graph.run import main
+    import importlib
 
-    code = main(argv)
+    code = importlib.import_module(entry).main(argv)
     os.fsync(1)
     os._exit(code)

@@ -102,6 +102,22 @@ class Runner:
         return row
 
 
+def never_restarted(db: str, thread_ids: list[str]) -> None:
+    """Never silently restarted: along each thread's history, oldest first, the
+    conversation only grows and the mirrored attempt count never goes down; its task
+    still starts with `[thread_id]`."""
+    with open_store(db, create=False) as store:
+        graph = build_graph(store.checkpointer)
+        for thread_id in thread_ids:
+            config = {"configurable": {"thread_id": thread_id}}
+            states = [h.values for h in reversed(list(graph.get_state_history(config)))
+                      if h.values.get("thread")]
+            lengths = [len(v["messages"]) for v in states]
+            attempts = [v["progress"]["attempts"] for v in states]
+            assert lengths == sorted(lengths) and attempts == sorted(attempts), thread_id
+            assert states[-1]["thread"]["task"].startswith(f"[{thread_id}]")
+
+
 def test_sigkill_at_any_point_never_sends_an_uncounted_request(
     backend, tmp_path: Path, forkserver
 ) -> None:
@@ -134,18 +150,7 @@ def test_sigkill_at_any_point_never_sends_an_uncounted_request(
     # Kills right after a node's writes depend on LangGraph's write timing; some always land.
     assert set(kills) & set(NODE_WRITES_KILL_POINTS), kills
     assert set(finals.values()) <= {"done", "exhausted"}
-    # Never silently restarted: along each thread's history, oldest first, the
-    # conversation only grows and the mirrored attempt count never goes down.
-    with open_store(backend.db, create=False) as store:
-        graph = build_graph(store.checkpointer)
-        for i in range(KILL_THREADS):
-            config = {"configurable": {"thread_id": f"k{i}"}}
-            states = [h.values for h in reversed(list(graph.get_state_history(config)))
-                      if h.values.get("thread")]
-            lengths = [len(v["messages"]) for v in states]
-            attempts = [v["progress"]["attempts"] for v in states]
-            assert lengths == sorted(lengths) and attempts == sorted(attempts), f"k{i}"
-            assert states[-1]["thread"]["task"].startswith(f"[k{i}]")
+    never_restarted(backend.db, [f"k{i}" for i in range(KILL_THREADS)])
     assert b"sk-kill-test" not in backend.dump()
     # Every checkpoint and pending write reads back matching its digest, whatever was killed.
     assert verify(backend.db) == []
