@@ -80,10 +80,18 @@ class RedisDigests:
         """Every digest recorded for one checkpoint, by task id (the checkpoint's own: '').
 
         Raises:
-            ValueError: A field is not one this program writes.
+            ValueError: A field is not one this program writes, or the hash is not in
+                the thread's set of digest hashes (deleted, replaced or another thread's).
+            redis.ResponseError: A key of the wrong Redis type (the saver refuses it).
         """
+        key = redis_keys.digest_key(thread_id, ns, checkpoint_id)
         with self._lock:
-            rows = self._client.hgetall(redis_keys.digest_key(thread_id, ns, checkpoint_id))
+            pipe = self._client.pipeline(transaction=True)
+            pipe.hgetall(key)
+            pipe.sismember(redis_keys.digests_key(thread_id), key)
+            rows, listed = pipe.execute()
+        if rows and not listed:
+            raise ValueError("its digest hash is missing from the thread's set of digest hashes")
         found: dict[str, set[str]] = {}
         for field, value in rows.items():
             name = _text(field)

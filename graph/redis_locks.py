@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from graph.errors import BusyError
 from graph.redis_conn import server_errors
 from graph.redis_keys import lock_key
+from graph.rowcheck import damaged
 
 if TYPE_CHECKING:
     import redis
@@ -74,12 +75,18 @@ class RedisThreadLocks:
 
         Raises:
             BusyError: Another process (or another `hold` here) has the lease (exit 5).
+            RefusedError: `damaged` (exit 4): the lock key is not a string (no holder
+                writes that); it is left as it is.
             DatabaseLostError: The server was lost (exit 6).
         """
         token = secrets.token_hex(16)
         key = lock_key(thread_id)
         with server_errors(self.location):
             taken = self._client.set(key, token, nx=True, px=self.lease_ms)
+            kind = None if taken else self._client.type(key)
+        if kind not in (None, b"string", "string", b"none", "none"):
+            raise damaged("thread_locks", f"thread {thread_id!r}'s lock key is a {kind!r}, "
+                          "not a holder's token").at(location=self.location)
         if not taken:
             raise BusyError.for_thread(thread_id).at(location=self.location)
         stop = threading.Event()

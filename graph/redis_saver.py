@@ -149,8 +149,8 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
         conf = config["configurable"]
         slot = str(conf["thread_id"]), str(conf.get("checkpoint_ns", ""))
         latest = not conf.get("checkpoint_id")
-        before = self._redis_digests.saved_ids(*slot) if latest else set()
         try:
+            before = self._redis_digests.saved_ids(*slot) if latest else set()
             saved = super().get_tuple(config)
         except redis.ResponseError as exc:
             raise _refused(config, exc) from None
@@ -176,8 +176,8 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
         whole = (filter is None and before is None and limit is None and "thread_id" in conf
                  and conf.get("checkpoint_ns") is not None and not conf.get("checkpoint_id"))
         slot = str(conf.get("thread_id")), str(conf.get("checkpoint_ns"))
-        expected = self._redis_digests.saved_ids(*slot) if whole else set()
         try:
+            expected = self._redis_digests.saved_ids(*slot) if whole else set()
             for item in super().list(config, filter=filter, before=before, limit=limit):
                 expected.discard(item.config["configurable"]["checkpoint_id"])
                 yield item

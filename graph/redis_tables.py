@@ -93,6 +93,9 @@ def _log_row(raw: bytes) -> dict[str, Any]:
         if key in payload and not ok(payload[key]) or key not in payload and key in _REQUIRED:
             raise damaged("attempt_log", f"a {row['kind']} payload's {key!r} is missing or "
                           "has the wrong type")
+    tokens = (payload.get("usage") or {}).get("total_tokens")  # summed for the token cap
+    if tokens is not None and not is_int(tokens):
+        raise damaged("attempt_log", "the recorded token usage is not a whole number")
     return row
 
 
@@ -131,10 +134,17 @@ class RedisAttemptLog(RedisTable):
         """The thread's rows, oldest first: `attempt`, `kind`, `payload` (dict), `created_at`.
 
         Raises:
-            RefusedError: `damaged` for a key that is not a list or a row that fails its checks.
+            RefusedError: `damaged` for a key that is not a list, a row that fails its
+                checks, or reason rows not in increasing attempt order (each attempt's
+                reply is logged once, in order).
         """
         found: list[bytes] = self._call("attempt_log", "lrange", keys.log_key(thread_id), 0, -1)
-        return [_log_row(raw) for raw in found]
+        rows = [_log_row(raw) for raw in found]
+        reasons = [r["attempt"] for r in rows if r["kind"] == "reason"]
+        if any(later <= earlier for earlier, later in zip(reasons, reasons[1:], strict=False)):
+            raise damaged("attempt_log", "its reason rows are not one per attempt, in order: "
+                          "a row was added, moved or copied")
+        return rows
 
     def last_attempt(self, thread_id: str) -> int:
         """The highest attempt among the thread's `reason` rows; 0 when there are none.
