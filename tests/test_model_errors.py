@@ -147,3 +147,11 @@ def test_sanitize_keeps_ordinary_text_and_hides_the_key() -> None:
     assert sanitize(f"key={KEY};", [KEY]) == "key=***;"
     assert sanitize("a\n\tb\x00c", []) == "a b c"
     assert json.dumps(sanitize("é ü 日本", [])) == json.dumps("é ü 日本")
+
+
+@pytest.mark.parametrize("gap", [" ", "\u200b", " \u200b", "\n"])
+def test_a_key_split_into_short_pieces_hides_the_whole_message(gap: str) -> None:
+    pieces = [KEY[i:i + 5] for i in range(0, len(KEY), 5)]
+    said = sanitize("rate limited for " + gap.join(pieces), [KEY])
+    assert said == "***"
+    assert sanitize("rate limited: try again in 20 s", [KEY]) == "rate limited: try again in 20 s"
