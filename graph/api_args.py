@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast, get_args
 
 from graph.errors import UsageError
 from graph.spec import Source, setting_name
-from graph.value_checks import check_path, check_text, check_whole, shown
+from graph.value_checks import check_path, check_text, check_whole, exact, shown
 
 if TYPE_CHECKING:
     from graph.spec import ThreadSpec
@@ -32,7 +32,10 @@ def checked_call(fn: Callable[P, R]) -> Callable[P, R]:
     """`fn`, refusing arguments that do not fit its signature as a `UsageError`.
 
     Works on functions, methods and `async def` (refused when the coroutine is awaited).
-    A call forwarding `**kwargs` (`arun`) is checked by the call it forwards to.
+    A call forwarding `**kwargs` (`arun`) is checked by the call it forwards to. Every
+    argument that is a subclass of str, int or float (or a list or tuple of them) is
+    passed on as the exact built-in (`graph.value_checks.exact`), so no call sees an
+    override of `__str__`, `__eq__` or `__hash__`.
 
     Raises:
         UsageError: An unknown keyword (`run() has no keyword 'onse'; it takes ...`), a
@@ -40,26 +43,30 @@ def checked_call(fn: Callable[P, R]) -> Callable[P, R]:
     """
     signature = inspect.signature(fn)
 
-    def check(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def check(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...],
+                                                                     dict[str, Any]]:
+        args = tuple(exact(arg) for arg in args)
+        kwargs = {key: exact(value) for key, value in kwargs.items()}
         try:
             signature.bind(*args, **kwargs)
         except TypeError as exc:
             name = type(args[0]).__name__ if fn.__name__ == "__init__" and args else fn.__name__
             raise UsageError(_misfit(name, signature, kwargs, exc)) from None
+        return args, kwargs
 
     if inspect.iscoroutinefunction(fn):
         async_fn = cast("Callable[..., Coroutine[Any, Any, Any]]", fn)
 
         @functools.wraps(fn)
         async def acall(*args: Any, **kwargs: Any) -> Any:
-            check(args, kwargs)
+            args, kwargs = check(args, kwargs)
             return await async_fn(*args, **kwargs)
 
         return cast("Callable[P, R]", acall)
 
     @functools.wraps(fn)
-    def call(*args: P.args, **kwargs: P.kwargs) -> R:
-        check(args, kwargs)
+    def call(*args: Any, **kwargs: Any) -> R:
+        args, kwargs = check(args, kwargs)
         return fn(*args, **kwargs)
 
     return call

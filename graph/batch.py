@@ -87,6 +87,8 @@ def _run(parser: Parser, argv: list[str], as_json: bool) -> int:
     if args.enqueue:
         from graph.queue import enqueue
 
+        for item in items:  # a queued job stores its task: refuse the key before any is queued
+            item.spec.check_no_key(settings)
         done = enqueue(settings.db, items, live=args.live, cap_id=cap_id,
                        max_requests=args.max_requests)
         already = len(done.already_queued)

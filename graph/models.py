@@ -30,7 +30,7 @@ def make_model(model_id: str, settings: Settings, *, transport: Any = None) -> C
         UsageError: A MandAPI model without `--live` and a key (exit 2).
     """
     if model_id == DEMO_MODEL_ID:
-        return OfflineDemoModel()
+        return OfflineDemoModel((settings.api_key,) if settings.api_key else ())
     if not settings.live or not settings.api_key:
         raise UsageError(
             f"thread model {model_id!r} makes paid requests: add --live and set MANDAPI_API_KEY"

@@ -43,6 +43,8 @@ def _row(thread_id: str, field: bytes, raw: bytes) -> dict[str, Any]:
     if not isinstance(row, dict) or set(row) != set(COLUMNS):
         raise damaged("write_approvals", "a decision has other fields")
     check_row("write_approvals", tuple(row[c] for c in COLUMNS), _COLUMN_TYPES)
+    if row["decision"] not in ("approve", "reject"):  # the SQL table's CHECK
+        raise damaged("write_approvals", "a decision is neither approve nor reject")
     if row["thread_id"] != thread_id or _field(row["attempt"], row["tool_call_id"]) != field:
         raise damaged("write_approvals", "a decision is stored under another call's key")
     return row

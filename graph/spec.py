@@ -166,11 +166,13 @@ class ThreadSpec:
             created_at: The creation time, ISO 8601 text (UTC).
 
         Raises:
-            UsageError: No task; `--live` without a model; a paid model without
+            UsageError: No task; a task holding the configured API key (nothing is
+                stored: INVARIANTS I9); `--live` without a model; a paid model without
                 `--live`; a missing folder (`no_such_workspace`).
         """
         if self.task is None:
             raise UsageError("a new thread needs a task", thread_id=self.thread_id)
+        self.check_no_key(settings)
         if settings.live and not (self.model or settings.env_model):
             raise UsageError(f"{live_name(self.source)} needs a model for a new thread: "
                              f"{self._name('model')} or MANDAPI_MODEL_ID")
@@ -186,6 +188,17 @@ class ThreadSpec:
             context_tokens=self.context_tokens or DEFAULT_CONTEXT_TOKENS,
             allow_writes=resolve_folder(self.allow_writes, self._folder("allow_writes")),
             keep_checkpoints=self.window)
+
+    def check_no_key(self, settings: Settings) -> None:
+        """Refuses a task that contains the configured API key (a task is stored and sent).
+
+        Raises:
+            UsageError: Naming the setting, never the key (exit 2; nothing stored: I9).
+        """
+        if settings.api_key and self.task and settings.api_key in self.task:
+            raise UsageError(f"{self._name('task')} contains the API key (MANDAPI_API_KEY): "
+                             "a task is stored and sent; remove the key from it",
+                             thread_id=self.thread_id)
 
     @property
     def window(self) -> int | None:

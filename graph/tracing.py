@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from collections.abc import Mapping
 from typing import TextIO
@@ -71,18 +72,24 @@ def watch_uploads() -> None:
         logging.getLogger(_LOGGER).addFilter(_watch)
 
 
+_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/?#\s]*@")
+"""A URL's scheme and its `user:password@` part (blanked wherever a URL is shown)."""
+
+
 def upload_failure(message: str, env: Mapping[str, str]) -> str:
     """Why an upload failed, from LangSmith's log message: one sentence, never a key.
 
     `Failed to multipart ingest runs: Connection error caused failure to POST URL in
     LangSmith API. Please confirm ...` becomes `Connection error caused failure to POST
     URL in LangSmith API`; what follows the first sentence (headers, the masked key) is
-    dropped, any value of `TRACE_KEYS` is blanked, and the text is capped.
+    dropped, any value of `TRACE_KEYS` is blanked, the user and password of any URL
+    (`http://user:pw@host`, from `LANGSMITH_ENDPOINT`) become `***`, and the text is capped.
     """
     why = message.split(": ", 1)[-1].splitlines()[0].split(". ", 1)[0].strip() or message
     for name in TRACE_KEYS:
         if env.get(name):
             why = why.replace(env[name], "***")
+    why = _USERINFO.sub(r"\1***@", why)
     return why if len(why) <= _MAX_WHY else why[:_MAX_WHY - 3] + "..."
 
 

@@ -9,6 +9,12 @@ with any type: each refusal names the keyword and shows what it got (`once must 
 or False, not 'yes'`). They are strict on purpose: a flag takes only a bool (not 1 or
 "yes"), a whole number only an int (not True, 2.0 or "5"), a number of seconds an int or
 a float (not "5"); only a path also takes an `os.PathLike` (a `pathlib.Path`).
+
+Each value they return is of the exact built-in type: a subclass (`numpy.str_`, a
+`str` whose `__str__` says something else, an `int` with its own `__index__`) is
+converted with the built-in's own method (`str.__str__`, `int.__int__`,
+`float.__float__`), which copies the value as stored and ignores any override. So a
+thread id is the same text whether it is hashed, formatted or compared.
 """
 
 from __future__ import annotations
@@ -39,6 +45,33 @@ def shown(value: object) -> str:
     return _SHOWN.repr(value)
 
 
+def exact(value: object) -> object:
+    """`value` as its exact built-in type, when it is a subclass of str, int or float.
+
+    A list or tuple has its items converted the same way (a new list or tuple when one
+    changed); anything else is returned as it is. bool cannot be subclassed.
+
+    Returns:
+        `str.__str__(value)`, `int.__int__(value)` or `float.__float__(value)` for a
+        subclass: the stored value, whatever the subclass's `__str__`, `__index__`,
+        `__eq__` or `__hash__` say (an attacker's `str` splitting one thread in two).
+    """
+    kind = type(value)
+    if kind in (str, int, float, bool) or value is None:
+        return value
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int):
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    if isinstance(value, list | tuple):
+        items = [exact(item) for item in value]
+        if any(a is not b for a, b in zip(items, value, strict=True)):
+            return items if isinstance(value, list) else tuple(items)
+    return value
+
+
 def _refuse(name: str, what: str, value: object) -> UsageError:
     return UsageError(f"{name} must be {what}, not {shown(value)}")
 
@@ -62,9 +95,11 @@ def check_whole(value: object, name: str, what: str = "a whole number") -> int |
     Raises:
         UsageError: Otherwise (exit 2), saying `name` must be `what`.
     """
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
         raise _refuse(name, what, value)
-    return value
+    return int.__int__(value)
 
 
 def check_text(value: object, name: str, *, optional: bool = True) -> str | None:
@@ -77,7 +112,7 @@ def check_text(value: object, name: str, *, optional: bool = True) -> str | None
         return None
     if not isinstance(value, str):
         raise _refuse(name, "text (a str)", value)
-    return value
+    return str.__str__(value)
 
 
 def check_seconds(value: object, name: str) -> float | None:
@@ -88,9 +123,11 @@ def check_seconds(value: object, name: str) -> float | None:
     Raises:
         UsageError: Otherwise (exit 2).
     """
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
         raise _refuse(name, "a number of seconds (an int or a float)", value)
-    return value
+    return int.__int__(value) if isinstance(value, int) else float.__float__(value)
 
 
 def check_path(value: object, name: str,
@@ -103,14 +140,14 @@ def check_path(value: object, name: str,
         UsageError: Otherwise (exit 2), saying `name` must be `what`.
     """
     if value is None or isinstance(value, str):
-        return value
+        return None if value is None else str.__str__(value)
     if isinstance(value, os.PathLike):
         try:
             path = os.fspath(value)
         except TypeError:  # __fspath__ returned neither str nor bytes
             path = None
         if isinstance(path, str):
-            return path
+            return str.__str__(path)
     raise _refuse(name, f"{what} (a str or os.PathLike)", value)
 
 
@@ -121,7 +158,7 @@ def check_names(value: object, name: str, what: str = "call ids") -> tuple[str, 
         UsageError: Otherwise (exit 2).
     """
     if isinstance(value, list | tuple) and all(isinstance(item, str) for item in value):
-        return tuple(value)
+        return tuple(str.__str__(item) for item in value)
     raise _refuse(name, f"a list or tuple of {what} (str)", value)
 
 
@@ -131,7 +168,7 @@ def check_thread_id(thread_id: str, name: str = "thread_id") -> str:
     Raises:
         UsageError: Otherwise (exit 2); a value that is no str is named as `name`.
     """
-    check_text(thread_id, name, optional=False)
+    thread_id = check_text(thread_id, name, optional=False)  # type: ignore[assignment]
     if not THREAD_ID_RE.fullmatch(thread_id):
         raise UsageError(
             f"invalid thread id {thread_id[:40]!r}: use 1-128 letters, digits, '.', '_', ':' or '-'"

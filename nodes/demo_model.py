@@ -85,7 +85,14 @@ def _reference_turn(task: str, results: list[Result], started: bool) -> Turn:
 
 
 class OfflineDemoModel:
-    """A scripted stand-in for MandAPI that follows the same `ChatModel` protocol."""
+    """A scripted stand-in for MandAPI that follows the same `ChatModel` protocol.
+
+    Args:
+        secrets: Text no result may store (a configured API key, though never sent).
+    """
+
+    def __init__(self, secrets: tuple[str, ...] = ()) -> None:
+        self.secrets = secrets
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply:
         """Returns the next turn: tool calls while it is looking things up, then a cited answer."""

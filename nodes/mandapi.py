@@ -43,6 +43,11 @@ class MandApiModel:
         self.model_id = model_id
         self.url = base_url.rstrip("/") + "/chat/completions"
 
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """The API key: text no result of this thread may store (`nodes.redaction`)."""
+        return (self._api_key,)
+
     def __repr__(self) -> str:
         return f"MandApiModel(model_id={self.model_id!r}, url={self.url!r})"
 

@@ -4,7 +4,11 @@ A server, or a model told to, can echo the key it was sent: in an error message,
 the reply's content, in a tool call's id, name or arguments. Everything kept from a
 reply is stored (checkpoint, attempt log), printed and exported, so the key is
 replaced where a reply enters: `redact_value` on the decoded body before it is
-checked (`nodes.mandapi`), `redact` on an error message (`nodes.server_errors`).
+checked (`nodes.mandapi`), `redact` on an error message (`nodes.server_errors`). The
+other texts that enter stored state come from the user's machine: a tool's result (a
+`.env` file read by `read_file`) goes through `stored_text` in the **tools** node, with
+the secrets the thread's model holds (`secrets_of`); a task holding the key is refused
+before the thread is created (`graph.spec`).
 
 Only the key's exact characters are replaced, however short the key (a wrongly short
 key mangles some text; a kept key would leak). A string that is itself JSON text (a
@@ -30,6 +34,29 @@ def redact(text: str, secrets: Sequence[str], marker: str = REDACTED) -> str:
         if secret:
             text = text.replace(secret, marker)
     return text
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def secrets_of(model: object) -> tuple[str, ...]:
+    """The texts `model` (a `ChatModel`) holds that must never be stored: its `secrets`.
+
+    `nodes.mandapi.MandApiModel` and `nodes.demo_model.OfflineDemoModel` carry the
+    configured API key there; a model without the attribute (a test's fake) holds none.
+    """
+    found = getattr(model, "secrets", ())
+    return tuple(s for s in found if isinstance(s, str) and s) if isinstance(found, tuple) else ()
+
+
+def stored_text(text: str, secrets: Sequence[str]) -> str:
+    """`text` as it may be stored, logged and sent: valid Unicode without any secret.
+
+    Each lone surrogate (a file name that is not UTF-8, an escape no text can hold) becomes
+    U+FFFD, so no checkpoint or attempt-log write can fail on it (INVARIANTS I13), and each
+    secret becomes `REDACTED` (I9).
+    """
+    return redact(_SURROGATE.sub("\ufffd", text), secrets)
 
 
 class _Pairs(list[tuple[str, Any]]):

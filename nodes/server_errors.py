@@ -62,10 +62,15 @@ def sanitize(text: str, secrets: Sequence[str] = ()) -> str:
     Control and format characters (newlines, escapes, bidirectional overrides) become
     spaces and runs of spaces one space. Each secret is replaced by `***`, and so is any
     word sharing `_KEY_WINDOW` consecutive characters with one (an echoed, partly masked
-    key).
+    key). A message that spells a secret once its spaces, control and format characters
+    (zero-width spaces) are removed (`MRKzq 7Xy9P\u200bw3Lk2...`) is replaced whole by
+    `***`: only such a message changes, since normal text never joins up into the key.
     """
     text = "".join(" " if unicodedata.category(c).startswith(("C", "Z")) else c for c in text)
     text = redact(text, secrets, "***")
+    joined = text.replace(" ", "")
+    if any(secret and secret in joined for secret in secrets):
+        return "***"
     words = text.split()
     for secret in secrets:
         windows = {secret[i:i + _KEY_WINDOW] for i in range(len(secret) - _KEY_WINDOW + 1)}

@@ -3,7 +3,9 @@
 A tool error the model can fix (unknown tool, unparsable or wrong arguments, nothing
 found) goes back to the model as a `tool` message starting with `TOOL_ERROR_PREFIX`;
 a bug in a tool still raises. Tool output is data: it is only ever sent with the
-`tool` role (INVARIANTS I5), and it is capped at `MAX_TOOL_OUTPUT_CHARS`.
+`tool` role (INVARIANTS I5), and it is capped at `MAX_TOOL_OUTPUT_CHARS`. Every result,
+run here or decided by a reviewer, enters state and the attempt log through
+`nodes.redaction.stored_text`: valid Unicode, and without the API key (I9, I13).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from nodes import references
 from nodes.arguments import ArgumentsError, parse_arguments
 from nodes.context import StepContext
 from nodes.prompts import TOOL_ERROR_PREFIX
+from nodes.redaction import secrets_of, stored_text
 from nodes.review import open_calls_of_last, review, split_writes
 from nodes.state import Message, ThreadState, ThreadUpdate
 from nodes.tool_specs import tool_specs
@@ -141,13 +144,16 @@ def answer_calls(state: ThreadState, ctx: StepContext, reviewed: dict[str, str])
     """Answers the latest message's calls: `reviewed` results by call id, the others run here.
 
     Returns:
-        As `tools_node`; each result is appended to the attempt log.
+        As `tools_node`; each result is appended to the attempt log, as stored: valid
+        Unicode with the model's secrets (the API key) replaced (`stored_text`).
     """
     root = state["thread"].get("workspace")
     workspace = Workspace(root) if root else None
+    secrets = secrets_of(ctx.model)
     results: list[Message] = []
     for call in open_calls_of_last(state["messages"]):
         text = reviewed[call["id"]] if call["id"] in reviewed else run_tool_call(call, workspace)
+        text = stored_text(text, secrets)
         ctx.log.record(ctx.thread_id, int(state["progress"]["attempts"]), "tool", {
             "tool_call_id": call["id"], "name": (call.get("function") or {}).get("name"),
             "arguments": (call.get("function") or {}).get("arguments"), "observation": text})

@@ -228,3 +228,37 @@ def test_a_closed_database_is_a_usage_error(tmp_path: Path) -> None:
         db.threads()
     assert closed.value.exit_code == ExitCode.USAGE
     assert "not open" in closed.value.message
+
+
+class _Lying(str):
+    """A str whose `__str__`, `__eq__` and `__hash__` say something else."""
+
+    def __str__(self) -> str:
+        return "EVIL"
+
+    def __eq__(self, other: object) -> bool:
+        return False
+
+    def __hash__(self) -> int:
+        return 0
+
+
+class _OddInt(int):
+    def __index__(self) -> int:
+        return 99
+
+    def __int__(self) -> int:
+        return 99
+
+
+def test_a_str_or_int_subclass_is_taken_as_the_value_it_holds(template: Path,
+                                                              tmp_path: Path) -> None:
+    path = tmp_path / "checkpoints.sqlite"
+    shutil.copy(template, path)
+    with open_database(path) as db:
+        outcome = db.run(_Lying("t9"), task=_Lying(TASK), max_attempts=_OddInt(3))
+        assert outcome.exit_code == ExitCode.OK
+        mine = [t for t in db.threads() if t["thread_id"] not in ("done1", "t1")]
+        assert [(t["thread_id"], t["max_attempts"]) for t in mine] == [("t9", 3)]
+        assert db.run("t9").exit_code == ExitCode.OK  # the same thread, resumed
+    assert verify_database(path).problems == []

@@ -165,3 +165,11 @@ def test_an_html_error_page_shows_its_text_sanitized_and_a_404_names_the_url_and
     assert "<" not in message and "color" not in message and "var k" not in message
     assert KEY not in message and "\x1b" not in message and len(message) < MAX_MESSAGE_CHARS + 200
     assert (out["status"], out["exit_code"]) == ("ready", 6)
+
+
+@pytest.mark.parametrize("gap", [" ", "\u200b", " \u200b", "\n"])
+def test_a_key_split_into_short_pieces_hides_the_whole_message(gap: str) -> None:
+    pieces = [KEY[i:i + 5] for i in range(0, len(KEY), 5)]
+    said = sanitize("rate limited for " + gap.join(pieces), [KEY])
+    assert said == "***"
+    assert sanitize("rate limited: try again in 20 s", [KEY]) == "rate limited: try again in 20 s"

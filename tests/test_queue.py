@@ -322,3 +322,25 @@ def test_three_queue_workers_share_sixty_threads_and_survive_a_killed_worker(pg,
     # worker (concurrency 2) for a step it had claimed but not yet sent.
     lost = sum(pg.ledger_row(f"q{i}")[1] for i in range(THREADS)) - len(requests)
     assert 0 <= lost <= 2
+
+
+def test_enqueueing_a_task_that_holds_the_api_key_is_refused_before_any_job_is_stored(
+        pg, tmp_path, capsys, monkeypatch) -> None:
+    import psycopg
+
+    from graph.batch import main as batch_main
+
+    key = "sk-QUEUEMARKER-91ab"
+    monkeypatch.setenv("GRAPH_DB", pg.db)
+    monkeypatch.setenv("MANDAPI_API_KEY", key)
+    monkeypatch.setenv("MANDAPI_MODEL_ID", "mandapi-large")
+    tasks = _tasks(tmp_path / "tasks.jsonl", ["k1", "k2"])
+    tasks.write_text(tasks.read_text().replace("shipping?", f"my key is {key}", 1))
+    assert batch_main([str(tasks), "--enqueue", "--live"]) == 2
+    shown = capsys.readouterr()
+    assert "contains the API key" in shown.err and key not in shown.out + shown.err
+    with psycopg.connect(pg.db) as conn:
+        found = conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()
+        jobs = conn.execute("SELECT count(*) FROM procrastinate_jobs").fetchone() if found[0] else (0,)
+    assert jobs == (0,)
+    assert key.encode() not in pg.dump()

@@ -131,3 +131,13 @@ def test_the_upload_failure_reason_is_one_capped_sentence_without_the_key() -> N
     why = upload_failure(message, {"LANGSMITH_API_KEY": "lsv2-abc123"})
     assert why == "Bad key *** for POST x"
     assert len(upload_failure("Failed to batch ingest runs: " + "x" * 500, {})) == 200
+
+
+def test_the_upload_failure_reason_hides_the_password_of_the_endpoint_url() -> None:
+    from graph.tracing import upload_failure
+
+    message = ("Failed to multipart ingest runs: Connection error caused failure to POST "
+               "http://alice:s3cr%40t@127.0.0.1:9/runs/multipart in LangSmith API. Please")
+    why = upload_failure(message, {"LANGSMITH_ENDPOINT": "http://alice:s3cr%40t@127.0.0.1:9"})
+    assert "s3cr" not in why and "alice" not in why
+    assert "POST http://***@127.0.0.1:9/runs/multipart" in why
