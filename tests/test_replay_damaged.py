@@ -21,6 +21,7 @@ from graph.replay_session import ReplayFailure, replay
 from tests.conftest import ROOT
 
 SOURCE = ROOT / "tests/fixtures/recordings/demo.json"
+APPROVAL = ROOT / "tests/fixtures/recordings/approval.json"
 RETYPES: tuple[Any, ...] = ("200", 7, [], {}, None)
 """What each value is replaced by: one value of each other JSON type."""
 DEEP = 100_000
@@ -85,12 +86,34 @@ CASES = [*((name, text) for name, text in RAW.items()),
          *((name, mutate) for name, mutate in _mutations(SOURCE_DATA))]
 
 
-def _text(case: str | Callable[[Any], None]) -> str:
+def _text(case: str | Callable[[Any], None], source: dict[str, Any]) -> str:
     if isinstance(case, str):
         return case
-    data = copy.deepcopy(SOURCE_DATA)
+    data = copy.deepcopy(source)
     case(data)
     return json.dumps(data)
+
+
+def _crashes(tmp_path: Path, source: dict[str, Any], cases: list[tuple[str, Any]],
+             answer: str | None, **options: Any) -> dict[str, str]:
+    """Each case that neither replays to `answer` nor fails with `ReplayFailure`, and how."""
+    crashes = {}
+    for number, (name, case) in enumerate(cases):
+        path = tmp_path / f"case-{number}.json"
+        path.write_text(_text(case, source), encoding="utf-8")
+        writes = tmp_path / f"writes-{number}"
+        writes.mkdir()
+        kwargs = {key: writes for key in options}  # a fresh empty folder per replay
+        try:
+            result = replay(path, db=str(tmp_path / f"case-{number}.sqlite"), **kwargs)
+        except ReplayFailure:
+            continue
+        except Exception as exc:  # noqa: BLE001 - the point: nothing else may escape
+            crashes[name] = f"{type(exc).__name__}: {str(exc)[:120]}"
+            continue
+        if (result.status, result.answer) != ("done", answer):
+            crashes[name] = f"replayed to {result.status} {result.answer!r}"
+    return crashes
 
 
 @pytest.fixture(scope="module")
@@ -101,20 +124,16 @@ def recorded_answer(tmp_path_factory: pytest.TempPathFactory) -> str | None:
 def test_every_damaged_recording_replays_as_recorded_or_fails_with_replay_failure(
         tmp_path: Path, recorded_answer: str | None) -> None:
     assert len(CASES) > 250, "the corpus covers every key of the recording"
-    crashes = {}
-    for number, (name, case) in enumerate(CASES):
-        path = tmp_path / f"case-{number}.json"
-        path.write_text(_text(case), encoding="utf-8")
-        try:
-            result = replay(path, db=str(tmp_path / f"case-{number}.sqlite"))
-        except ReplayFailure:
-            continue
-        except Exception as exc:  # noqa: BLE001 - the point: nothing else may escape
-            crashes[name] = f"{type(exc).__name__}: {str(exc)[:120]}"
-            continue
-        if (result.status, result.answer) != ("done", recorded_answer):
-            crashes[name] = f"replayed to {result.status} {result.answer!r}"
-    assert crashes == {}
+    assert _crashes(tmp_path, SOURCE_DATA, CASES, recorded_answer) == {}
+
+
+def test_every_damaged_review_decision_replays_as_recorded_or_fails_with_replay_failure(
+        tmp_path: Path) -> None:
+    source = json.loads(APPROVAL.read_text())
+    cases = [(name, case) for name, case in _mutations(source) if ".decisions" in name]
+    assert len(cases) > 30
+    answer = source["metadata"]["mandapi_replay"]["outcome"]["answer"]
+    assert _crashes(tmp_path, source, cases, answer, allow_writes=True) == {}
 
 
 CONTROLS = "\x1b[2J \x1b]8;;http://evil\x07click\x1b]8;;\x07 \x9b31m \u202e"
