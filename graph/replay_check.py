@@ -136,10 +136,13 @@ _CASSETTE = TypeAdapter(_Cassette)
 
 
 def parse_json(text: str) -> Any:
-    """`text` as JSON, refused when longer than `MAX_BYTES` or nested over `MAX_DEPTH`.
+    r"""`text` as JSON; refused when too long, too deep, or not Unicode text.
+
+    Refused: over `MAX_BYTES`, nested over `MAX_DEPTH`, or holding a lone surrogate
+    (a JSON escape such as `"\ud800"`, which vcrpy and httpx cannot encode).
 
     Raises:
-        ValueError: Not JSON, too long, or too deep (the message says which).
+        ValueError: Not JSON, too long, too deep, or not Unicode (the message says which).
     """
     if len(text) > MAX_BYTES:
         raise ValueError(f"longer than {MAX_BYTES} characters")
@@ -154,6 +157,10 @@ def parse_json(text: str) -> Any:
             raise ValueError(f"nested deeper than {MAX_DEPTH}")
         items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
         stack += [(item, depth + 1) for item in items if isinstance(item, (dict, list))]
+    try:  # a JSON escape can spell a lone surrogate, which no request or reply can carry
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("a string holds a lone surrogate (\\ud800-\\udfff): not Unicode text") from None
     return data
 
 

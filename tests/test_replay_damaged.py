@@ -27,7 +27,11 @@ RETYPES: tuple[Any, ...] = ("200", 7, [], {}, None)
 DEEP = 100_000
 """Nesting of the deep cases: far past Python's recursion limit."""
 RAW = {"not json": "{", "empty": "", "an array": "[]", "a NUL": "\x00", "yaml": "version: 1\n",
-       "deep array": "[" * DEEP + "]" * DEEP, "deep object": '{"a":' * DEEP + "1" + "}" * DEEP}
+       "deep array": "[" * DEEP + "]" * DEEP, "deep object": '{"a":' * DEEP + "1" + "}" * DEEP,
+       "NaN in a reply": SOURCE.read_text().replace('"prompt_tokens": 368', '"prompt_tokens": NaN'),
+       "a surrogate in a reply": SOURCE.read_text().replace('"I will look', '"\\ud800I will look'),
+       "a surrogate in a request": SOURCE.read_text().replace('"How long', '"\\udc00How long'),
+       "a byte-order mark": "\ufeff" + SOURCE.read_text()}
 
 Path_ = tuple[int | str, ...]
 
@@ -124,6 +128,7 @@ def recorded_answer(tmp_path_factory: pytest.TempPathFactory) -> str | None:
 def test_every_damaged_recording_replays_as_recorded_or_fails_with_replay_failure(
         tmp_path: Path, recorded_answer: str | None) -> None:
     assert len(CASES) > 250, "the corpus covers every key of the recording"
+    assert SOURCE.read_text() not in RAW.values(), "each raw case changes the file"
     assert _crashes(tmp_path, SOURCE_DATA, CASES, recorded_answer) == {}
 
 
