@@ -38,6 +38,8 @@ _MAX_ERRORS = 5
 """Bad fields named in one refusal; the rest are counted."""
 
 _Count = Annotated[int, Field(ge=0)]
+_One = Annotated[int, Field(ge=1, le=1)]
+"""The integer 1 (a `Literal[1]` would also take `true`, which equals 1 in Python)."""
 _Positive = Annotated[int, Field(ge=1)]
 _Headers = dict[str, Annotated[list[str], Field(min_length=1)]]
 _STRICT = ConfigDict(strict=True, extra="forbid")
@@ -113,7 +115,7 @@ class _Outcome(TypedDict):
 
 class _Meta(TypedDict):
     __pydantic_config__ = _OPEN  # type: ignore[misc]
-    format: Literal[1]
+    format: _One
     thread: _Thread
     decisions: NotRequired[list[_Decision]]
     exchanges: list[_Exchange]
@@ -127,7 +129,7 @@ class _Metadata(TypedDict):
 
 class _Cassette(TypedDict):
     __pydantic_config__ = _OPEN  # type: ignore[misc]
-    version: Literal[1]
+    version: _One
     interactions: list[_Interaction]
     metadata: _Metadata
 

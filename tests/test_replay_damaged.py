@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -197,3 +198,16 @@ def test_a_deeply_nested_file_is_refused_not_a_recursion_error(tmp_path, text) -
     with pytest.raises(ReplayFailure, match="nested deeper than 100"):
         replay(path, db=str(tmp_path / "r.sqlite"))
 
+
+
+@pytest.mark.parametrize("path", [("version",), ("metadata", "mandapi_replay", "format"),
+                                  ("metadata", "mandapi_replay", "thread", "max_attempts"),
+                                  ("metadata", "mandapi_replay", "exchanges", 0, "attempt")])
+def test_true_is_not_the_integer_1(tmp_path, path) -> None:
+    data = copy.deepcopy(SOURCE_DATA)
+    _parent(data, path)[path[-1]] = True
+    bad = tmp_path / "bool.json"
+    bad.write_text(json.dumps(data))
+    name = "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in path).lstrip(".")
+    with pytest.raises(ReplayFailure, match=re.escape(f"{name}: Input should be a valid integer")):
+        replay(bad, db=str(tmp_path / "r.sqlite"))
