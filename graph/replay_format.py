@@ -149,9 +149,13 @@ def _refused(path: Path, why: str) -> UsageError:
 def load_recording(path: str | Path) -> Recording:
     """Reads and checks a recording written by `graph.replay export`.
 
+    The whole file is checked here, once, before any graph runs
+    (`graph.replay_check`): every field's presence and exact type, the size and
+    nesting of the JSON, and that the exchanges pair with the interactions.
+
     Raises:
-        UsageError: The file is missing, is not JSON, or is not a recording of this
-            format (the message says what is wrong).
+        UsageError: The file is missing, is not UTF-8 JSON, or is not a recording of
+            this format (the message names each bad field by its path).
     """
     path = Path(path)
     try:
