@@ -19,6 +19,8 @@ import json
 import textwrap
 from typing import Any
 
+from graph.terminal_text import escape_controls
+
 MODES = ("exact", "messages_and_tools")
 MAX_DIFF_LINES = 150
 """Longest diff shown (lines); the rest is cut and counted."""
@@ -81,11 +83,16 @@ def _canonical(value: Any) -> list[str]:
 
 
 def _unified(recorded: list[str], other: list[str], name: str) -> str:
-    """A unified diff (`recorded` → `name`) of two renderings, cut at `MAX_DIFF_LINES`."""
+    """A unified diff (`recorded` → `name`) of two renderings, cut at `MAX_DIFF_LINES`.
+
+    Control characters are escaped (`graph.terminal_text.escape_controls`) after the
+    comparison: a recording's text reaches the test report and the terminal, where an
+    ESC, OSC 8 link, C1 CSI or bidirectional override would act instead of showing.
+    """
     lines = list(difflib.unified_diff(recorded, other, "recorded", name, n=2, lineterm=""))
     if len(lines) > MAX_DIFF_LINES:
         lines = [*lines[:MAX_DIFF_LINES], f"... ({len(lines) - MAX_DIFF_LINES} more diff lines)"]
-    return "\n".join(lines)
+    return escape_controls("\n".join(lines))
 
 
 def difference(recorded: dict[str, Any], sent: dict[str, Any]) -> str | None:

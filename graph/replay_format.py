@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from graph.errors import UsageError
+from graph.replay_check import MAX_BYTES, check_cassette, parse_json
 
 FORMAT = 1
 """Version of the `mandapi_replay` metadata; a newer one is refused."""
@@ -68,16 +69,26 @@ def serialize(cassette: dict[str, Any]) -> str:
     return json.dumps(out, ensure_ascii=False, indent=1) + "\n"
 
 
-def deserialize(text: str) -> dict[str, Any]:
-    """As a vcrpy serializer: the cassette dict with JSON bodies turned back into text."""
-    data = json.loads(text)
-    for item in data.get("interactions", []):
-        body = item["request"].get("body")
+def deserialize(text: str) -> Any:
+    """As a vcrpy serializer: the cassette dict with JSON bodies turned back into text.
+
+    Only well-shaped bodies are converted, so a damaged file comes back for
+    `graph.replay_check.check_cassette` to name what is wrong.
+
+    Raises:
+        ValueError: Not JSON, or too long or too deep (`graph.replay_check.parse_json`).
+    """
+    data = parse_json(text)
+    items = data.get("interactions") if isinstance(data, dict) else None
+    for item in items if isinstance(items, list) else []:
+        request = item.get("request") if isinstance(item, dict) else None
+        response = item.get("response") if isinstance(item, dict) else None
+        body = request.get("body") if isinstance(request, dict) else None
         if isinstance(body, dict) and "json" in body:
-            item["request"]["body"] = encode_json(body["json"])
-        response_body = item["response"].get("body")
+            request["body"] = encode_json(body["json"])  # type: ignore[index]
+        response_body = response.get("body") if isinstance(response, dict) else None
         if isinstance(response_body, dict) and "json" in response_body:
-            item["response"]["body"] = {"string": encode_json(response_body["json"])}
+            response["body"] = {"string": encode_json(response_body["json"])}  # type: ignore[index]
     return data
 
 
@@ -138,32 +149,32 @@ def _refused(path: Path, why: str) -> UsageError:
 def load_recording(path: str | Path) -> Recording:
     """Reads and checks a recording written by `graph.replay export`.
 
+    The whole file is checked here, once, before any graph runs
+    (`graph.replay_check`): every field's presence and exact type, the size and
+    nesting of the JSON, and that the exchanges pair with the interactions.
+
     Raises:
-        UsageError: The file is missing, is not JSON, or is not a recording of this
-            format (the message says what is wrong).
+        UsageError: The file is missing, is not UTF-8 JSON, or is not a recording of
+            this format (the message names each bad field by its path).
     """
     path = Path(path)
     try:
-        data = deserialize(path.read_text(encoding="utf-8"))
+        with path.open(encoding="utf-8") as file:
+            text = file.read(MAX_BYTES + 1)
     except OSError as exc:
         raise UsageError(f"cannot read the recording {path}: {exc.strerror or exc}") from None
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise _refused(path, f"not a JSON cassette ({type(exc).__name__})") from None
-    meta = (data.get("metadata") or {}).get(META_KEY) if isinstance(data, dict) else None
-    if not isinstance(meta, dict) or not isinstance(data.get("interactions"), list):
-        raise _refused(path, f"no interactions or no metadata.{META_KEY}")
-    if meta.get("format") != FORMAT:
-        raise _refused(path, f"format {meta.get('format')!r}; this version reads {FORMAT}")
-    items = data["interactions"]
-    if not all(k in meta for k in ("thread", "exchanges", "outcome")) or len(meta["exchanges"]) != len(items):
-        raise _refused(path, "its metadata lacks thread, exchanges or outcome, or the exchanges "
-                       "do not pair with the interactions")
+    except UnicodeDecodeError:
+        raise _refused(path, "not UTF-8 text") from None
     try:
-        requests = [json.loads(item["request"]["body"]) for item in items]
-        uris = [str(item["request"]["uri"]) for item in items]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise _refused(path, f"a request is not a JSON body ({type(exc).__name__})") from None
-    return Recording(path, requests, uris, meta)
+        data = deserialize(text)
+    except ValueError as exc:  # json.JSONDecodeError, too long or deep, NaN in a body
+        raise _refused(path, f"not a JSON cassette ({exc})") from None
+    problems = check_cassette(data)
+    if problems:
+        raise _refused(path, "; ".join(problems))
+    items, meta = data["interactions"], data["metadata"][META_KEY]
+    requests = [json.loads(item["request"]["body"]) for item in items]
+    return Recording(path, requests, [item["request"]["uri"] for item in items], meta)
 
 
 def write_recording(path: str | Path, cassette: dict[str, Any], flag: str = "-o") -> None:

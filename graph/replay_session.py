@@ -44,7 +44,16 @@ _HINT = ("If the change is intended, run the thread again and export it anew "
 
 
 class ReplayFailure(AssertionError):
-    """The graph did not do what the recording says; the message says how."""
+    """The graph did not do what the recording says; the message says how.
+
+    The message has its control characters escaped (`graph.terminal_text`): it quotes
+    the recording, and pytest prints it to a terminal.
+    """
+
+    def __init__(self, message: str) -> None:
+        from graph.terminal_text import escape_controls
+
+        super().__init__(escape_controls(str(message)))
 
 
 @dataclass

@@ -164,7 +164,7 @@ def test_a_request_difference_the_rendering_hides_is_a_canonical_json_diff() -> 
 
 @pytest.mark.parametrize(("content", "why"), [
     ("not json", "not a JSON cassette"),
-    ('{"version": 1, "interactions": []}', "no metadata.mandapi_replay"),
+    ('{"version": 1, "interactions": []}', "metadata: Field required"),
     ('{"interactions": [], "metadata": {"mandapi_replay": {"format": 99}}}', "format 99"),
 ])
 def test_a_file_that_is_not_a_recording_is_refused_with_why(tmp_path, content, why) -> None:
