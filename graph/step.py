@@ -10,6 +10,7 @@ is never restarted (INVARIANTS I7).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -198,7 +199,8 @@ def _resume(graph: Any, config: dict[str, Any], store: Store, loaded: LoadedThre
     Raises:
         RefusedError: `identity_mismatch`, or `damaged` (ledger cross-check).
         UsageError: Decisions for a thread that waits for none; a paid model without
-            `--live`; the thread's folder missing here (`no_such_workspace`).
+            `--live`; the thread's folder missing here (`no_such_workspace`); a `--reason`
+            holding the API key (I9: nothing stored).
     """
     thread_id, values = request.thread_id, loaded.values
     request.spec.check_against(values["thread"], settings.env_model)
@@ -206,6 +208,10 @@ def _resume(graph: Any, config: dict[str, Any], store: Store, loaded: LoadedThre
     store.approvals.rows(thread_id)  # read with exact type checks, like every table
     pending = pending_review(loaded.snapshot)
     if pending is not None:
+        key = settings.api_key or os.environ.get("MANDAPI_API_KEY")  # a decision may lack --live
+        if key and request.reason and key in request.reason:
+            raise UsageError("--reason contains the API key (MANDAPI_API_KEY): a reason is "
+                             "stored and sent; remove the key from it", thread_id=thread_id)
         return review(graph, config, store, loaded, thread_id, pending,
                       approve=list(request.approve), reject=list(request.reject),
                       reason=request.reason)

@@ -296,3 +296,17 @@ def test_a_lost_wal_after_a_killed_approved_append_never_applies_it_twice(
     if out["status"] == "awaiting_approval":  # the decision was lost with the -wal: decide again
         run_cli(["--thread", "w", "--approve", "a1", "--db", str(sqlite_db)])
     assert (out_dir / "log.txt").read_text() == "start\nreport written\n"
+
+
+def test_a_rejection_reason_holding_the_api_key_is_refused_and_nothing_is_stored(
+        backend, out_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    key = "sk-REASONMARKER-0123456789"
+    monkeypatch.setenv("MANDAPI_API_KEY", key)
+    waiting_thread(backend, out_dir)
+    before = backend.fingerprint()
+    out = run_cli(["--thread", "w", "--reject", "w1", "--reason", f"leaked {key}",
+                   "--db", backend.db])
+    assert (out["exit_code"], out["error_code"]) == (2, "usage")
+    assert "contains the API key" in out["error"] and key not in json.dumps(out)
+    assert backend.fingerprint() == before
+    assert key.encode() not in backend.dump()
