@@ -143,6 +143,16 @@ class SqliteBackend:
         with sqlite3.connect(self.path) as conn:
             conn.execute(sql, params)
 
+    def update_ledger(self, thread_id: str, **columns: Any) -> None:
+        """Sets columns of the thread's ledger row behind the product's back (SQL `UPDATE`)."""
+        sets = ", ".join(f"{name} = ?" for name in columns)
+        self.execute(f"UPDATE attempt_ledger SET {sets} WHERE thread_id = ?",
+                     (*columns.values(), thread_id))
+
+    def delete_ledger(self, thread_id: str) -> None:
+        """Deletes the thread's ledger row behind the product's back."""
+        self.execute("DELETE FROM attempt_ledger WHERE thread_id = ?", (thread_id,))
+
     def _latest(self, conn: sqlite3.Connection, thread_id: str) -> tuple[str, str, bytes]:
         return conn.execute(
             "SELECT checkpoint_id, type, checkpoint FROM checkpoints WHERE thread_id = ? "
@@ -221,6 +231,16 @@ class PostgresBackend:
     def execute(self, sql: str, params: tuple = ()) -> None:
         with self._psycopg.connect(self.db, autocommit=True) as conn:
             conn.execute(sql.replace("?", "%s"), params)
+
+    def update_ledger(self, thread_id: str, **columns: Any) -> None:
+        """Sets columns of the thread's ledger row behind the product's back (SQL `UPDATE`)."""
+        sets = ", ".join(f"{name} = ?" for name in columns)
+        self.execute(f"UPDATE attempt_ledger SET {sets} WHERE thread_id = ?",
+                     (*columns.values(), thread_id))
+
+    def delete_ledger(self, thread_id: str) -> None:
+        """Deletes the thread's ledger row behind the product's back."""
+        self.execute("DELETE FROM attempt_ledger WHERE thread_id = ?", (thread_id,))
 
     def _blob_key(self, conn: Any, thread_id: str, channel: str) -> tuple[str, str]:
         version = conn.execute(

@@ -86,35 +86,41 @@ class RedisBackend:
     def execute(self, sql: str, params: tuple = ()) -> None:
         raise AssertionError("a Redis database runs no SQL: mark the test sql_only")
 
+    def update_ledger(self, thread_id: str, **columns: Any) -> None:
+        """Sets fields of the thread's ledger hash behind the product's back."""
+        self._client.hset(redis_keys.ledger_key(thread_id),
+                          mapping={name: str(value) for name, value in columns.items()})
+
+    def delete_ledger(self, thread_id: str) -> None:
+        """Deletes the thread's ledger hash behind the product's back."""
+        self._client.delete(redis_keys.ledger_key(thread_id))
+
     def _saver(self) -> Any:
         from graph.redis_saver import redis_saver
 
         return redis_saver(self._client)
 
-    def _latest_key(self, saver: Any, thread_id: str) -> tuple[Any, Any]:
-        saved = saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})
-        conf = saved.config["configurable"]
-        key = saver._make_redis_checkpoint_key_cached(thread_id, "", conf["checkpoint_id"])
-        return saved, key
+    def _latest_key(self, thread_id: str) -> bytes:
+        """The key of the thread's latest checkpoint document (ids sort by time)."""
+        return latest_key(self._client, thread_id)
 
     def get_raw(self, thread_id: str, channel: str) -> tuple[str, bytes]:
         """("json", the JSON text of `channel` inline in the latest checkpoint document)."""
-        saver = self._saver()
-        _, key = self._latest_key(saver, thread_id)
+        key = self._latest_key(thread_id)
         value = self._client.json().get(key, f"$.checkpoint.channel_values.{channel}")[0]
         return "json", json.dumps(value).encode()
 
     def set_raw(self, thread_id: str, channel: str, type_: str, data: bytes) -> None:
         """Writes JSON text `data` as `channel` of the latest checkpoint document."""
         assert type_ == "json", "a Redis document holds JSON values only"
-        saver = self._saver()
-        _, key = self._latest_key(saver, thread_id)
+        key = self._latest_key(thread_id)
         self._client.json().set(key, f"$.checkpoint.channel_values.{channel}", json.loads(data))
 
     def edit_values(self, thread_id: str, edit: Any) -> None:
         """Applies `edit(channel_values)` to the latest checkpoint, with a matching digest."""
         saver = self._saver()
-        saved, key = self._latest_key(saver, thread_id)
+        saved = saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})
+        key = self._latest_key(thread_id)
         checkpoint = copy.deepcopy(saved.checkpoint)
         edit(checkpoint["channel_values"])
         self._client.json().set(key, "$.checkpoint", saver._dump_checkpoint(checkpoint))
@@ -125,18 +131,22 @@ class RedisBackend:
         reseal_redis(self._client, thread_id)
 
 
+def latest_key(client: Any, thread_id: str) -> bytes:
+    """The key of `thread_id`'s latest checkpoint document in `RedisSaver`'s layout."""
+    found = client.scan_iter(match=f"checkpoint:{thread_id}:__empty__:*".encode(), count=1000)
+    return max(found)
+
+
 def reseal_redis(client: Any, thread_id: str) -> None:
     """Sets the digest of `thread_id`'s latest checkpoint (on `client`) to what is stored now."""
-    from langgraph.checkpoint.redis import RedisSaver
-
     from graph.digest import checkpoint_digest
     from graph.redis_saver import redis_saver
 
     saver = redis_saver(client)
-    # LangGraph's own load, without the digest check this edit is meant to pass
-    saved = RedisSaver.get_tuple(saver, {"configurable": {"thread_id": thread_id,
-                                                          "checkpoint_ns": ""}})
-    checkpoint_id = saved.config["configurable"]["checkpoint_id"]
+    key = latest_key(client, thread_id)
+    document = client.json().get(key)["checkpoint"]  # read as stored: no digest check
+    checkpoint = saver._load_checkpoint(document, document.get("channel_values", {}), [])
+    checkpoint_id = key.decode().rsplit(":", 1)[1]
     client.hdel(redis_keys.digest_key(thread_id, "", checkpoint_id), "")
     saver.digests.record((thread_id, "", checkpoint_id, "", 0),
-                         checkpoint_digest(saver.serde, saved.checkpoint))
+                         checkpoint_digest(saver.serde, checkpoint))

@@ -102,6 +102,11 @@ class Runner:
         return row
 
 
+@pytest.mark.sql_only(
+    "the kill points hook SQL savers and tables (tests/crash_child.py), and a killed holder's Redis "
+    "lease keeps the thread busy until it runs out (graph.redis_locks, deliberate); Redis: tests/test"
+    "_redis_locks.py::test_a_killed_holders_lease_is_taken_over_after_it_runs_out_and_not_before, "
+    "tests/test_redis_saver.py::test_a_put_killed_after_its_digest_leaves_the_thread_resumable")
 def test_sigkill_at_any_point_never_sends_an_uncounted_request(
     backend, tmp_path: Path, forkserver
 ) -> None:

@@ -84,7 +84,7 @@ def test_history_is_identical_on_sqlite_and_postgres(tmp_path) -> None:
 
 def test_a_killed_attempt_shows_as_counted_without_a_record(backend) -> None:
     run_cli(["--thread", "h1", "--task", TASK, "--once", "--db", backend.db])
-    backend.execute("UPDATE attempt_ledger SET attempts = 2, claimed = 2")  # died mid-request
+    backend.update_ledger("h1", attempts=2, claimed=2)  # died mid-request
     with open_store(backend.db, create=False, read_only=True) as store:
         steps = thread_history(store, "h1")["steps"]
     assert [(s["step"], s["outcome"]) for s in steps] == [(1, "tool_calls"), (2, "no record")]
