@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from graph import redis_keys as keys
+from graph.errors import RefusedError
 from graph.ledger import LedgerRow
 from graph.redis_conn import server_errors
 from graph.rowcheck import damaged, is_iso_time
@@ -118,10 +119,19 @@ class RedisLedgerRows:
         return found
 
     def updated_at(self) -> dict[str, str]:
-        """`updated_at` (UTC, ISO 8601) of every thread in the ledger, by thread id."""
+        """`updated_at` (UTC, ISO 8601) of every thread whose ledger row is readable, by id.
+
+        A damaged row is left out instead of refusing the whole answer: a thread without
+        a readable row is then listed as `unreadable: damaged` (`graph.thread_history.
+        list_threads`, as a missing row is on SQL, where a row of the wrong form cannot
+        be stored) and never selected for pruning; reading that thread refuses it.
+        """
         stamps: dict[str, str] = {}
         for thread_id in self._ids(keys.LEDGER):
-            row = self.row(thread_id)
+            try:
+                row = self.row(thread_id)
+            except RefusedError:
+                continue
             if row is not None:
                 stamps[thread_id] = row.updated_at
         return stamps

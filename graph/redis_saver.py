@@ -151,9 +151,9 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
         latest = not conf.get("checkpoint_id")
         try:
             before = self._redis_digests.saved_ids(*slot) if latest else set()
-            saved = super().get_tuple(config)
         except redis.ResponseError as exc:
             raise _refused(config, exc) from None
+        saved = self._read_whole(config)
         loaded = saved.config["configurable"]["checkpoint_id"] if saved else ""
         newer = {i for i in before if i > loaded}
         if newer and (newer & self._redis_digests.saved_ids(*slot)):
@@ -162,6 +162,22 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
                 f"from LangGraph's index (found {loaded or 'none'}); an older one is never "
                 "resumed instead")
         return saved
+
+    def _read_whole(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """`CheckedSaver.get_tuple`, read again when a write was saved while it was read.
+
+        Redis has no read snapshot: a write another process finishes between LangGraph's
+        load and the count of saved writes looks missing. A checkpoint whose writes still
+        fall short on every one of `_REREADS` reads is refused.
+        """
+        for _ in range(_REREADS):
+            try:
+                return super().get_tuple(config)
+            except redis.ResponseError as exc:
+                raise _refused(config, exc) from None
+            except _WritesRaced as exc:
+                short = exc
+        raise CheckpointIntegrityError(str(short))
 
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
              before: RunnableConfig | None = None, limit: int | None = None
@@ -183,6 +199,8 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
                 yield item
         except redis.ResponseError as exc:
             raise _refused(config, exc) from None
+        except _WritesRaced as exc:
+            raise CheckpointIntegrityError(str(exc)) from None
         missing = expected & self._redis_digests.saved_ids(*slot) if expected else set()
         if missing:
             raise CheckpointIntegrityError(
@@ -218,8 +236,9 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
         for task_id, count in self._redis_digests.written_counts(
                 thread_id, ns, checkpoint_id).items():
             if loaded.get(task_id, 0) < count:
-                raise ValueError(f"a pending write of task {task_id} is missing: deleted, "
-                                 "or hidden from LangGraph's index")
+                raise _WritesRaced(f"checkpoint {checkpoint_id}: a pending write of task "
+                                   f"{task_id} is missing: deleted, or hidden from "
+                                   "LangGraph's index")
 
     def _load_checkpoint(self, checkpoint: Any, channel_values: dict[str, Any],
                          pending_sends: Sequence[Any]) -> Checkpoint:
@@ -243,6 +262,14 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
 
     def _recursive_deserialize(self, obj: Any) -> Any:
         return self.strict.revive(obj)
+
+
+class _WritesRaced(Exception):
+    """Fewer pending writes were loaded than were saved: damage, or a write saved meanwhile."""
+
+
+_REREADS = 3
+"""How often `get_tuple` reads a checkpoint whose saved writes were not all loaded."""
 
 
 def _refused(config: RunnableConfig | None, exc: Exception) -> CheckpointIntegrityError:

@@ -32,6 +32,18 @@ _MARKERS = ("__send__", "__delta_snapshot__", "__bytes__")
 _TYPES = frozenset({"json", "msgpack", "null"})
 
 
+def _storable(obj: Any) -> Any:
+    """`obj`, or for an exception (the `__error__` write of a failed task) its `repr`.
+
+    LangGraph saves a failed task's writes with the exception it raised; the other
+    backends' msgpack serializer stores an exception as its `repr` (text), and
+    `graph.repair.unrouted_output` needs that write to keep a node's output whose
+    routing failed. `RedisSaver`'s JSON form would be a constructor envelope, refused on
+    load, so the same text is stored here.
+    """
+    return repr(obj) if isinstance(obj, BaseException) else obj
+
+
 class StrictRedisSerializer(JsonPlusRedisSerializer):
     """`JsonPlusRedisSerializer` that revives nothing but `Interrupt` (see module doc)."""
 
@@ -80,7 +92,7 @@ class StrictRedisSerializer(JsonPlusRedisSerializer):
             StoredTypeError: `obj` holds a value that would not load back (bytes, a set,
                 a `Send`, a class instance): reported where it is stored (a bug).
         """
-        stored = super().dumps_typed(obj)
+        stored = super().dumps_typed(_storable(obj))
         try:
             self.loads_typed(stored)
         except CheckpointIntegrityError as exc:
@@ -113,6 +125,6 @@ class StrictRedisSerializer(JsonPlusRedisSerializer):
 
     def checksummed(self, obj: Any) -> tuple[str, bytes]:
         """The canonical form a digest covers: sorted-key JSON of the stored form."""
-        processed = self._preprocess_redis_json(obj, encode_bytes=lambda b: b.hex())
+        processed = self._preprocess_redis_json(_storable(obj), encode_bytes=lambda b: b.hex())
         return "json", orjson.dumps(processed, default=self._default_handler,
                                     option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)

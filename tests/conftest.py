@@ -1,9 +1,16 @@
-"""Shared fixtures: a clean environment, and every behaviour test on SQLite and PostgreSQL.
+"""Shared fixtures: a clean environment, and every behaviour test on SQLite, PostgreSQL, Redis.
 
 PostgreSQL tests (marked `postgres`) read the server's URL from `GRAPH_TEST_POSTGRES_URL`
 and get a fresh database each; without the variable they are deselected at collection,
 with one summary line saying how many and how to enable them, and with
 `GRAPH_REQUIRE_POSTGRES=1` (set by `.ci/run`) they are kept and each one fails.
+
+Redis tests (marked `redis`) run on the session's private server (`tests/redis_server.py`),
+flushed per test (`tests/redis_adapter.py`); without valkey-server or the modules they
+skip, and fail under `GRAPH_REQUIRE_REDIS=1`. A test that is SQL by nature (it runs SQL,
+reads a SQLite file, or plants bytes only a SQL store holds) is marked
+`@pytest.mark.sql_only("why; the Redis test covering the same promise")` and skips its
+`redis` case with that reason.
 """
 
 from __future__ import annotations
@@ -42,8 +49,27 @@ def _postgres_tests_run() -> bool:
     return bool(os.environ.get("GRAPH_TEST_POSTGRES_URL")) or os.environ.get("GRAPH_REQUIRE_POSTGRES") == "1"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Registers the Redis marks."""
+    config.addinivalue_line("markers", "redis: runs on the private Redis server of tests/redis_server.py")
+    config.addinivalue_line("markers", "sql_only(reason): the test's redis case is skipped, with reason")
+
+
+def _skip_sql_only(items: list[pytest.Item]) -> None:
+    """Skips the `redis` case of every `sql_only` test, with the mark's reason."""
+    for item in items:
+        mark = item.get_closest_marker("sql_only")
+        callspec = getattr(item, "callspec", None)
+        if mark is None or callspec is None or callspec.params.get("backend") != "redis":
+            continue
+        reason = mark.args[0] if mark.args else mark.kwargs.get("reason", "")
+        assert reason, f"{item.nodeid}: sql_only needs a reason"
+        item.add_marker(pytest.mark.skip(reason=f"SQL only: {reason}"))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deselects every `postgres` test when no server is named (one report line, not one each)."""
+    """Skips SQL-only Redis cases; deselects `postgres` tests when no server is named."""
+    _skip_sql_only(items)
     if _postgres_tests_run():
         return
     deselected = [item for item in items if item.get_closest_marker("postgres") is not None]
@@ -116,6 +142,16 @@ class SqliteBackend:
     def execute(self, sql: str, params: tuple = ()) -> None:
         with sqlite3.connect(self.path) as conn:
             conn.execute(sql, params)
+
+    def update_ledger(self, thread_id: str, **columns: Any) -> None:
+        """Sets columns of the thread's ledger row behind the product's back (SQL `UPDATE`)."""
+        sets = ", ".join(f"{name} = ?" for name in columns)
+        self.execute(f"UPDATE attempt_ledger SET {sets} WHERE thread_id = ?",
+                     (*columns.values(), thread_id))
+
+    def delete_ledger(self, thread_id: str) -> None:
+        """Deletes the thread's ledger row behind the product's back."""
+        self.execute("DELETE FROM attempt_ledger WHERE thread_id = ?", (thread_id,))
 
     def _latest(self, conn: sqlite3.Connection, thread_id: str) -> tuple[str, str, bytes]:
         return conn.execute(
@@ -196,6 +232,16 @@ class PostgresBackend:
         with self._psycopg.connect(self.db, autocommit=True) as conn:
             conn.execute(sql.replace("?", "%s"), params)
 
+    def update_ledger(self, thread_id: str, **columns: Any) -> None:
+        """Sets columns of the thread's ledger row behind the product's back (SQL `UPDATE`)."""
+        sets = ", ".join(f"{name} = ?" for name in columns)
+        self.execute(f"UPDATE attempt_ledger SET {sets} WHERE thread_id = ?",
+                     (*columns.values(), thread_id))
+
+    def delete_ledger(self, thread_id: str) -> None:
+        """Deletes the thread's ledger row behind the product's back."""
+        self.execute("DELETE FROM attempt_ledger WHERE thread_id = ?", (thread_id,))
+
     def _blob_key(self, conn: Any, thread_id: str, channel: str) -> tuple[str, str]:
         version = conn.execute(
             "SELECT checkpoint -> 'channel_versions' ->> %s FROM checkpoints WHERE thread_id = %s "
@@ -247,11 +293,21 @@ class PostgresBackend:
         return b"\n".join(out)
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres),
+                        pytest.param("redis", marks=pytest.mark.redis)])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    """Each behaviour test runs on a SQLite file and on a fresh PostgreSQL database."""
+    """Each behaviour test runs on a SQLite file, a fresh PostgreSQL and a flushed Redis database."""
     if request.param == "sqlite":
         yield SqliteBackend(tmp_path / "checkpoints.sqlite")
+        return
+    if request.param == "redis":
+        from tests.redis_adapter import RedisBackend
+
+        rb = RedisBackend(request.getfixturevalue("redis_url"))
+        try:
+            yield rb
+        finally:
+            rb.close()
         return
     pg = PostgresBackend(postgres_admin_url())
     try:

@@ -17,6 +17,13 @@ def reseal(db: str, thread_id: str) -> None:
     from graph.sql import PostgresSql, SqliteSql
     from graph.storage import is_postgres
 
+    if db.startswith(("redis://", "rediss://", "unix://")):
+        from graph.redis_conn import connect
+        from tests.redis_adapter import reseal_redis
+
+        with connect(db) as client:
+            reseal_redis(client, thread_id)
+        return
     serde = make_serde()
     if is_postgres(db):
         import psycopg

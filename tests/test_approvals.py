@@ -183,6 +183,11 @@ def test_without_allow_writes_no_write_tool_exists(backend) -> None:
     assert "get_reference" in offered and not offered & {"write_file", "append_file"}
 
 
+@pytest.mark.sql_only(
+    "the kill points hook SQL savers and tables (tests/crash_child.py), and a killed holder's Redis "
+    "lease keeps the thread busy until it runs out (graph.redis_locks, deliberate); Redis: tests/test"
+    "_redis_locks.py::test_a_killed_holders_lease_is_taken_over_after_it_runs_out_and_not_before, "
+    "tests/test_redis_saver.py::test_a_put_killed_after_its_digest_leaves_the_thread_resumable")
 @pytest.mark.slow
 @pytest.mark.parametrize("kill_at", WRITE_KILL_POINTS)
 def test_sigkill_during_an_approved_write_applies_it_exactly_once(

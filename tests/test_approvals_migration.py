@@ -65,6 +65,8 @@ def out_dir(tmp_path: Path) -> Path:
     return folder
 
 
+@pytest.mark.sql_only(
+    "the legacy write_approvals table exists only in SQL databases; Redis never had it")
 def test_history_reads_an_old_approvals_table_without_changing_it(backend, out_dir) -> None:
     legacy_paused_thread(backend, out_dir)
     before = backend.fingerprint()
@@ -75,6 +77,8 @@ def test_history_reads_an_old_approvals_table_without_changing_it(backend, out_d
     assert backend.fingerprint() == before
 
 
+@pytest.mark.sql_only(
+    "the legacy write_approvals table exists only in SQL databases; Redis never had it")
 def test_a_thread_paused_under_the_old_table_finishes_its_review(backend, out_dir) -> None:
     model = legacy_paused_thread(backend, out_dir)
     out = run_cli(["--thread", "w", "--db", backend.db])
@@ -92,6 +96,8 @@ def test_a_thread_paused_under_the_old_table_finishes_its_review(backend, out_di
         (1, "w1", True), (1, "w2", True), (0, "old_call", False)}
 
 
+@pytest.mark.sql_only(
+    "the legacy write_approvals table exists only in SQL databases; Redis never had it")
 def test_the_migration_runs_once_and_keeps_every_row(backend, out_dir) -> None:
     legacy_paused_thread(backend, out_dir)
     for _ in range(2):

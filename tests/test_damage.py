@@ -124,7 +124,7 @@ RAW_CASES: dict[str, tuple[Callable[[Any], None], str]] = {
         "t1", "messages")[1][len(MAGIC) + 32:]), "incompatible"),
     "type tag changed to pickle": (lambda b: b.set_raw(
         "t1", "progress", *_retag(b.get_raw("t1", "progress"), "pickle")), "damaged"),
-    "ledger row deleted": (lambda b: b.execute("DELETE FROM attempt_ledger"), "damaged"),
+    "ledger row deleted": (lambda b: b.delete_ledger("t1"), "damaged"),
     "ledger count lowered behind the trigger": (lambda b: (
         b.execute("DELETE FROM attempt_ledger"),
         b.execute("INSERT INTO attempt_ledger VALUES ('t1', 0, 0, 4, '2026-01-01T00:00:00+00:00', "
@@ -144,7 +144,19 @@ def _with_checksum(type_: str, payload: bytes) -> bytes:
     return MAGIC + hashlib.sha256(type_.encode() + b"\0" + payload).digest() + payload
 
 
-@pytest.mark.parametrize("case", sorted(RAW_CASES))
+_SQL_RAW_CASES = {
+    "checksum stripped": "the checksum inside serialized bytes is the SQL serializer's; Redis "
+                         "digests: tests/test_redis_saver_damage.py ('doc serializer type')",
+    "type tag changed to pickle": "SQL blobs carry a type tag; Redis: "
+                                  "tests/test_redis_saver_damage.py ('doc serializer type')",
+    "ledger count lowered behind the trigger": "SQL triggers; Redis: tests/test_redis_ledger.py::"
+                                               "test_a_damaged_row_is_refused_and_left_unchanged",
+}
+
+
+@pytest.mark.parametrize("case", [
+    pytest.param(c, marks=pytest.mark.sql_only(_SQL_RAW_CASES[c])) if c in _SQL_RAW_CASES else c
+    for c in sorted(RAW_CASES)])
 def test_corrupted_stored_values_are_refused(backend, case: str) -> None:
     damage, code = RAW_CASES[case]
     make_thread(backend.db)
@@ -156,6 +168,10 @@ def test_corrupted_stored_values_are_refused(backend, case: str) -> None:
     assert model.requests == [] and backend.fingerprint() == before
 
 
+@pytest.mark.sql_only(
+    "plants a msgpack extension, which only the SQL serializer stores; Redis: "
+    "tests/test_redis_saver_damage.py (constructor envelopes) and "
+    "tests/test_redis_saver.py::test_a_constructor_envelope_in_a_stored_value_is_never_revived")
 def test_crafted_blob_never_runs_code_and_is_refused(backend, tmp_path: Path) -> None:
     marker = tmp_path / "marker-ran"
     crafted = ormsgpack.Ext(0, ormsgpack.packb(["tests.marker", "mark", str(marker)]))
@@ -171,6 +187,9 @@ def test_crafted_blob_never_runs_code_and_is_refused(backend, tmp_path: Path) ->
         assert not marker.exists() and model.requests == []
 
 
+@pytest.mark.sql_only(
+    "the SQL serializer; Redis: tests/test_redis_saver_damage.py::test_the_strict_serializer_revives_"
+    "no_constructor_and_stores_nothing_it_cannot_load")
 def test_products_saver_uses_the_strict_checksummed_serializer(backend) -> None:
     make_thread(backend.db)
     with open_store(backend.db, create=False) as store:
@@ -298,6 +317,9 @@ def test_metadata_holds_only_opaque_ids(backend) -> None:
                                                          "checkpoint_id"}
 
 
+@pytest.mark.sql_only(
+    "resets the ledger with SQL behind the triggers; Redis: "
+    "tests/test_redis_ledger.py::test_a_damaged_row_is_refused_and_left_unchanged")
 def test_ledger_reset_behind_the_triggers_is_refused_before_any_request(backend) -> None:
     from tests.fakes import ScriptedModel, timeout_error
 
@@ -313,6 +335,9 @@ def test_ledger_reset_behind_the_triggers_is_refused_before_any_request(backend)
     assert "uncounted" in out["error"] and model2.requests == []
 
 
+@pytest.mark.sql_only(
+    "prefixes a byte to SQL checkpoint blobs; Redis: tests/test_redis_saver_damage.py::test_damage_to"
+    "_a_stored_checkpoint_is_refused_and_left_as_it_is (older checkpoints through get_state_history)")
 def test_verify_lists_checksum_failures_in_old_checkpoints_without_crashing(backend) -> None:
     from graph.verify import verify
 

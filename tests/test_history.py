@@ -84,7 +84,7 @@ def test_history_is_identical_on_sqlite_and_postgres(tmp_path) -> None:
 
 def test_a_killed_attempt_shows_as_counted_without_a_record(backend) -> None:
     run_cli(["--thread", "h1", "--task", TASK, "--once", "--db", backend.db])
-    backend.execute("UPDATE attempt_ledger SET attempts = 2, claimed = 2")  # died mid-request
+    backend.update_ledger("h1", attempts=2, claimed=2)  # died mid-request
     with open_store(backend.db, create=False, read_only=True) as store:
         steps = thread_history(store, "h1")["steps"]
     assert [(s["step"], s["outcome"]) for s in steps] == [(1, "tool_calls"), (2, "no record")]
@@ -126,3 +126,25 @@ def test_history_cli_runs_as_a_process(tmp_path) -> None:
 def test_checkpoint_page_size_must_be_positive(backend, page, capsys) -> None:
     run_cli(["--thread", "h1", "--task", TASK, "--once", "--db", backend.db])
     assert history_main(["--thread", "h1", "--db", backend.db, "--checkpoints", page, "--json"]) == 2
+
+
+@pytest.mark.parametrize("damage", ["deleted", "not a number"])
+def test_listing_shows_a_thread_with_a_damaged_ledger_row_as_unreadable(backend, capsys,
+                                                                       damage: str) -> None:
+    for thread in ("ok", "hurt"):
+        run_cli(["--thread", thread, "--task", TASK, "--db", backend.db])
+    if damage == "deleted":
+        backend.delete_ledger("hurt")
+    elif backend.name == "redis":
+        backend.update_ledger("hurt", attempts="many")
+    else:  # a SQL column's type and CHECK refuse the edit itself: nothing damaged to list
+        with pytest.raises(Exception, match="CHECK|integer"):
+            backend.update_ledger("hurt", attempts="many")
+        return
+    before = backend.fingerprint()
+    capsys.readouterr()
+    assert history_main(["--list", "--db", backend.db, "--json"]) == 0
+    listed = {row["thread_id"]: row for row in json.loads(capsys.readouterr().out)["threads"]}
+    assert listed["ok"]["status"] == "done"
+    assert listed["hurt"]["status"] == "unreadable: damaged"
+    assert backend.fingerprint() == before

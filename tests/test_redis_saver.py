@@ -196,3 +196,30 @@ def test_writes_saved_before_their_checkpoint_are_still_loaded_with_it(saver: An
                                                             ("task-1", "progress")]
     whole = saver.list({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})
     assert [len(t.pending_writes) for t in whole] == [2]
+
+
+def test_a_write_saved_while_its_checkpoint_is_read_is_not_taken_for_damage(
+        saver: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Redis reads have no snapshot: another process may finish a write between LangGraph's
+    load and the count of saved writes (seen as `damaged` in a concurrent batch)."""
+    from langgraph.checkpoint.base import empty_checkpoint
+    from langgraph.checkpoint.redis import RedisSaver
+
+    thread_id = f"t-{uuid.uuid4().hex}"
+    checkpoint = empty_checkpoint()
+    saver.put({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}, checkpoint,
+              {"source": "input", "step": -1, "parents": {}}, {})
+    config: Any = {"configurable": {"thread_id": thread_id, "checkpoint_ns": "",
+                                    "checkpoint_id": checkpoint["id"]}}
+    load, raced = RedisSaver.get_tuple, []
+
+    def load_then_another_process_writes(self: Any, conf: Any) -> Any:
+        loaded = load(self, conf)
+        if not raced:
+            raced.append(True)
+            saver.put_writes(config, [("messages", ["hi"])], "task-1")
+        return loaded
+
+    monkeypatch.setattr(RedisSaver, "get_tuple", load_then_another_process_writes)
+    loaded = saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})
+    assert raced and [(t, c) for t, c, _ in loaded.pending_writes] == [("task-1", "messages")]

@@ -60,7 +60,7 @@ def test_counted_but_unsent_attempt_is_used_not_counted_twice(backend) -> None:
     """A crash between the budget commit and the claim wastes nothing."""
     run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", backend.db])
     # As if budget counted attempt 2, then the process died before reason claimed it.
-    backend.execute("UPDATE attempt_ledger SET attempts = 2 WHERE thread_id = 't1'")
+    backend.update_ledger("t1", attempts=2)
     out = run_cli(["--thread", "t1", "--once", "--db", backend.db])
     assert (out["status"], out["attempts"]) == ("done", 2)
     assert backend.ledger_row("t1") == (2, 2, 4)
@@ -129,6 +129,9 @@ def test_a_call_left_unanswered_gets_a_not_executed_result_before_counting(backe
     assert sent[-1]["tool_call_id"] == "c1" and "NOT EXECUTED" in sent[-1]["content"]
 
 
+@pytest.mark.sql_only(
+    "SQL triggers refuse an UPDATE lowering the ledger; Redis has no write path but its scripts: "
+    "tests/test_redis_ledger.py::test_no_operation_lowers_a_count_or_changes_a_maximum")
 def test_ledger_rows_refuse_to_decrease(backend) -> None:
     run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", backend.db])
     for sql in (
@@ -159,6 +162,9 @@ def _keep_only_input_checkpoint(backend, keep_input_writes: bool) -> None:
                     (first,))
 
 
+@pytest.mark.sql_only(
+    "stages the kill by deleting SQL checkpoint rows; Redis: "
+    "tests/test_redis_saver.py::test_a_put_killed_after_its_digest_leaves_the_thread_resumable")
 @pytest.mark.parametrize("input_saved", [True, False])
 def test_thread_killed_right_after_its_input_checkpoint_resumes(backend, input_saved) -> None:
     """LangGraph saves the input checkpoint, then the input as its pending writes."""

@@ -18,7 +18,7 @@ TASK = "How long does shipping take at the demo shop?"
 
 def backdate(backend, thread_id: str, days: float) -> None:
     when = (datetime.now(UTC) - timedelta(days=days)).isoformat()
-    backend.execute("UPDATE attempt_ledger SET updated_at = ? WHERE thread_id = ?", (when, thread_id))
+    backend.update_ledger(thread_id, updated_at=when)
 
 
 def make_threads(backend) -> None:
@@ -103,7 +103,7 @@ def test_restart_pruned_starts_anew_on_purpose_only(backend) -> None:
 def test_cancel_stops_the_thread_for_good(backend, at: str) -> None:
     run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", backend.db])
     if at == "reason":  # as if a request failed and the thread waits at budget -> reason
-        backend.execute("UPDATE attempt_ledger SET attempts = 2 WHERE thread_id = 't1'")
+        backend.update_ledger("t1", attempts=2)
     out = run_cli(["--thread", "t1", "--cancel", "--db", backend.db])
     assert (out["exit_code"], out["status"], out["_next"]) == (0, "cancelled", [])
     before = backend.fingerprint()

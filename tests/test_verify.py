@@ -20,7 +20,7 @@ def test_verify_lists_every_damaged_thread_and_changes_nothing(backend) -> None:
     for thread in ("a", "b", "c"):
         run_cli(["--thread", thread, "--task", TASK, "--db", backend.db])
     backend.edit_values("b", lambda v: v["progress"].update(status="running"))
-    backend.execute("DELETE FROM attempt_ledger WHERE thread_id = 'c'")
+    backend.delete_ledger("c")
     before = backend.fingerprint()
     problems = verify(backend.db)
     assert len(problems) == 2

@@ -97,6 +97,9 @@ def test_rows_from_before_the_error_field_are_read_from_their_text() -> None:
     assert legacy_error("reject", "REJECTED by the reviewer: TOOL ERROR. Nothing was written.") is None
 
 
+@pytest.mark.sql_only(
+    "the legacy write_approvals table exists only in SQL databases made before the migration; Redis "
+    "never had it")
 def test_an_old_row_of_a_write_not_applied_reads_as_not_applied(backend, tmp_path: Path) -> None:
     out_dir = tmp_path / "out"
     out_dir.mkdir()
