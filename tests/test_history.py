@@ -131,8 +131,10 @@ def test_checkpoint_page_size_must_be_positive(backend, page, capsys) -> None:
 @pytest.mark.parametrize("damage", ["deleted", "not a number"])
 def test_listing_shows_a_thread_with_a_damaged_ledger_row_as_unreadable(backend, capsys,
                                                                        damage: str) -> None:
-    for thread in ("ok", "hurt"):
-        run_cli(["--thread", thread, "--task", TASK, "--db", backend.db])
+    run_cli(["--thread", "ok", "--task", TASK, "--db", backend.db])
+    # "hurt" can still continue: a finished thread missing its ledger on Redis reads as
+    # partly expired (pruned, graph.redis_expiring), as its TTL retention means it to.
+    run_cli(["--thread", "hurt", "--task", TASK, "--once", "--db", backend.db])
     if damage == "deleted":
         backend.delete_ledger("hurt")
     elif backend.name == "redis":
