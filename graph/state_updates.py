@@ -24,6 +24,10 @@ def _messages(values: Any) -> Any:
     return values.get("messages") if isinstance(values, dict) else None
 
 
+def _replies(messages: list[Any]) -> int:
+    return sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
+
+
 def merged_messages(stored: list[Any], update: Any) -> list[Any]:
     """The messages the reducer would store: `stored` with `update` applied.
 
@@ -52,7 +56,9 @@ def check_updates(graph: Any, config: Any, updates: Iterable[Any]) -> None:
 
     Raises:
         UsageError: The resulting messages would not load (`graph.integrity`), with
-            what is wrong and the shape to use; nothing was written.
+            what is wrong and the shape to use, or hold more assistant messages than
+            before (each reply must be a counted request: `graph.thread_checks`);
+            nothing was written.
     """
     from graph.integrity import check_messages
 
@@ -63,8 +69,13 @@ def check_updates(graph: Any, config: Any, updates: Iterable[Any]) -> None:
     if not values or "thread" not in values:
         return  # a new thread: the create step checks its own input
     messages = list(values.get("messages") or [])
+    replies = _replies(messages)
     for update in pending:
         messages = merged_messages(messages, _messages(update))
+    if _replies(messages) > replies:
+        raise UsageError("update_state would add an assistant message: a reply comes only from a "
+                         "counted model request (the ledger would no longer cover the thread); "
+                         "edit an existing one or add a user message; nothing was written")
     try:
         check_messages(messages, values["thread"]["task"])
     except RunError as exc:

@@ -54,3 +54,16 @@ def test_a_wire_dict_update_is_appended_and_the_thread_runs_on(backend: Any) -> 
         assert db.graph.get_state(CONFIG).values["messages"][-1] == {"role": "user",
                                                                       "content": "And returns?"}
         assert db.run("t1", once=False).status == "done"
+
+
+def test_an_update_adding_an_assistant_message_is_refused_as_an_uncounted_reply(
+        backend: Any) -> None:
+    with open_database(backend.db, create=True) as db:
+        assert db.run("t1", task=TASK, once=False).status == "done"
+        before = backend.fingerprint()
+        with pytest.raises(UsageError) as refused:
+            db.graph.update_state(CONFIG, {"messages": [{"role": "assistant", "content": "hi"}]})
+        assert "would add an assistant message" in refused.value.message
+        assert backend.fingerprint() == before
+        assert db.verify() == []
+        assert db.run("t1").status == "done"
