@@ -51,9 +51,10 @@ def shadowing_graph() -> str | None:
 def _shadowed_message(where: str) -> str:
     return (f"mandapi_replay: `import graph` finds {where}, not the mandapi-resume package ({OURS}). "
             "A graph.py or graph/ in this project shadows it: `python -m pytest` puts the current "
-            "folder first on sys.path. Run the bare `pytest` command instead (without a "
-            "conftest.py at the project root it does not add that folder), run from another "
-            "folder, or rename your graph module.")
+            "folder first on sys.path, and bare `pytest` adds it too when a conftest.py sits at "
+            "the project root or tests/ has an __init__.py. Run `pytest --import-mode=importlib` "
+            "(or add it to addopts in your pytest configuration: pytest then leaves sys.path "
+            "alone), run from another folder, or rename your graph module.")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -76,17 +76,23 @@ def test_a_projects_own_graph_module_fails_only_the_tests_that_replay_with_a_cle
     assert done.returncode == 1, done.stdout + done.stderr  # tests ran; one failed (not 3: no start)
     assert "1 failed, 1 passed" in done.stdout, done.stdout
     assert f"`import graph` finds {tmp_path / 'graph.py'}, not the mandapi-resume package" in done.stdout
-    assert "Run the bare `pytest` command instead" in done.stdout
+    assert "Run `pytest --import-mode=importlib`" in done.stdout
     assert "Traceback" not in done.stdout
 
 
 @pytest.mark.slow  # a pytest process
-def test_the_bare_pytest_command_replays_next_to_a_projects_own_graph_module(tmp_path: Path) -> None:
+@pytest.mark.parametrize("layout", ["plain", "package-and-conftest"])
+def test_pytest_in_importlib_mode_replays_next_to_a_projects_own_graph_module(
+        tmp_path: Path, layout: str) -> None:
     (tmp_path / "graph.py").write_text("from langgraph.graph import StateGraph\n")
     (tmp_path / "tests").mkdir()
+    if layout == "package-and-conftest":  # both make pytest's default mode add the folder
+        (tmp_path / "tests/__init__.py").write_text("")
+        (tmp_path / "conftest.py").write_text("")
     (tmp_path / "tests/test_x.py").write_text(
         "def test_replays(mandapi_replay):\n"
         f"    assert mandapi_replay({str(RECORDING)!r}).status == 'done'\n")
-    done = subprocess.run([str(Path(PYTHON).parent / "pytest"), "-q", "-p", "no:cacheprovider", "tests"],
+    done = subprocess.run([str(Path(PYTHON).parent / "pytest"), "-q", "-p", "no:cacheprovider",
+                           "--import-mode=importlib", "tests"],
                           cwd=tmp_path, env=user_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout + done.stderr
