@@ -124,14 +124,32 @@ def append_messages(left: list[Message], right: Any) -> list[Message]:
     rebuilds it from slices of the stored list and new messages: the reason node
     stores the compacted conversation so stored state stays bounded.
 
+    New messages must be dicts with a text `role`: an update in another shape (LangGraph's
+    `{"type": "human"}` messages, `["user", "..."]` pairs, a bare string, which would be
+    split into characters) fails `update_state` and is not stored. The full check of
+    roles and pairing is `graph.integrity.check_messages`, run on load.
+
     Raises:
-        ValueError: An `EDIT` piece names a slice the stored list does not have.
+        ValueError: An `EDIT` piece names a slice the stored list does not have; a new
+            message is not a dict with a text `role`.
     """
     if isinstance(right, dict) and set(right) == {REPLACE}:
-        return list(right[REPLACE])
+        return _wire(right[REPLACE])
     if isinstance(right, dict) and set(right) == {EDIT}:
         return _edited(left, right[EDIT])
-    return [*left, *right]
+    return [*left, *_wire(right)]
+
+
+def _wire(messages: Any) -> list[Message]:
+    """`messages` as a list, if it is a list of dicts with a text `role`."""
+    if not isinstance(messages, list):
+        raise ValueError(f"messages must be a list of OpenAI wire dicts, not "
+                         f"{type(messages).__name__}")
+    for index, msg in enumerate(messages):
+        if not (isinstance(msg, dict) and isinstance(msg.get("role"), str)):
+            raise ValueError(f"message {index} is not an OpenAI wire dict with a role "
+                             f"(e.g. {{'role': 'user', 'content': '...'}}): {msg!r:.80}")
+    return list(messages)
 
 
 def _edited(left: list[Message], pieces: list[Any]) -> list[Message]:
