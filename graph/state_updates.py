@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from graph.errors import RunError, UsageError
+from graph.errors import RefusedError, RunError, UsageError
+from graph.exitcodes import ErrorCode
 
 _SHAPE = ("append OpenAI wire dicts such as {'role': 'user', 'content': '...'}; LangChain "
           "message objects and (role, text) tuples are not stored")
@@ -40,6 +41,8 @@ def merged_messages(stored: list[Any], update: Any) -> list[Any]:
     if not isinstance(update, list | dict):
         raise UsageError(f"update_state: messages must be a list of messages ({_SHAPE}), "
                          f"not {type(update).__name__}; nothing was written")
+    if isinstance(update, list):  # appended as they are: `check_messages` names what is wrong
+        return [*stored, *update]
     try:
         return append_messages(list(stored), update)
     except (ValueError, TypeError, KeyError) as exc:
@@ -82,3 +85,30 @@ def check_updates(graph: Any, config: Any, updates: Iterable[Any]) -> None:
         why = exc.detail.removeprefix("stored state is damaged: ")
         raise UsageError(f"update_state would store messages the thread cannot load ({why}): "
                          f"{_SHAPE}; nothing was written") from None
+
+
+def check_edited(messages: Any, task: str, thread_id: str) -> None:
+    """Refuses a state whose messages are not the wire dicts the nodes read.
+
+    The server's `update_state` (Studio's state editor, `POST /threads/{id}/state`)
+    bypasses `check_updates`, so each node of the Studio graph (`graph.studio`) checks
+    what it loads with this, before anything is counted or sent.
+
+    Args:
+        messages: The loaded `messages` channel.
+        task: The thread's task (its first message).
+        thread_id: The thread, named in the error.
+
+    Raises:
+        RefusedError: `damaged`, naming what is wrong and how to restore the thread.
+    """
+    from graph.integrity import check_messages
+
+    try:
+        check_messages(messages, task)
+    except RefusedError as exc:
+        why = exc.detail.removeprefix("stored state is damaged: ")
+        raise RefusedError("the thread's messages were edited into a shape this graph "
+                           f"cannot use ({why}); restore them with update_state using "
+                           "OpenAI wire dicts, or start a new thread",
+                           error_code=ErrorCode.DAMAGED, thread_id=thread_id) from None

@@ -35,6 +35,7 @@ from typing_extensions import TypedDict
 
 from graph.errors import RefusedError, UsageError
 from graph.exitcodes import ErrorCode
+from graph.state_updates import check_edited
 from nodes.context import LedgerEntry
 from nodes.request import PreparedRequests
 from nodes.state import ThreadState
@@ -210,34 +211,12 @@ class StudioLog:
             return store.log.used_tokens(thread_id)
 
 
-def _check_edited(state: ThreadState, thread_id: str) -> None:
-    """Refuses a state whose messages are not the wire dicts the nodes read.
-
-    The server's `update_state` (Studio's state editor, `POST /threads/{id}/state`)
-    bypasses `graph.state_updates`, so each node checks what it loads, before anything
-    is counted or sent (`graph.integrity.check_messages`).
-
-    Raises:
-        RefusedError: `damaged`, naming what is wrong and how to restore the thread.
-    """
-    from graph.integrity import check_messages
-
-    try:
-        check_messages(state.get("messages"), state["thread"]["task"])
-    except RefusedError as exc:
-        why = exc.detail.removeprefix("stored state is damaged: ")
-        raise RefusedError(f"the thread's messages were edited into a shape this graph "
-                           f"cannot use ({why}); restore them with update_state using "
-                           "OpenAI wire dicts, or start a new thread",
-                           error_code=ErrorCode.DAMAGED, thread_id=thread_id) from None
-
-
 def _binding(node: Callable[..., Any]
              ) -> Callable[[ThreadState, Runtime[StudioContext], RunnableConfig], Any]:
     """`node`, first binding the Studio context to the thread it runs for."""
     def bound(state: ThreadState, runtime: Runtime[StudioContext], config: RunnableConfig) -> Any:
         thread_id = config["configurable"]["thread_id"]
-        _check_edited(state, thread_id)
+        check_edited(state["messages"], state["thread"]["task"], thread_id)
         runtime.context.bind(dict(state["thread"]), thread_id)
         return node(state, runtime)  # the context is a NodeContext, resolved
 
