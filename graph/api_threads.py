@@ -18,7 +18,7 @@ from graph.api_base import known_errors
 from graph.api_store import StoreOperations
 from graph.errors import RefusedError, UsageError
 from graph.exitcodes import ErrorCode
-from graph.value_checks import check_flag, check_names, check_text, check_whole, shown
+from graph.value_checks import check_flag, check_names, check_task, check_text, check_whole, shown
 
 if TYPE_CHECKING:
     from graph.batch_run import BatchReport, Progress
@@ -146,6 +146,8 @@ class ThreadOperations(StoreOperations):
         rejected = check_names(reject, self._name("reject"))
         if check_text(reason, self._name("reason")) is not None and not rejected:
             raise UsageError("reason explains a rejection: give the calls it rejects")
+        if reason is not None:
+            check_task(reason, self._name("reason"))  # valid UTF-8, not blank (it is stored)
         spec = thread_spec(self.source, thread_id)
         return self.advance(StepRequest(spec, approve=approved, reject=rejected, reason=reason))
 

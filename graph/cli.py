@@ -22,6 +22,7 @@ from typing import Any, NoReturn, TextIO
 from graph.errors import DatabaseLostError, RunError, SignalledError, UsageError, error_line
 from graph.exitcodes import ErrorCode
 from graph.terminal_text import escape_controls
+from nodes.redaction import REDACTED
 
 PROGRAM = "mandapi-resume"
 """The distribution's name, its console script's name and the first word of `--version`."""
@@ -150,13 +151,18 @@ def emit(text: str, stream: TextIO | None = None) -> None:
     """Prints `text` and flushes; a closed pipe silences the stream instead of failing.
 
     Control characters are written as escapes (`graph.terminal_text`): text from a
-    reply or a database never drives the reader's terminal.
+    reply or a database never drives the reader's terminal. `MANDAPI_API_KEY`'s value,
+    wherever it comes from (an argument echoed back, a stored value), is printed as
+    `[redacted: API key]` (INVARIANTS I9).
 
     After a `BrokenPipeError` the stream's descriptor is pointed at /dev/null (what
     CPython's documentation recommends), so later output and the interpreter's final
     flush are discarded quietly and the command keeps its own exit code.
     """
     stream = stream or sys.stdout
+    key = os.environ.get("MANDAPI_API_KEY")
+    if key and key in text:  # a last net (I9): whatever echoed it, it is never printed
+        text = text.replace(key, REDACTED)
     try:
         stream.write(escape_controls(text) + "\n")
         stream.flush()

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from graph.errors import UsageError
-from graph.settings import Settings
+from graph.settings import Settings, scrub_key
 from nodes.context import ChatModel
 from nodes.demo_model import DEMO_MODEL_ID, OfflineDemoModel
 
@@ -30,7 +30,8 @@ def make_model(model_id: str, settings: Settings, *, transport: Any = None) -> C
         UsageError: A MandAPI model without `--live` and a key (exit 2).
     """
     if model_id == DEMO_MODEL_ID:
-        return OfflineDemoModel((settings.api_key,) if settings.api_key else ())
+        key = scrub_key(settings)
+        return OfflineDemoModel((key,) if key else ())
     if not settings.live or not settings.api_key:
         raise UsageError(
             f"thread model {model_id!r} makes paid requests: add --live and set MANDAPI_API_KEY"

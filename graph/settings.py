@@ -206,3 +206,14 @@ def resolve_settings(
         timeout_s=timeout_s,
         trace=trace,
     )
+
+
+def scrub_key(settings: Settings) -> str | None:
+    """The API key no stored or printed text may hold (INVARIANTS I9), or None.
+
+    The key of `--live`, else `MANDAPI_API_KEY` when it is set at all: an offline run
+    never sends it, but a workspace file, a task or a folder name may still spell it.
+    """
+    import os
+
+    return settings.api_key or os.environ.get("MANDAPI_API_KEY") or None

@@ -190,15 +190,25 @@ class ThreadSpec:
             keep_checkpoints=self.window)
 
     def check_no_key(self, settings: Settings) -> None:
-        """Refuses a task that contains the configured API key (a task is stored and sent).
+        """Refuses a task, thread id or folder that contains the API key (each is stored).
+
+        The key is `--live`'s, or `MANDAPI_API_KEY` whenever it is set (`scrub_key`).
 
         Raises:
             UsageError: Naming the setting, never the key (exit 2; nothing stored: I9).
         """
-        if settings.api_key and self.task and settings.api_key in self.task:
-            raise UsageError(f"{self._name('task')} contains the API key (MANDAPI_API_KEY): "
-                             "a task is stored and sent; remove the key from it",
-                             thread_id=self.thread_id)
+        from graph.settings import scrub_key
+
+        key = scrub_key(settings)
+        if not key:
+            return
+        for name, text in (("task", self.task), ("thread_id", self.thread_id),
+                           ("workspace", self.workspace), ("allow_writes", self.allow_writes)):
+            if text and key in text:
+                shown = "--thread" if name == "thread_id" and self.source != "keywords" else \
+                    self._name(name)
+                raise UsageError(f"{shown} contains the API key (MANDAPI_API_KEY): "
+                                 "it would be stored and shown; remove the key from it")
 
     @property
     def window(self) -> int | None:

@@ -10,7 +10,6 @@ is never restarted (INVARIANTS I7).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -25,7 +24,7 @@ from graph.loading import LoadedThread, load_thread
 from graph.local_steps import cancel, review
 from graph.models import make_model
 from graph.outcome import Outcome
-from graph.settings import Settings
+from graph.settings import Settings, scrub_key
 from graph.spec import ThreadSpec, resolve_folder
 from graph.thread_checks import (
     check_ledger,
@@ -33,6 +32,7 @@ from graph.thread_checks import (
     check_unstarted,
     storage_damage_refused,
 )
+from graph.value_checks import check_task
 from nodes.context import ChatModel, StepContext
 from nodes.state import FINAL_STATUSES, SCHEMA_VERSION
 
@@ -208,7 +208,9 @@ def _resume(graph: Any, config: dict[str, Any], store: Store, loaded: LoadedThre
     store.approvals.rows(thread_id)  # read with exact type checks, like every table
     pending = pending_review(loaded.snapshot)
     if pending is not None:
-        key = settings.api_key or os.environ.get("MANDAPI_API_KEY")  # a decision may lack --live
+        if request.reason is not None:
+            check_task(request.reason, "--reason")  # stored and told to the model: valid UTF-8
+        key = scrub_key(settings)  # a decision needs no --live: the variable is enough
         if key and request.reason and key in request.reason:
             raise UsageError("--reason contains the API key (MANDAPI_API_KEY): a reason is "
                              "stored and sent; remove the key from it", thread_id=thread_id)

@@ -315,3 +315,14 @@ def test_a_rejection_reason_holding_the_api_key_is_refused_and_nothing_is_stored
     assert "contains the API key" in out["error"] and key not in json.dumps(out)
     assert backend.fingerprint() == before
     assert key.encode() not in backend.dump()
+
+
+def test_a_rejection_reason_that_is_not_utf8_is_a_usage_error_changing_nothing(
+        backend, out_dir: Path) -> None:
+    waiting_thread(backend, out_dir)
+    before = backend.fingerprint()
+    out = run_cli(["--thread", "w", "--reject", "w1", "--reason", "bad\udcff",
+                   "--db", backend.db])
+    assert (out["exit_code"], out["error_code"]) == (2, "usage")
+    assert "--reason must be valid UTF-8" in out["error"]
+    assert backend.fingerprint() == before

@@ -97,3 +97,40 @@ def test_a_demo_thread_with_a_key_configured_stores_no_key_from_its_workspace(
     stored = b"".join(p.read_bytes() for p in Path(sqlite_db).parent.iterdir()
                       if p.name.startswith(Path(sqlite_db).name))
     assert KEY.encode() not in stored
+
+
+def _stored(sqlite_db: Any) -> bytes:
+    return b"".join(p.read_bytes() for p in Path(sqlite_db).parent.iterdir()
+                    if p.name.startswith(Path(sqlite_db).name))
+
+
+def test_an_offline_run_with_the_key_exported_stores_none_of_it_from_its_workspace(
+        sqlite_db, monkeypatch, tmp_path, capsys) -> None:
+    monkeypatch.setenv("MANDAPI_API_KEY", KEY)  # exported, but no --live: never sent
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / ".env").write_text(f"MANDAPI_API_KEY={KEY}\ntimeout: 5\n")
+    argv = ["--thread", "d2", "--db", str(sqlite_db), "--workspace", str(workspace),
+            "--task", "Which files set a timeout?"]
+    assert graph.run.main(argv) == 0
+    assert history(["--thread", "d2", "--db", str(sqlite_db), "--json"]) == 0
+    shown = capsys.readouterr()
+    assert KEY not in shown.out + shown.err
+    assert KEY.encode() not in _stored(sqlite_db)
+
+
+@pytest.mark.parametrize("where", ["task", "thread", "workspace"])
+def test_a_task_thread_id_or_folder_holding_the_exported_key_is_refused_offline(
+        sqlite_db, monkeypatch, tmp_path, capsys, where: str) -> None:
+    monkeypatch.setenv("MANDAPI_API_KEY", KEY)
+    folder = tmp_path / f"ws-{KEY}"
+    folder.mkdir()
+    argv = {"task": ["--thread", "t1", "--task", f"key {KEY}"],
+            "thread": ["--thread", KEY, "--task", "Do you ship abroad?"],
+            "workspace": ["--thread", "t1", "--task", "Do you ship abroad?",
+                          "--workspace", str(folder)]}[where]
+    assert graph.run.main([*argv, "--db", str(sqlite_db), "--json"]) == 2
+    shown = capsys.readouterr()
+    assert json.loads(shown.out.splitlines()[-1])["error_code"] == "usage"
+    assert "contains the API key" in shown.out and KEY not in shown.out + shown.err
+    assert not Path(sqlite_db).exists() or KEY.encode() not in _stored(sqlite_db)
