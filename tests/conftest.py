@@ -27,7 +27,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.redis_server import redis_server, redis_url  # noqa: F401 - fixtures of the Redis tests
+from tests.redis_server import (  # noqa: F401 - fixtures of the Redis tests
+    redis_client,
+    redis_server,
+    redis_url,
+)
 from tests.sealing import checksummed_dumps, reseal
 
 if TYPE_CHECKING:

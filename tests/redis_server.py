@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import pytest
 
@@ -168,3 +168,13 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 def redis_url(redis_server: RedisServer) -> str:
     """The session server's URL (`redis://127.0.0.1:PORT/0`); use fresh thread ids per test."""
     return redis_server.url
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[Any]:
+    """A client of the session server (`graph.redis_conn.connect`), closed after the test."""
+    from graph.redis_conn import connect
+
+    client = connect(redis_url)
+    yield client
+    client.close()

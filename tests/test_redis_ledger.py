@@ -19,12 +19,8 @@ from tests.redis_server import start_server
 
 
 @pytest.fixture
-def client(redis_url: str) -> Iterator[Any]:
-    from graph.redis_conn import connect
-
-    client = connect(redis_url)
-    yield client
-    client.close()
+def client(redis_client: Any) -> Any:
+    return redis_client
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,12 +24,8 @@ _WAIT_S = 60.0
 
 
 @pytest.fixture
-def client(redis_url: str) -> Iterator[Any]:
-    from graph.redis_conn import connect
-
-    client = connect(redis_url)
-    yield client
-    client.close()
+def client(redis_client: Any) -> Any:
+    return redis_client
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ tables' rules for decisions on write calls (one per call, updates only in the st
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,12 +16,8 @@ from graph.tombstones import Tombstone
 
 
 @pytest.fixture
-def client(redis_url: str) -> Iterator[Any]:
-    from graph.redis_conn import connect
-
-    client = connect(redis_url)
-    yield client
-    client.close()
+def client(redis_client: Any) -> Any:
+    return redis_client
 
 
 @pytest.fixture
