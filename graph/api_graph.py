@@ -19,7 +19,7 @@ from langgraph.errors import EmptyInputError
 from graph.api_graph_checks import check_async, check_call, check_config, check_fork
 from graph.errors import RefusedError, RunError, UsageError
 from graph.exitcodes import ErrorCode
-from graph.state_updates import check_updates
+from graph.state_updates import LIBRARY_ERRORS, check_updates, update_pairs
 from nodes.errors import InvocationErrorCode, InvocationRefusedError
 
 
@@ -161,8 +161,11 @@ class CheckedGraph:
         """`CompiledStateGraph.update_state`: its config checked, never the input checkpoint."""
         check_config(config, self._location, thread_needed=True)
         check_fork(config, self._graph.checkpointer, self._location)
-        check_updates(self._graph, config, [values])
-        return self._graph.update_state(config, values, as_node, **kwargs)
+        check_updates(self._graph, config, [(values, as_node)])
+        try:
+            return self._graph.update_state(config, values, as_node, **kwargs)
+        except LIBRARY_ERRORS as exc:
+            raise UsageError(f"update_state: {exc}; nothing was written") from None
 
     async def aupdate_state(self, config: Any, values: Any, as_node: Any = None,
                             **kwargs: Any) -> Any:
@@ -170,23 +173,32 @@ class CheckedGraph:
         check_config(config, self._location, thread_needed=True)
         check_async(self._graph.checkpointer, "aupdate_state", self._location)
         check_fork(config, self._graph.checkpointer, self._location)
-        check_updates(self._graph, config, [values])
-        return await self._graph.aupdate_state(config, values, as_node, **kwargs)
+        check_updates(self._graph, config, [(values, as_node)])
+        try:
+            return await self._graph.aupdate_state(config, values, as_node, **kwargs)
+        except LIBRARY_ERRORS as exc:
+            raise UsageError(f"aupdate_state: {exc}; nothing was written") from None
 
     def bulk_update_state(self, config: Any, supersteps: Any, **kwargs: Any) -> Any:
         """`CompiledStateGraph.bulk_update_state`: its config checked as `update_state`."""
         check_config(config, self._location, thread_needed=True)
         check_fork(config, self._graph.checkpointer, self._location)
-        check_updates(self._graph, config, _values(supersteps))
-        return self._graph.bulk_update_state(config, supersteps, **kwargs)
+        check_updates(self._graph, config, update_pairs(supersteps))
+        try:
+            return self._graph.bulk_update_state(config, supersteps, **kwargs)
+        except LIBRARY_ERRORS as exc:
+            raise UsageError(f"bulk_update_state: {exc}; nothing was written") from None
 
     async def abulk_update_state(self, config: Any, supersteps: Any, **kwargs: Any) -> Any:
         """`CompiledStateGraph.abulk_update_state`: checked as `aupdate_state`."""
         check_config(config, self._location, thread_needed=True)
         check_async(self._graph.checkpointer, "abulk_update_state", self._location)
         check_fork(config, self._graph.checkpointer, self._location)
-        check_updates(self._graph, config, _values(supersteps))
-        return await self._graph.abulk_update_state(config, supersteps, **kwargs)
+        check_updates(self._graph, config, update_pairs(supersteps))
+        try:
+            return await self._graph.abulk_update_state(config, supersteps, **kwargs)
+        except LIBRARY_ERRORS as exc:
+            raise UsageError(f"abulk_update_state: {exc}; nothing was written") from None
 
     def stream(self, input: Any, config: Any = None, **kwargs: Any) -> Any:  # noqa: A002
         """`CompiledStateGraph.stream`, refused when called (not at the first part)."""
@@ -197,15 +209,6 @@ class CheckedGraph:
         """`CompiledStateGraph.astream`, refused when called (not at the first part)."""
         self._check_single(config, kwargs, "astream")
         return self._wrapped(self._graph.astream(input, config, **kwargs))
-
-
-def _values(supersteps: Any) -> list[Any]:
-    """The values of each `StateUpdate` (or `(values, as_node)` pair), in order."""
-    out = []
-    for step in supersteps if isinstance(supersteps, list | tuple) else ():
-        for update in step if isinstance(step, list | tuple) else ():
-            out.append(update[0] if isinstance(update, tuple) and update else update)
-    return out
 
 
 def _checked_stream(name: str) -> Any:

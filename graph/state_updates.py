@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from langgraph.errors import InvalidUpdateError
+
 from graph.errors import RefusedError, RunError, UsageError
 from graph.exitcodes import ErrorCode
 
@@ -21,8 +23,57 @@ _SHAPE = ("append OpenAI wire dicts such as {'role': 'user', 'content': '...'}; 
           "message objects and (role, text) tuples are not stored")
 
 
+UPDATABLE_NODES = (None, "reason", "tools")
+"""`as_node` values an update may name: the nodes that write `messages` (None: LangGraph's
+choice, the last node that ran). `budget` and the input/create steps write `progress` and
+`thread`; `__input__`, `__end__` or an unknown name would leave a thread no step can resume."""
+
+LIBRARY_ERRORS = (InvalidUpdateError, TypeError, ValueError)
+"""What LangGraph's `update_state` raises for an update it cannot apply (turned into `UsageError`)."""
+
+
 def _messages(values: Any) -> Any:
     return values.get("messages") if isinstance(values, dict) else None
+
+
+def check_update_shape(values: Any, as_node: Any) -> None:
+    """Refuses an update that is no `{"messages": ...}` dict or names a node that writes no messages.
+
+    `thread` is fixed when the thread is created (I7) and `progress` (the budget's mirror and
+    the status) belongs to the nodes, so only `messages` may be updated.
+
+    Raises:
+        UsageError: Another key, a value that is no dict, or an `as_node` outside
+            `UPDATABLE_NODES`; nothing was written.
+    """
+    if not isinstance(values, dict):
+        raise UsageError(f"update_state: values must be a dict such as {{'messages': [...]}}, "
+                         f"not {type(values).__name__}; nothing was written")
+    others = sorted(str(key) for key in values if key != "messages")
+    if others:
+        raise UsageError(f"update_state may change only 'messages', not {', '.join(others)} "
+                         "(a thread's settings are fixed at creation and its progress belongs "
+                         "to the nodes); nothing was written")
+    if as_node not in UPDATABLE_NODES:
+        raise UsageError(f"update_state: as_node must be None, 'reason' or 'tools', not "
+                         f"{as_node!r}; nothing was written")
+
+
+def update_pairs(supersteps: Any) -> list[tuple[Any, Any]]:
+    """Each `StateUpdate` of `bulk_update_state`'s supersteps as `(values, as_node)`, in order.
+
+    Raises:
+        UsageError: `supersteps` is no list of lists of `StateUpdate`s (or
+            `(values, as_node)` pairs); nothing was written.
+    """
+    out: list[tuple[Any, Any]] = []
+    for step in supersteps if isinstance(supersteps, list | tuple) else [None]:
+        for update in step if isinstance(step, list | tuple) else [None]:
+            if not isinstance(update, tuple) or not 1 <= len(update) <= 3:
+                raise UsageError("bulk_update_state: supersteps must be a list of lists of "
+                                 "StateUpdate(values, as_node); nothing was written")
+            out.append((update[0], update[1] if len(update) > 1 else None))
+    return out
 
 
 def _replies(messages: list[Any]) -> int:
@@ -49,32 +100,35 @@ def merged_messages(stored: list[Any], update: Any) -> list[Any]:
         raise UsageError(f"update_state: {exc}; nothing was written") from None
 
 
-def check_updates(graph: Any, config: Any, updates: Iterable[Any]) -> None:
+def check_updates(graph: Any, config: Any, updates: Iterable[tuple[Any, Any]]) -> None:
     """Refuses `messages` updates to `config`'s thread that a later load would refuse.
 
     Args:
         graph: The compiled graph (its `get_state` reads the checkpoint `config` names).
         config: The thread (and checkpoint) the updates apply to.
-        updates: Each update's values, in the order they apply.
+        updates: Each update's `(values, as_node)`, in the order they apply.
 
     Raises:
-        UsageError: The resulting messages would not load (`graph.integrity`), with
+        UsageError: An update `check_update_shape` refuses; the resulting messages
+            would not load (`graph.integrity`) or leave a tool call unanswered that
+            was answered or absent before (`nodes.pairing`), with
             what is wrong and the shape to use, or hold more assistant messages than
             before (each reply must be a counted request: `graph.thread_checks`);
             nothing was written.
     """
     from graph.integrity import check_messages
 
-    pending = [u for u in updates if _messages(u) is not None]
-    if not pending:
-        return
+    pending = list(updates)
+    for values, as_node in pending:
+        check_update_shape(values, as_node)
     values = graph.get_state(config).values
     if not values or "thread" not in values:
         return  # a new thread: the create step checks its own input
     messages = list(values.get("messages") or [])
-    replies = _replies(messages)
-    for update in pending:
-        messages = merged_messages(messages, _messages(update))
+    replies, open_before = _replies(messages), _open(messages)
+    for update, _ in pending:
+        if "messages" in update:
+            messages = merged_messages(messages, update["messages"])
     if _replies(messages) > replies:
         raise UsageError("update_state would add an assistant message: a reply comes only from a "
                          "counted model request (the ledger would no longer cover the thread); "
@@ -85,6 +139,22 @@ def check_updates(graph: Any, config: Any, updates: Iterable[Any]) -> None:
         why = exc.detail.removeprefix("stored state is damaged: ")
         raise UsageError(f"update_state would store messages the thread cannot load ({why}): "
                          f"{_SHAPE}; nothing was written") from None
+    after = _open(messages)
+    left_open = ["(pairing broken)"] if after is None else sorted(set(after) - set(open_before or []))
+    if left_open:
+        raise UsageError(f"update_state would leave tool call(s) {left_open} unanswered (every "
+                         "call needs its tool result before the next request); nothing was "
+                         "written")
+
+
+def _open(messages: list[Any]) -> list[str] | None:
+    """The latest assistant message's unanswered call ids, or None for a broken pairing."""
+    from nodes.pairing import UnsafeHistoryError, open_calls
+
+    try:
+        return open_calls(messages)
+    except (UnsafeHistoryError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def check_edited(messages: Any, task: str, thread_id: str) -> None:

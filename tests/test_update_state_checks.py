@@ -11,6 +11,7 @@ from langgraph.types import StateUpdate
 from graph.api import open_database
 from graph.errors import UsageError
 from graph.exitcodes import ExitCode
+from nodes.state import REPLACE
 
 TASK = "How long does shipping take at the demo shop?"
 CONFIG = {"configurable": {"thread_id": "t1"}}
@@ -67,3 +68,50 @@ def test_an_update_adding_an_assistant_message_is_refused_as_an_uncounted_reply(
         assert backend.fingerprint() == before
         assert db.verify() == []
         assert db.run("t1").status == "done"
+
+
+_CALL = {"role": "assistant", "content": None, "tool_calls": [
+    {"id": "c9", "type": "function", "function": {"name": "read_file", "arguments": "{}"}}]}
+_ODD: list[tuple[str, Any]] = [  # (id, (stored values -> (values, as_node)))
+    ("progress-usage-none", lambda v: ({"progress": dict(v["progress"], usage=None)}, "tools")),
+    ("progress-last-error", lambda v: ({"progress": dict(v["progress"], last_error=-1)}, "tools")),
+    ("progress-usage-huge", lambda v: ({"progress": dict(v["progress"], usage=10**20)}, "tools")),
+    ("thread-max-attempts", lambda v: ({"thread": dict(v["thread"], max_attempts=100)}, "tools")),
+    ("messages-none", lambda v: ({"messages": None}, "tools")),
+    ("not-a-dict", lambda v: ([1], "tools")),
+    ("as-node-unknown", lambda v: ({"messages": []}, "nope")),
+    ("as-node-end", lambda v: ({"messages": []}, "__end__")),
+    ("as-node-input", lambda v: ({"messages": []}, "__input__")),
+    ("as-node-create", lambda v: ({"messages": []}, "create")),
+    ("as-node-budget", lambda v: ({"messages": []}, "budget")),
+    ("unanswered-call", lambda v: ({"messages": {REPLACE: [*v["messages"][:-1], _CALL]}}, "reason")),
+]
+
+
+@pytest.mark.parametrize("make", [m for _, m in _ODD], ids=[i for i, _ in _ODD])
+def test_an_odd_update_is_a_usage_error_and_the_thread_runs_on(backend: Any, make: Any) -> None:
+    with open_database(backend.db, create=True) as db:
+        assert db.run("t1", task=TASK).exit_code == ExitCode.OK
+        values, as_node = make(db.graph.get_state(CONFIG).values)
+        before = backend.fingerprint()
+        with pytest.raises(UsageError) as refused:
+            db.graph.update_state(CONFIG, values, as_node=as_node)
+        assert refused.value.error_code == "usage"
+        assert backend.fingerprint() == before
+        assert db.run("t1", once=False).status == "done"
+
+
+@pytest.mark.parametrize("supersteps", [
+    [[{"values": {"zzz": 1}, "as_node": "tools"}]],
+    [[StateUpdate({"zzz": 1}, "tools")]],
+    "not a list",
+], ids=["dict-update", "unknown-key", "string"])
+def test_an_odd_bulk_update_is_a_usage_error(backend: Any, supersteps: Any) -> None:
+    with open_database(backend.db, create=True) as db:
+        db.run("t1", task=TASK)
+        before = backend.fingerprint()
+        with pytest.raises(UsageError) as refused:
+            db.graph.bulk_update_state(CONFIG, supersteps)
+        assert refused.value.error_code == "usage"
+        assert backend.fingerprint() == before
+        assert db.run("t1", once=False).status == "done"
