@@ -149,6 +149,9 @@ def _wire(messages: Any) -> list[Message]:
         if not (isinstance(msg, dict) and isinstance(msg.get("role"), str)):
             raise ValueError(f"message {index} is not an OpenAI wire dict with a role "
                              f"(e.g. {{'role': 'user', 'content': '...'}}): {msg!r:.80}")
+        if msg["role"] == "system":  # INVARIANTS I5: the one system message lives in code
+            raise ValueError(f"message {index} has the system role: stored state never holds "
+                             "one (the system instructions live in code)")
     return list(messages)
 
 
