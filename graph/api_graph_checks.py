@@ -54,6 +54,10 @@ def check_config(config: Any, location: str | None = None, *,
     if thread_needed and not isinstance(configurable.get("thread_id"), str):
         raise UsageError("config['configurable'] must name the thread: thread_id, a str, not "
                          f"{shown(configurable.get('thread_id'))}", location=location)
+    if isinstance(configurable.get("thread_id"), str):
+        from graph.spec import check_thread_id
+
+        check_thread_id(configurable["thread_id"])  # letters, digits, . _ : - (as run's)
     return dict(configurable)
 
 

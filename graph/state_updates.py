@@ -122,13 +122,15 @@ def check_updates(graph: Any, config: Any, updates: Iterable[tuple[Any, Any]]) -
     for values, as_node in pending:
         check_update_shape(values, as_node)
     values = graph.get_state(config).values
-    if not values or "thread" not in values:
-        return  # a new thread: the create step checks its own input
+    if not values or "thread" not in values:  # no such thread, or an unknown checkpoint id
+        raise UsageError("update_state needs an existing thread and checkpoint: a new thread "
+                         "starts with run(thread_id, task=...); nothing was written")
     messages = list(values.get("messages") or [])
     replies, open_before = _replies(messages), _open(messages)
     for update, _ in pending:
         if "messages" in update:
             messages = merged_messages(messages, update["messages"])
+    _check_no_key(messages)
     if _replies(messages) > replies:
         raise UsageError("update_state would add an assistant message: a reply comes only from a "
                          "counted model request (the ledger would no longer cover the thread); "
@@ -182,3 +184,14 @@ def check_edited(messages: Any, task: str, thread_id: str) -> None:
                            f"cannot use ({why}); restore them with update_state using "
                            "OpenAI wire dicts, or start a new thread",
                            error_code=ErrorCode.DAMAGED, thread_id=thread_id) from None
+
+
+def _check_no_key(messages: list[Any]) -> None:
+    """Refuses messages that spell `MANDAPI_API_KEY` (INVARIANTS I9: never stored)."""
+    import json
+    import os
+
+    key = os.environ.get("MANDAPI_API_KEY")
+    if key and key in json.dumps(messages, ensure_ascii=False, default=str):
+        raise UsageError("update_state: a message contains the API key (MANDAPI_API_KEY); "
+                         "nothing was written")

@@ -134,7 +134,9 @@ def test_update_state_cannot_lower_the_count_the_ledger_guards(backend: Any) -> 
         # Revive the exhausted thread by hand and send it straight to reason.
         revived = {"progress": {"status": "ready", "attempts": 1},
                    "messages": [{"role": "tool", "tool_call_id": "c1", "content": "{}"}]}
-        db.graph.update_state(config, revived, as_node="budget")
+        with pytest.raises(UsageError):  # the checked graph refuses progress edits outright
+            db.graph.update_state(config, revived, as_node="budget")
+        db.store.graph.update_state(config, revived, as_node="budget")  # LangGraph's own graph
         outcomes = []
         for _ in range(2):  # reason refuses the spent claim; budget then stops the thread
             with db.invocation("t1") as context:

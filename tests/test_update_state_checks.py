@@ -115,3 +115,26 @@ def test_an_odd_bulk_update_is_a_usage_error(backend: Any, supersteps: Any) -> N
         assert refused.value.error_code == "usage"
         assert backend.fingerprint() == before
         assert db.run("t1", once=False).status == "done"
+
+
+@pytest.mark.parametrize("case", ["no-such-thread", "unknown-checkpoint", "key-in-message",
+                                  "odd-thread-id"])
+def test_an_update_that_would_create_damage_or_store_the_key_is_refused(
+        backend: Any, case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    key = "sk-UPDATEMARKER-42"
+    monkeypatch.setenv("MANDAPI_API_KEY", key)
+    config: dict[str, Any] = {
+        "no-such-thread": {"configurable": {"thread_id": "nobody"}},
+        "unknown-checkpoint": {"configurable": {"thread_id": "t1", "checkpoint_id": "nope"}},
+        "key-in-message": CONFIG,
+        "odd-thread-id": {"configurable": {"thread_id": "t\udcff"}},
+    }[case]
+    message = {"role": "user", "content": f"my key {key}" if case == "key-in-message" else "hi"}
+    with open_database(backend.db, create=True) as db:
+        assert db.run("t1", task=TASK).exit_code == ExitCode.OK
+        before = backend.fingerprint()
+        with pytest.raises(UsageError):
+            db.graph.update_state(config, {"messages": [message]})
+        assert backend.fingerprint() == before
+        assert db.verify() == []
+    assert key.encode() not in backend.dump()
