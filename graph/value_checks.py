@@ -231,7 +231,8 @@ def resolve_folder(folder: str | None, name: str = "workspace") -> str | None:
     Raises:
         UsageError: `no_such_workspace` when the folder is missing here, or the path
             names something that is not a folder (exit 2, nothing counted): a step reads
-            the folder on the machine that runs it.
+            the folder on the machine that runs it; `usage` when its path is not valid
+            UTF-8 (a stored path must name the same folder when read back).
     """
     if folder is None:
         return None
@@ -244,4 +245,9 @@ def resolve_folder(folder: str | None, name: str = "workspace") -> str | None:
         raise UsageError(f"{name} {folder} exists but is not a folder"
                          if exists else f"{name} folder {folder} does not exist on this machine",
                          error_code=ErrorCode.NO_SUCH_WORKSPACE)
+    try:  # stored as text (PostgreSQL and JSON hold no undecodable bytes): refuse, not mangle
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError(f"{name} folder {folder!r} has a name that is not valid UTF-8: rename it "
+                         "or give another folder") from None
     return str(path)

@@ -64,3 +64,23 @@ def test_a_demo_thread_over_a_non_utf8_name_runs_on_and_reads_back(
     assert history(["--thread", "u1", "--db", str(sqlite_db), "--json"]) == 0
     shown = capsys.readouterr().out
     assert "bad\\\\x9bname.txt" in shown
+
+
+def test_a_workspace_folder_whose_name_is_not_utf8_is_refused_before_anything_is_stored(
+        tmp_path, capsys) -> None:
+    import os
+
+    import graph.run
+
+    folder = os.fsencode(tmp_path) + b"/w\xff"
+    os.mkdir(folder)
+    db = tmp_path / "n.sqlite"
+    code = graph.run.main(["--thread", "t1", "--task", "Which files set a timeout?",
+                           "--workspace", os.fsdecode(folder), "--db", str(db), "--json"])
+    out = capsys.readouterr().out
+    assert code == 2 and '"error_code": "usage"' in out and "not valid UTF-8" in out
+    if db.exists():  # the file may be made; the thread never is
+        from graph.api import open_database
+
+        with open_database(str(db)) as opened:
+            assert opened.threads() == []
