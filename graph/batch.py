@@ -28,6 +28,7 @@ from typing import Any
 
 from graph.cli import Parser, emit, guard, whole_number
 from graph.errors import error_line
+from graph.terminal_text import without_key
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,7 +69,7 @@ def _run(parser: Parser, argv: list[str], as_json: bool) -> int:
     from graph.errors import UsageError
     from graph.output_file import check_output_path, write_atomic
     from graph.request_cap import check_cap_id, check_max_requests
-    from graph.settings import resolve_settings
+    from graph.settings import resolve_settings, scrub_key
     from graph.spec import check_thread_id
     from graph.subtasks import parent_result
     from graph.tasks_file import read_tasks
@@ -84,6 +85,7 @@ def _run(parser: Parser, argv: list[str], as_json: bool) -> int:
     cap_id = args.batch_id if args.batch_id is not None else (
         f"parent:{args.parent}" if args.parent else args.tasks.name)
     check_cap_id(cap_id)
+    _check_no_key(cap_id, scrub_key(settings))
     if args.enqueue:
         from graph.queue import enqueue
 
@@ -110,7 +112,8 @@ def _run(parser: Parser, argv: list[str], as_json: bool) -> int:
             lines.append(json.dumps({**parent, "thread_id": args.parent},
                                     ensure_ascii=False, sort_keys=True))
         try:
-            write_atomic(args.out, "".join(line + "\n" for line in lines), "--out", private=False)
+            write_atomic(args.out, without_key("".join(line + "\n" for line in lines)), "--out",
+                         private=False)
         except UsageError as exc:  # the batch ran: its threads' state is in the database
             raise UsageError(f"cannot write the results: {exc.detail}; the threads' state is "
                              "stored, see graph.history", location=str(args.out)) from None
@@ -142,3 +145,16 @@ def _summary(report: Any, progress: Any, cap_id: str, parent: dict[str, Any] | N
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _check_no_key(cap_id: str, key: str | None) -> None:
+    """Refuses a request cap id holding the API key: it is stored, and queued with each job (I9).
+
+    Raises:
+        UsageError: Naming where the id came from, never the key (exit 2).
+    """
+    from graph.errors import UsageError
+
+    if key and key in cap_id:
+        raise UsageError("the request cap's id (--batch-id, --parent or the tasks file's name) "
+                         "contains the API key (MANDAPI_API_KEY): name the batch with --batch-id")

@@ -19,6 +19,7 @@ from graph.outcome import Outcome
 from graph.request_cap import cap_full, open_cap
 from graph.step import advance
 from graph.tasks_file import BatchItem
+from graph.terminal_text import without_key
 from nodes.state import FINAL_STATUSES
 
 if TYPE_CHECKING:
@@ -66,8 +67,9 @@ class Progress:
                 if self.done == self.total:
                     self.close()
                 return
-            self.stream.write(f"[{self.done}/{self.total}] {outcome.thread_id}: "
-                              f"{outcome.status or 'error'} ({outcome.error_code or 'ok'})\n")
+            self.stream.write(without_key(f"[{self.done}/{self.total}] {outcome.thread_id}: "
+                                          f"{outcome.status or 'error'} "
+                                          f"({outcome.error_code or 'ok'})\n"))
             self.stream.flush()
         except BrokenPipeError:  # nobody reads the progress any more: the batch goes on
             from graph.cli import silence

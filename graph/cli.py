@@ -21,8 +21,7 @@ from typing import Any, NoReturn, TextIO
 
 from graph.errors import DatabaseLostError, RunError, SignalledError, UsageError, error_line
 from graph.exitcodes import ErrorCode
-from graph.terminal_text import escape_controls
-from nodes.redaction import REDACTED
+from graph.terminal_text import escape_controls, without_key
 
 PROGRAM = "mandapi-resume"
 """The distribution's name, its console script's name and the first word of `--version`."""
@@ -160,11 +159,8 @@ def emit(text: str, stream: TextIO | None = None) -> None:
     flush are discarded quietly and the command keeps its own exit code.
     """
     stream = stream or sys.stdout
-    key = os.environ.get("MANDAPI_API_KEY")
-    if key and key in text:  # a last net (I9): whatever echoed it, it is never printed
-        text = text.replace(key, REDACTED)
     try:
-        stream.write(escape_controls(text) + "\n")
+        stream.write(escape_controls(without_key(text)) + "\n")
         stream.flush()
     except BrokenPipeError:
         silence(stream)

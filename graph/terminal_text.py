@@ -23,3 +23,15 @@ def escape_controls(text: str) -> str:
     controls itself, but with `ensure_ascii=False` leaves C1 and bidirectional ones raw.
     """
     return _CONTROLS.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+
+
+def without_key(text: str) -> str:
+    """`text` with `MANDAPI_API_KEY`'s value, if set, written as `[redacted: API key]` (I9).
+
+    The last net of every output (printed lines, progress, `batch --out`): whatever
+    echoed the key (an argument, a tasks line's thread id), it is never shown or written.
+    """
+    import os
+
+    key = os.environ.get("MANDAPI_API_KEY")
+    return text.replace(key, "[redacted: API key]") if key and key in text else text

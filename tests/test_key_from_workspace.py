@@ -134,3 +134,24 @@ def test_a_task_thread_id_or_folder_holding_the_exported_key_is_refused_offline(
     assert json.loads(shown.out.splitlines()[-1])["error_code"] == "usage"
     assert "contains the API key" in shown.out and KEY not in shown.out + shown.err
     assert not Path(sqlite_db).exists() or KEY.encode() not in _stored(sqlite_db)
+
+
+def test_batch_never_prints_or_writes_a_key_a_tasks_line_or_file_name_holds(
+        tmp_path, monkeypatch, capsys) -> None:
+    from graph.batch import main as batch
+
+    monkeypatch.setenv("MANDAPI_API_KEY", KEY)
+    tasks = tmp_path / "t.jsonl"
+    tasks.write_text(json.dumps({"thread_id": f"a{KEY}", "task": "Do you ship abroad?"}) + "\n")
+    out = tmp_path / "res.jsonl"
+    assert batch([str(tasks), "--db", str(tmp_path / "b.sqlite"), "--out", str(out)]) == 2
+    named = tmp_path / f"t{KEY}.jsonl"
+    named.write_text(json.dumps({"task": "Do you ship abroad?"}) + "\n")
+    assert batch([str(named), "--db", str(tmp_path / "c.sqlite"), "--max-requests", "3",
+                  "--json"]) == 2
+    shown = capsys.readouterr()
+    assert KEY not in shown.out + shown.err and KEY not in out.read_text()
+    assert "contains the API key" in shown.out + shown.err
+    for db in ("b.sqlite", "c.sqlite"):
+        if (tmp_path / db).exists():
+            assert KEY.encode() not in (tmp_path / db).read_bytes()
