@@ -143,9 +143,6 @@ def _summary(report: Any, progress: Any, cap_id: str, parent: dict[str, Any] | N
         fields = report.error_fields()
         emit(error_line(fields["error_code"], fields["error"]), sys.stderr)
 
-if __name__ == "__main__":
-    sys.exit(main())
-
 
 def _check_no_key(cap_id: str, key: str | None) -> None:
     """Refuses a request cap id holding the API key: it is stored, and queued with each job (I9).
@@ -158,3 +155,7 @@ def _check_no_key(cap_id: str, key: str | None) -> None:
     if key and key in cap_id:
         raise UsageError("the request cap's id (--batch-id, --parent or the tasks file's name) "
                          "contains the API key (MANDAPI_API_KEY): name the batch with --batch-id")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

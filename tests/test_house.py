@@ -87,6 +87,26 @@ def test_no_module_of_ours_is_over_300_lines() -> None:
     assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
 
 
+def _defined_after_main_block(tree: ast.Module) -> list[str]:
+    """Names defined after a module's `if __name__ == "__main__":` block."""
+    late, seen_main = [], False
+    for node in tree.body:
+        if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
+            seen_main = True
+        elif seen_main and isinstance(node, ast.FunctionDef | ast.ClassDef | ast.Assign):
+            late.append(getattr(node, "name", ast.unparse(node)[:40]))
+    return late
+
+
+def test_nothing_is_defined_after_an_entry_points_main_block() -> None:
+    # `python -m graph.batch` runs main() at that block: a helper defined below it does
+    # not exist yet (a NameError, exit 1, that in-process tests never see).
+    late = {path: names for path, tree in _modules() if (names := _defined_after_main_block(tree))}
+    assert not late, f"defined after the __main__ block: {late}"
+    assert _defined_after_main_block(ast.parse(
+        'def main(): pass\nif __name__ == "__main__":\n    main()\ndef helper(): pass\n')) == ["helper"]
+
+
 def test_no_function_of_ours_is_over_60_lines() -> None:
     long = [f"{path}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
             for path, tree in _modules() for node in ast.walk(tree)
