@@ -6,6 +6,7 @@ server that fsyncs each request to its log before answering.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -49,6 +50,12 @@ def wait_for(predicate, timeout: float = 30.0) -> bool:
     return False
 
 
+
+def _kill(pid: int) -> None:
+    """SIGKILLs `pid`, unless it already ended on its own (the forkserver reaps it at once)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
 class Runner:
     """Starts `graph.run` children and kills them as scheduled."""
 
@@ -74,11 +81,11 @@ class Runner:
                 wait_for(lambda: len(self.fake.requests_for(tag)) > before
                          or proc.exitcode is not None)
                 if proc.exitcode is None:
-                    os.kill(proc.pid, signal.SIGKILL)
+                    _kill(proc.pid)
             elif kill_at == "random":
                 time.sleep(rng.uniform(0.0, 0.12))
                 if proc.exitcode is None:
-                    os.kill(proc.pid, signal.SIGKILL)
+                    _kill(proc.pid)
             proc.join(60)
         finally:
             self.fake.release()
