@@ -54,8 +54,11 @@ def step_rows(r: dict[str, Any]) -> list[str]:
         "~2 KB per step",
         f"{_ms(s['ours'])}, {commits('ours')}",
         f"InMemorySaver, same graph and compaction, {_ms(s['memory'])}; SqliteSaver with LangGraph's "
-        f"default async durability and no ledger {_ms(s['bare'])}, {commits('bare')}",
-        f"{_x(x['ours/memory'])} InMemorySaver, {_x(x['ours/bare'])} bare SQLite",
+        f"default async durability and no ledger {_ms(s['bare'])}, {commits('bare')}; with "
+        f"`durability=\"sync\"` (the durable floor) {_ms(s['bare_sync'])}, "
+        f"{_x(x['bare_sync/memory'])} InMemorySaver",
+        f"{_x(x['ours/memory'])} InMemorySaver, {_x(x['ours/bare'])} bare SQLite, "
+        f"{_x(x['ours/bare_sync'])} the durable floor",
         "durable bookkeeping per step beside a model call of seconds")] + server_step_rows(r)
 
 

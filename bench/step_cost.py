@@ -13,6 +13,9 @@ conversation grows ~2 KB per step until compaction bounds it at the default
   in-memory ledger (the anchor);
 - SqliteSaver: the same graph on LangGraph's own saver, its default `"async"`
   durability, no ledger;
+- SqliteSaver with `durability="sync"` (and SQLite's `synchronous=FULL`), no ledger: the
+  floor any store pays on this disk once every superstep's checkpoint is synced before
+  the next node runs, the promise ours keeps;
 - a JSON-file step (load, append, write a temporary file, fsync, rename);
 - with `--postgres URL`: ours on PostgreSQL (a fresh database per pass, dropped after);
 - with `--redis URL`: ours on Redis (a new thread per pass, its keys deleted after; the
@@ -55,6 +58,7 @@ from bench.scratch import workdir
 LABELS = {
     "memory": "InMemorySaver, same graph and compaction (anchor)",
     "bare": "SqliteSaver, async durability, no ledger",
+    "bare_sync": "SqliteSaver, sync durability, no ledger (durable floor)",
     "ours": "ours: durable SQLite + ledger + checks",
     "ours_no_claim": "ours without the claim checkpoint",
     "json": "JSON-file step",
@@ -141,9 +145,11 @@ def one_pass(steps: int, postgres: str | None = None,
         ours_no_claim = OurStore(str(work / "no-claim.sqlite"), ToolLoopModel(), claim_checkpoint=False)
         stack.callback(ours_no_claim.close)
         bare_saver = stack.enter_context(sqlite_saver(str(work / "bare.sqlite")))
+        sync_saver = stack.enter_context(sqlite_saver(str(work / "bare-sync.sqlite")))
         threads: dict[str, Any] = {
             "memory": BareThreads(memory_saver(), ToolLoopModel(), durability="sync"),
             "bare": BareThreads(bare_saver, ToolLoopModel(), durability="async"),
+            "bare_sync": BareThreads(sync_saver, ToolLoopModel(), durability="sync"),
             "ours": ours, "ours_no_claim": ours_no_claim,
             "json": JsonFileThread(work / "thread.json"),
         } | _servers(stack, postgres, redis)
@@ -168,6 +174,8 @@ def measure(steps: int, postgres: str | None = None, redis: str | None = None) -
         "ratios": {"ours/memory": ratios(summaries, "ours", "memory"),
                    "ours/bare": ratios(summaries, "ours", "bare"),
                    "bare/memory": ratios(summaries, "bare", "memory"),
+                   "bare_sync/memory": ratios(summaries, "bare_sync", "memory"),
+                   "ours/bare_sync": ratios(summaries, "ours", "bare_sync"),
                    "claim": ratios(summaries, "ours", "ours_no_claim")}
                   | {f"{name}/memory": ratios(summaries, name, "memory")
                      for name in SERVERS if name in summaries}
