@@ -70,6 +70,7 @@ def _checked_summary(store: Store, thread_id: str) -> Outcome | None:
         return None
     check_ledger(store.ledger.read(thread_id), loaded.values, thread_id, store.location,
                  store.log.last_attempt(thread_id))
+    store.log.covers(thread_id, loaded.values)
     store.approvals.rows(thread_id)
     if pending_review(loaded.snapshot) is not None:
         return None

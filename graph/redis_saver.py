@@ -156,11 +156,19 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
         saved = self._read_whole(config)
         loaded = saved.config["configurable"]["checkpoint_id"] if saved else ""
         newer = {i for i in before if i > loaded}
-        if newer and (newer & self._redis_digests.saved_ids(*slot)):
+        after = self._redis_digests.saved_ids(*slot) if newer or saved else set()
+        if newer and (newer & after):
             raise CheckpointIntegrityError(
                 f"thread {slot[0]!r}: its newest checkpoint {max(newer)} is missing or hidden "
                 f"from LangGraph's index (found {loaded or 'none'}); an older one is never "
                 "resumed instead")
+        if latest and saved is not None and saved.parent_config and not after:
+            # Only a put killed before `saved` leaves a checkpoint out of the set, and its
+            # parent's put had finished: a latest checkpoint with a parent and an empty
+            # set means the set was deleted, so a newer checkpoint could be hidden.
+            raise CheckpointIntegrityError(
+                f"thread {slot[0]!r}: checkpoint {loaded} has a parent but the thread's set "
+                "of saved checkpoints is empty: deleted or damaged")
         return saved
 
     def _read_whole(self, config: RunnableConfig) -> CheckpointTuple | None:

@@ -162,16 +162,57 @@ class RedisAttemptLog(RedisTable):
             RefusedError: `damaged` for a row that fails its checks, or a total that is
                 not a non-negative whole number.
         """
-        total = 0
-        for row in self.rows(thread_id):
-            usage = row["payload"].get("usage") if row["kind"] == "reason" else None
-            tokens = (usage or {}).get("total_tokens")
-            if tokens is None:
-                continue
-            if not is_int(tokens):
-                raise damaged("attempt_log", "the recorded token usage is not a whole number")
-            total += tokens
-        return total
+        return _tokens(self.rows(thread_id))
+
+    def covers(self, thread_id: str, values: dict[str, Any],
+               rows: list[dict[str, Any]] | None = None) -> None:
+        """Refuses a log that lacks rows the thread's checkpoint shows were made.
+
+        `nodes.reason` appends an attempt's row before the node returns, so before the
+        checkpoint holding its reply: the log's replies (reason rows whose outcome is
+        `answer` or `tool_calls`) are at least the checkpoint's assistant messages, and
+        its summed tokens at least `progress.usage.total_tokens`. A Redis list has no
+        trigger against deletes (the SQL log's rows are guarded by triggers, and SQL
+        databases keep threads whose replies predate the log), so a log deleted, cut
+        short or replaced by another thread's is caught here, before any request.
+
+        Args:
+            thread_id: The thread.
+            values: Its checked state values (`messages`, `progress`).
+            rows: Checked rows to judge instead of this log's (`graph.copy` asks whether
+                another store's rows would pass here); None reads the thread's own.
+
+        Raises:
+            RefusedError: `damaged` (exit 4) when the log falls short of the checkpoint,
+                or a row fails its checks (`rows`).
+        """
+        rows = self.rows(thread_id) if rows is None else rows
+        logged = sum(1 for r in rows if r["kind"] == "reason"
+                     and r["payload"].get("outcome") in ("answer", "tool_calls"))
+        replies = sum(1 for m in values["messages"] if m["role"] == "assistant")
+        if logged < replies:
+            raise damaged("attempt_log", f"thread {thread_id!r}'s log holds {logged} "
+                          f"reply row(s), but its checkpoint shows {replies} replies: rows "
+                          "were deleted or replaced")
+        used, shown = _tokens(rows), int(values["progress"]["usage"]["total_tokens"])
+        if used < shown:
+            raise damaged("attempt_log", f"thread {thread_id!r}'s log records {used} "
+                          f"tokens, but its checkpoint shows {shown}: rows were deleted or "
+                          "replaced")
+
+
+def _tokens(rows: list[dict[str, Any]]) -> int:
+    """The sum of `usage.total_tokens` over checked `reason` rows (`RedisAttemptLog.rows`)."""
+    total = 0
+    for row in rows:
+        usage = row["payload"].get("usage") if row["kind"] == "reason" else None
+        tokens = (usage or {}).get("total_tokens")
+        if tokens is None:
+            continue
+        if not is_int(tokens):
+            raise damaged("attempt_log", "the recorded token usage is not a whole number")
+        total += tokens
+    return total
 
 
 class RedisTombstones(RedisTable):

@@ -96,6 +96,16 @@ class AttemptLog(Protocol):
             RefusedError: `damaged` when the sum is not a non-negative integer.
         """
 
+    def covers(self, thread_id: str, values: dict[str, Any],
+               rows: list[dict[str, Any]] | None = None) -> None:
+        """Refuses a log that lacks rows the thread's checkpoint `values` show were made.
+
+        `rows`, when given, are judged instead of the stored ones (`graph.copy`).
+
+        Raises:
+            RefusedError: `damaged` (exit 4).
+        """
+
     def rows(self, thread_id: str) -> list[dict[str, Any]]:
         """The thread's rows, oldest first: `attempt`, `kind`, `payload`, `created_at`.
 
