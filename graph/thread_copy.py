@@ -9,6 +9,8 @@ checksums and a copied thread resumes exactly where it stopped.
 
 from __future__ import annotations
 
+from typing import Any
+
 from graph.database import Store
 from graph.errors import RefusedError
 from graph.exitcodes import ErrorCode
@@ -44,9 +46,12 @@ def copy_threads(src: Store, dst: Store, thread_ids: list[str] | None = None) ->
     ids = sorted(thread_ids) if thread_ids else _all_threads(src)
     for thread_id in ids:  # the whole source thread is checked before anything is written
         tombstone = src.tombstones.get(thread_id)
-        if check_stored_thread(src, src.graph, thread_id) is None and tombstone is None:
+        loaded = check_stored_thread(src, src.graph, thread_id)
+        if loaded is None and tombstone is None:
             raise RefusedError(f"no such thread {thread_id!r} in {src.location}",
                                error_code=ErrorCode.NO_SUCH_THREAD)
+        if loaded is not None:
+            _check_log_fits(src, dst, thread_id, loaded.values)
         if thread_exists(dst, thread_id):
             raise RefusedError(f"thread {thread_id!r} already exists in {dst.location}; "
                                "nothing was copied", error_code=ErrorCode.EXISTS)
@@ -54,6 +59,25 @@ def copy_threads(src: Store, dst: Store, thread_ids: list[str] | None = None) ->
     for thread_id in ids:
         dst.import_thread(src.export_thread(thread_id))
     return ids
+
+
+def _check_log_fits(src: Store, dst: Store, thread_id: str, values: dict[str, Any]) -> None:
+    """Refuses a thread whose log the target would refuse as damaged once copied.
+
+    A Redis target cross-checks the log against the checkpoint's replies
+    (`graph.redis_tables.RedisAttemptLog.covers`); an SQL thread whose replies predate
+    the attempt log (made before it existed) has fewer rows than replies, so it would be
+    refused at its next step there.
+
+    Raises:
+        RefusedError: `incompatible` (exit 4); nothing was copied.
+    """
+    try:
+        dst.log.covers(thread_id, values, src.log.rows(thread_id))
+    except RefusedError as exc:
+        raise RefusedError(f"thread {thread_id!r} cannot be copied to {dst.location}: "
+                           f"{exc.detail} (its replies predate the attempt log); nothing was "
+                           "copied", error_code=ErrorCode.INCOMPATIBLE) from None
 
 
 def _copy_caps(src: Store, dst: Store) -> None:

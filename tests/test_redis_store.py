@@ -256,6 +256,29 @@ def test_copy_moves_a_thread_from_sqlite_to_redis_and_back_with_its_budget(
     assert verify_main(["--db", back]) == 0
 
 
+def test_copy_to_redis_refuses_a_thread_whose_replies_predate_the_attempt_log(
+        own_url: str, own_client: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Redis cross-checks the log against the replies (`RedisAttemptLog.covers`): an SQL
+    thread made before the log existed would be refused there at its next step, so the
+    copy refuses it up front, writing nothing; an SQL target still takes it."""
+    import sqlite3
+    from contextlib import closing
+
+    from graph.copy import main as copy_main
+
+    thread_id, first = _thread(), str(tmp_path / "old.sqlite")
+    assert _run(capsys, "--db", first, "--thread", thread_id, "--task", TASK, "--once")[0] == 0
+    with closing(sqlite3.connect(first)) as conn, conn:
+        conn.execute("DELETE FROM attempt_log")  # as in a database older than the log
+    capsys.readouterr()
+    assert copy_main(["--from", first, "--to", own_url, "--thread", thread_id, "--json"]) == 4
+    out = json.loads(capsys.readouterr().out)
+    assert out["error_code"] == "incompatible" and "predate the attempt log" in out["error"]
+    assert not _keys(own_client, thread_id), "nothing of the thread was written"
+    assert copy_main(["--from", first, "--to", str(tmp_path / "new.sqlite")]) == 0
+
+
 def test_first_runs_at_once_on_a_fresh_database_all_set_it_up_and_succeed(tmp_path: Path) -> None:
     import subprocess
     import sys
