@@ -1,7 +1,8 @@
 """Run a set of tasks: each line of a JSON-lines file is a thread, advanced like graph.run.
 
   python -m graph.batch TASKS.jsonl [--db PATH_OR_URL] [--once] [--live] [--out RESULTS.jsonl]
-                        [--max-requests N] [--batch-id NAME] [--parent ID] [--enqueue]
+                        [--max-requests N] [--batch-id NAME] [--parent ID]
+                        [--enqueue [--queue-db URL]]
 
 Each line: {"thread_id": ..., "task": ...} plus optional model, max_attempts,
 max_tokens, context_tokens, keep_checkpoints (a number or "all"), workspace,
@@ -10,9 +11,11 @@ threads ID:sub_0, ID:sub_1, ...; the parent's result lists their answers in orde
 all are finished. Finished threads are not run again; a thread busy in another process
 is skipped for now. --max-requests caps the model requests of the whole batch (cap named
 by --batch-id, default the tasks file's name; with --parent, parent:ID), counted durably
-before each request and never reset. --enqueue (PostgreSQL) puts one job per thread on
-the procrastinate queue for workers instead of running here (a thread whose step job
-already waits is left as it is, so enqueueing twice is harmless).
+before each request and never reset. --enqueue puts one job per thread on the
+procrastinate queue for workers instead of running here (a thread whose step job
+already waits is left as it is, so enqueueing twice is harmless); the queue is in the
+PostgreSQL --db, or with a Redis --db in the PostgreSQL database of --queue-db (or
+$GRAPH_QUEUE_DB).
 
 exit codes: 0 every thread advanced or finished; 2 usage error, every bad line listed
 (nothing counted); 8 the request cap stopped the batch; otherwise the exit code of the
@@ -45,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parent", metavar="ID", help="run the lines as subtasks of thread ID")
     parser.add_argument("--enqueue", action="store_true",
                         help="put one job per thread on the PostgreSQL queue for workers")
+    parser.add_argument("--queue-db", metavar="URL",
+                        help="the queue's PostgreSQL database, when --db is Redis "
+                             "(default: $GRAPH_QUEUE_DB, else --db)")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     parser.add_trace()
     as_json = "--json" in argv
@@ -86,13 +92,15 @@ def _run(parser: Parser, argv: list[str], as_json: bool) -> int:
         f"parent:{args.parent}" if args.parent else args.tasks.name)
     check_cap_id(cap_id)
     _check_no_key(cap_id, scrub_key(settings))
+    if args.queue_db is not None and not args.enqueue:
+        raise UsageError("--queue-db goes with --enqueue (the queue's database)")
     if args.enqueue:
         from graph.queue import enqueue
 
         for item in items:  # a queued job stores its task: refuse the key before any is queued
             item.spec.check_no_key(settings)
         done = enqueue(settings.db, items, live=args.live, cap_id=cap_id,
-                       max_requests=args.max_requests)
+                       max_requests=args.max_requests, queue_url=args.queue_db)
         already = len(done.already_queued)
         emit(json.dumps({"enqueued": done.queued, "already_queued": already, "exit_code": 0})
              if as_json else f"enqueued {done.queued} thread(s)"

@@ -1,10 +1,17 @@
 """Many workers on many machines: thread steps as jobs of procrastinate's PostgreSQL queue.
 
 We do not write a claim loop of our own. `python -m graph.batch TASKS --enqueue` puts one
-job per thread on procrastinate's queue, in the same PostgreSQL database as the
+job per thread on procrastinate's queue, by default in the same PostgreSQL database as the
 checkpoints; workers on any machine take them, each running up to N steps at once:
 
   GRAPH_DB=postgresql://... procrastinate --app=graph.queue.app worker --concurrency 8
+
+Checkpoints in Redis keep their queue in a PostgreSQL database of its own (procrastinate
+runs on PostgreSQL only): `--queue-db postgresql://...` on `graph.batch --enqueue`, and
+`GRAPH_QUEUE_DB` for the workers (`GRAPH_DB=redis://... GRAPH_QUEUE_DB=postgresql://...
+procrastinate --app=graph.queue.app worker`). The queue only schedules: every promise
+(ledger, one writer per thread, fail-closed loading) is kept by the checkpoint database,
+whichever it is. A SQLite file is one machine's, so it takes no queue: run the batch there.
 
 Each job advances its thread by one step through `graph.step.advance` (ledger, identity,
 one writer per thread) and, while the thread can continue, defers the next step. The
@@ -63,6 +70,34 @@ def env_seconds(name: str, default: float) -> float:
     return value
 
 
+QUEUE_DB_ENV = "GRAPH_QUEUE_DB"
+"""The PostgreSQL URL of the queue when it is not the checkpoint database `GRAPH_DB`."""
+
+
+def queue_db(db: str, flag: str | None = None) -> str:
+    """The queue's database: `flag` (`--queue-db`), else `$GRAPH_QUEUE_DB`, else `db`.
+
+    Raises:
+        UsageError: `flag` is empty, the queue would not be PostgreSQL, or the checkpoints
+            are in a SQLite file (one machine's: workers elsewhere could not reach it)
+            (exit 2).
+    """
+    from graph.errors import UsageError
+    from graph.storage import is_postgres, is_redis
+
+    if not (is_postgres(db) or is_redis(db)):
+        raise UsageError("--enqueue needs a PostgreSQL or Redis --db that every worker reaches; "
+                         "a SQLite file is one machine's: run the batch without --enqueue")
+    if flag is not None and not flag.strip():
+        raise UsageError("--queue-db is empty: give the queue's postgresql:// URL, or leave "
+                         f"it out to use ${QUEUE_DB_ENV}, else --db")
+    url = flag or os.environ.get(QUEUE_DB_ENV) or db
+    if not is_postgres(url):
+        raise UsageError("the queue lives in PostgreSQL (procrastinate): give --queue-db "
+                         f"postgresql://... or {QUEUE_DB_ENV} beside a Redis --db")
+    return url
+
+
 DEFAULT_QUEUE = "default"
 """Procrastinate's queue for jobs deferred without one."""
 _SCHEMA_LOCK = 0x6D72_7173  # advisory-lock key for applying procrastinate's schema once
@@ -86,7 +121,9 @@ class QueueApp(App):
 
 
 def make_app(db: str | None = None) -> QueueApp:
-    """A procrastinate app on database `db` (default `$GRAPH_DB`), with our two tasks.
+    """A procrastinate app on queue database `db`, with our two tasks.
+
+    `db` defaults to `$GRAPH_QUEUE_DB`, else `$GRAPH_DB` (the checkpoints' database).
 
     Also keeps task text out of procrastinate's job records from here on
     (`graph.queue_logs.redact_procrastinate`).
@@ -94,7 +131,8 @@ def make_app(db: str | None = None) -> QueueApp:
     from graph.queue_logs import ADVANCE_TASK, redact_procrastinate
 
     redact_procrastinate()
-    app = QueueApp(connector=PsycopgConnector(conninfo=db or os.environ.get("GRAPH_DB", "")),
+    app = QueueApp(connector=PsycopgConnector(conninfo=db or os.environ.get(QUEUE_DB_ENV)
+                                                        or os.environ.get("GRAPH_DB", "")),
                    worker_defaults={"update_heartbeat_interval": env_seconds(HEARTBEAT_ENV, 5),
                                     "stalled_worker_timeout": env_seconds(STALLED_ENV, 30),
                                     "fetch_job_polling_interval": env_seconds(POLL_ENV, 0.5)})
@@ -218,7 +256,8 @@ class Enqueued:
 
 
 def enqueue(db: str, items: list[Any], *, live: bool, cap_id: str | None,
-            max_requests: int | None, queue: str = DEFAULT_QUEUE) -> Enqueued:
+            max_requests: int | None, queue: str = DEFAULT_QUEUE,
+            queue_url: str | None = None) -> Enqueued:
     """Puts one step job per thread on the queue, unless one of the thread's already waits.
 
     Idempotent: enqueueing a thread whose step job waits leaves it as it was (reported
@@ -226,21 +265,28 @@ def enqueue(db: str, items: list[Any], *, live: bool, cap_id: str | None,
     go to the same procrastinate `queue` (workers take every queue unless started with
     `--queues`).
 
+    Args:
+        db: The checkpoint database (PostgreSQL or Redis).
+        items: The checked tasks lines (`graph.tasks_file.read_tasks`), one job each.
+        live: Whether the jobs may send paid requests (`--live`).
+        cap_id: The batch's request cap (`--batch-id`), or None.
+        max_requests: The cap's maximum (`--max-requests`), or None.
+        queue: The procrastinate queue the jobs go to.
+        queue_url: The queue's PostgreSQL database (`--queue-db`); see `queue_db`.
+
     Raises:
-        graph.errors.UsageError: `db` is not a PostgreSQL URL (the queue lives there).
+        graph.errors.UsageError: No PostgreSQL queue, or a SQLite `db` (`queue_db`).
         graph.errors.RefusedError: `identity_mismatch` when the cap exists with another
             maximum (`graph.request_cap.open_cap`).
     """
-    from graph.errors import UsageError
     from graph.request_cap import open_cap
-    from graph.storage import is_postgres, open_store
+    from graph.storage import open_store
 
-    if not is_postgres(db):
-        raise UsageError("--enqueue needs a PostgreSQL database (--db postgresql://...)")
+    url = queue_db(db, queue_url)
     with open_store(db, create=True) as store:  # our tables, and the cap
         cap_id = open_cap(store, cap_id, max_requests)
-    ensure_schema(db)
-    app = make_app(db)
+    ensure_schema(url)
+    app = make_app(url)
     queued, already = 0, []
     with app.open():
         for item in items:

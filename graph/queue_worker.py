@@ -50,7 +50,7 @@ class StorePool:
     lost); a kept store is checked with one round trip per session before it is lent.
 
     Args:
-        db: The PostgreSQL URL (`GRAPH_DB`).
+        db: The checkpoint database's URL (`GRAPH_DB`: PostgreSQL or Redis).
         keep: Keep stores for later jobs; False opens and closes one per job (a SQLite
             file, which only tests give a worker: the queue itself lives on PostgreSQL).
     """
@@ -265,7 +265,7 @@ def _checked_job(db: str, thread_id: str, fields: Any, live: bool) -> tuple[Any,
     from graph.step import StepRequest
 
     if not db:
-        raise UsageError("the queue worker needs GRAPH_DB (the PostgreSQL URL)")
+        raise UsageError("the queue worker needs GRAPH_DB (the checkpoint database's URL)")
     settings = resolve_settings(db=db, live=live, timeout_s=None)
     if not isinstance(fields, dict):
         raise UsageError("fields must be an object", location="queued job", thread_id=thread_id)

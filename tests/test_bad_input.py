@@ -211,6 +211,9 @@ BATCH = [
     _batch(_OK_LINE, "--max-requests", "0"), _batch(_OK_LINE, "--max-requests", "abc"),
     _batch(_OK_LINE, "--max-req", "3"), _batch(_OK_LINE, "--parent", "a b"),
     _batch(_OK_LINE, "--enqueue"), _batch(_OK_LINE, "--parent", "p1"),
+    _batch(_OK_LINE, "--enqueue", "--queue-db", ""),
+    _batch(_OK_LINE, "--enqueue", "--queue-db", "postgresql://127.0.0.1:1/q"),  # SQLite --db
+    _batch(_OK_LINE, "--queue-db", "postgresql://127.0.0.1:1/q"),  # without --enqueue
     _batch(_OK_LINE, "--bogus"), _batch(_OK_LINE, "--batch-id", "\udcff"),
     _batch(_OK_LINE, "--batch-id", ""), _batch(_OK_LINE, "--batch-id", "a\nb"),
     _batch(bytes(range(256)) * 64),

@@ -344,3 +344,59 @@ def test_enqueueing_a_task_that_holds_the_api_key_is_refused_before_any_job_is_s
         jobs = conn.execute("SELECT count(*) FROM procrastinate_jobs").fetchone() if found[0] else (0,)
     assert jobs == (0,)
     assert key.encode() not in pg.dump()
+
+
+@pytest.mark.postgres
+def test_a_redis_checkpoint_database_runs_its_queue_in_postgresql(pg, tmp_path) -> None:
+    """Checkpoints in Redis, the queue in PostgreSQL (`--queue-db`, `GRAPH_QUEUE_DB`): a
+    worker runs every thread to done, each request counted once in the Redis ledger, and
+    nothing of ours is written to the queue's database but procrastinate's jobs."""
+    import psycopg
+
+    from tests.redis_server import start_server
+
+    pytest.importorskip("redis")
+    server = start_server(tmp_path / "redis")
+    ids = [f"rq{i}" for i in range(4)]
+    worker = None
+    try:
+        with FakeMandApi(tmp_path / "requests.jsonl") as fake:
+            env = subprocess_env(GRAPH_DB=server.url, MANDAPI_API_KEY="sk-queue",
+                                 MANDAPI_MODEL_ID="m", MANDAPI_BASE_URL=fake.base_url)
+            tasks = _tasks(tmp_path / "tasks.jsonl", ids)
+            refused = subprocess.run([PYTHON, "-m", "graph.batch", str(tasks), "--enqueue",
+                                      "--live", "--json"], env=env, capture_output=True,
+                                     text=True, timeout=120)
+            assert refused.returncode == 2 and "--queue-db" in refused.stdout, refused
+            enqueue = subprocess.run([PYTHON, "-m", "graph.batch", str(tasks), "--enqueue",
+                                      "--live", "--queue-db", pg.db], env=env,
+                                     capture_output=True, text=True, timeout=120)
+            assert enqueue.returncode == 0, enqueue.stderr
+            worker = subprocess.Popen(
+                [PROCRASTINATE, "--app=graph.queue.app", "worker", "--name=wr",
+                 "--concurrency=2"], env={**env, "GRAPH_QUEUE_DB": pg.db}, cwd=tmp_path,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            _wait_done(server.url, len(ids), [worker])
+            requests = fake.requests()
+        import redis
+
+        from graph import redis_keys as keys
+
+        client = redis.Redis.from_url(server.url)
+        for thread_id in ids:
+            sent = [r for r in requests if f"[{thread_id}]" in task_of(r["body"])]
+            attempts, claimed = (int(v) for v in client.hmget(keys.ledger_key(thread_id),
+                                                                "attempts", "claimed"))
+            assert len(sent) == claimed == attempts == 2, (thread_id, len(sent), claimed)
+        with psycopg.connect(pg.db) as conn:
+            ours = conn.execute("SELECT count(*) FROM information_schema.tables WHERE "
+                                "table_name IN ('attempt_ledger', 'attempt_log', "
+                                "'checkpoints')").fetchone()[0]
+            jobs = dict(conn.execute("SELECT status::text, count(*) FROM procrastinate_jobs "
+                                     "GROUP BY status").fetchall())
+        assert ours == 0, "the checkpoints and the ledger stay in Redis"
+        assert set(jobs) == {"succeeded"} and jobs["succeeded"] >= 2 * len(ids), jobs
+    finally:
+        if worker is not None:
+            _stop([worker])
+        server.stop()
