@@ -36,6 +36,10 @@ REDIS_KILL_POINTS = ("mid_waitaof", "mid_bury")
 """Redis only: right after the claim and its `WAITAOF` were sent, before the reply was
 read; and inside a prune's `bury`, after the tombstone script, before the checkpoints go."""
 
+HANG_DUMP_S = 40.0
+"""A child still running after this long writes its threads' stacks to its output (again
+each period), so a hang in CI says where it waits."""
+
 LEASE_ENV = "TEST_REDIS_LEASE_MS"
 """When set, a Redis writer lease of that many milliseconds (a killed holder blocks less)."""
 
@@ -206,6 +210,10 @@ def child_main(argv: list[str], kill_at: str | None, env: dict[str, str], cwd: s
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     _short_lease(env.get(LEASE_ENV))
+    import faulthandler
+
+    # A child that hangs leaves every thread's stack in its output for the test's message.
+    faulthandler.dump_traceback_later(HANG_DUMP_S, repeat=True)
     if kill_at in (*KILL_POINTS, *WRITE_KILL_POINTS, *NODE_WRITES_KILL_POINTS, *TRIM_KILL_POINTS,
                    *REDIS_KILL_POINTS):
         _patch(kill_at)

@@ -86,10 +86,10 @@ class Runner:
                 time.sleep(rng.uniform(0.0, 0.12))
                 if proc.exitcode is None:
                     _kill(proc.pid)
-            proc.join(60)
+            proc.join(120)
         finally:
             self.fake.release()
-        assert proc.exitcode is not None, "child hung"
+        assert proc.exitcode is not None, f"child hung ({kill_at}): {out.read_text()[-6000:]}"
         if proc.exitcode == -signal.SIGKILL:
             return True, None
         lines = [line for line in out.read_text().splitlines() if line.startswith("{")]

@@ -87,7 +87,7 @@ class RedisRunner(Runner):
                                                          str(self.tmp_path), str(out), entry))
         proc.start()
         proc.join(120)
-        assert proc.exitcode is not None, "child hung"
+        assert proc.exitcode is not None, f"child hung ({kill_at}): {out.read_text()[-6000:]}"
         if proc.exitcode == -signal.SIGKILL:
             return None
         lines = [line for line in out.read_text().splitlines() if line.startswith("{")]
