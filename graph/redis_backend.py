@@ -118,18 +118,27 @@ class RedisBackend:
         """Deletes the thread's checkpoints older than its latest `keep` (`RedisSaver.prune`).
 
         Not one transaction: a kill midway leaves some older checkpoints, which the next
-        trim deletes; the latest `keep` are never touched. Returns how many were deleted.
+        trim deletes; the latest `keep` are never touched. Runs after every step, so it
+        counts the thread's saved set (`SCARD`, one key) rather than `SCAN` the keyspace
+        as `count_checkpoints` does: a checkpoint whose `put` was killed before it joined
+        the set is not counted, so the window may hold one more until the next trim.
+        Returns how many were deleted.
         """
         if keep is None:
             return 0
         if keep < 1:
             raise ValueError(f"a checkpoint window keeps at least 1, not {keep}")
-        before = self.count_checkpoints(thread_id)
+        before = self._saved_count(thread_id)
         if before <= keep:
             return 0
         with server_errors(self.location):
             self._checkpointer.prune([thread_id], keep_last=keep)
-        return before - self.count_checkpoints(thread_id)
+        return before - self._saved_count(thread_id)
+
+    def _saved_count(self, thread_id: str) -> int:
+        """How many checkpoints of the thread finished their `put` (its saved set's size)."""
+        with server_errors(self.location):
+            return int(self._client.scard(keys.saved_key(thread_id)))
 
     def buried_with_checkpoints(self) -> set[str]:
         """Tombstoned thread ids that still have checkpoints (an interrupted `bury`)."""

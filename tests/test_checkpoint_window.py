@@ -13,10 +13,10 @@ import pytest
 
 from graph.copy import main as copy_main
 from graph.prune import main as prune_main
-from graph.storage import open_store
+from graph.storage import is_redis, open_store
 from graph.thread_history import thread_history
 from graph.verify import verify
-from nodes.context import StepContext
+from nodes.context import NoAttemptLog, StepContext
 from nodes.state import DEFAULT_KEEP_CHECKPOINTS, SCHEMA_VERSION
 from tests.conftest import ROOT, SqliteBackend, run_cli, subprocess_env
 from tests.crash_child import PRELOAD, child_main
@@ -215,7 +215,10 @@ def v5_thread(db: str, thread_id: str, invocations: int) -> None:
     state["thread"]["max_attempts"] = 40
     with open_store(db, create=True) as store:
         store.ledger.create(thread_id, 40)
-        ctx = StepContext(thread_id, store.ledger, NeverFinishes())
+        # Redis came after the attempt log: its threads always have one, and a log short of
+        # the replies is refused there (`RedisAttemptLog.covers`).
+        log = store.log if is_redis(db) else NoAttemptLog()
+        ctx = StepContext(thread_id, store.ledger, NeverFinishes(), log=log)
         config = {"configurable": {"thread_id": thread_id}}
         graph_input: Any = state
         for _ in range(invocations):
