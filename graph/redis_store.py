@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from graph import redis_keys as keys
 from graph.database import ReadOnlyLocks, Store, WriterLocks
-from graph.errors import BusyError, DatabaseLostError, RefusedError
+from graph.errors import BusyError, DatabaseLostError, RefusedError, UsageError
 from graph.exitcodes import ErrorCode
 from graph.redis_approvals import RedisApprovals
 from graph.redis_conn import connect, redact, server_errors
@@ -60,14 +60,25 @@ def _no_token(_thread_id: str) -> str | None:
 
 
 def _is_set_up(client: redis.Redis, location: str) -> bool:
-    """True when `RedisSaver`'s checkpoint index exists (the database was set up)."""
+    """True when `RedisSaver`'s checkpoint index exists (the database was set up).
+
+    Raises:
+        UsageError: `usage` (exit 2): the server lacks the RediSearch or RedisJSON module
+            (`FT.*`, `JSON.*` unknown), which `RedisSaver` needs; nothing was written.
+    """
     import redis
 
     with server_errors(location):
         try:
+            client.execute_command("JSON.TYPE", SETUP_LOCK)  # a missing key: nil
             client.execute_command("FT.INFO", CHECKPOINT_INDEX)
         except redis.ResponseError as exc:
-            if "unknown" in str(exc).lower() or "no such" in str(exc).lower():
+            text = str(exc).lower()
+            if "unknown command" in text:
+                raise UsageError(f"the Redis server lacks the RediSearch and RedisJSON modules "
+                                 f"that LangGraph's RedisSaver needs ({str(exc)[:80]}); see "
+                                 "the README's Redis section", location=location) from None
+            if "unknown" in text or "no such" in text:
                 return False
             raise
     return True

@@ -279,6 +279,39 @@ def test_copy_to_redis_refuses_a_thread_whose_replies_predate_the_attempt_log(
     assert copy_main(["--from", first, "--to", str(tmp_path / "new.sqlite")]) == 0
 
 
+@pytest.mark.parametrize("url", [
+    "redis://127.0.0.1:notaport/0", "redis://127.0.0.1:99999/0", "redis://127.0.0.1:-1/0",
+    "redis://[::1/0", "redis://", "redis://127.0.0.1:0/0", "redis://127.0.0.1:{port}/xyz",
+    "redis://127.0.0.1:{port}/0/1", "redis://127.0.0.1:{port}/7", "redis://127.0.0.1:{port}/0?db=3",
+    "redis://127.0.0.1:{port}/0?socket_timeout=abc",
+    "rediss://127.0.0.1:{port}/0?ssl_cert_reqs=bogus"])
+def test_a_redis_url_the_client_would_misread_is_a_usage_error_and_writes_nothing(
+        url: str, own_url: str, own_client: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """Bad ports and query values were exit 1 (the client's ValueError or TypeError); a path
+    or `?db=` naming another database, or a URL with no host, reached another database or
+    the machine's localhost:6379. Only database 0 is taken: RediSearch's indexes span a
+    server's database numbers (`graph.redis_conn.check_url`)."""
+    url = url.replace("{port}", own_url.rsplit(":", 1)[1].split("/")[0])
+    code, out = _run(capsys, "--db", url, "--thread", "u1", "--task", TASK, "--once")
+    assert code == 2 and out["error_code"] in ("usage", "db_unreachable"), out
+    assert "Redis" in out["error"] and own_client.dbsize() == 0
+
+
+def test_a_server_without_the_search_and_json_modules_is_a_usage_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It was exit 6 (`db_write_failed`, "unknown command 'FT.INFO'"): a scheduler retries
+    exit 6, but no retry brings the modules."""
+    import redis
+
+    server = start_server(tmp_path / "bare", modules=False)
+    try:
+        code, out = _run(capsys, "--db", server.url, "--thread", "m1", "--task", TASK, "--once")
+        assert (code, out["error_code"]) == (2, "usage") and "modules" in out["error"], out
+        assert redis.Redis.from_url(server.url).dbsize() == 0
+    finally:
+        server.stop()
+
+
 def test_first_runs_at_once_on_a_fresh_database_all_set_it_up_and_succeed(tmp_path: Path) -> None:
     import subprocess
     import sys
