@@ -19,8 +19,9 @@ is refused.
 
 from __future__ import annotations
 
+import json
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from graph import redis_keys
@@ -122,6 +123,37 @@ class RedisDigests:
                 task = field[len(WRITTEN):].rpartition("\0")[0]
                 counts[task] = counts.get(task, 0) + 1
         return counts
+
+    def check_indexed(self, thread_id: str, ns: str, checkpoint_id: str,
+                      metadata: Mapping[str, Any]) -> None:
+        """Refuses a checkpoint document whose indexed fields say it is another one.
+
+        LangGraph's search index finds a document by its own `thread_id`,
+        `checkpoint_ns`, `checkpoint_id`, `step` and `source`, which a load by key (the
+        latest-checkpoint pointer) never reads: one edited there would be resumed by a
+        step while history and verify, which list by the index, miss it.
+
+        Raises:
+            ValueError: A field differs from the checkpoint as loaded (`metadata`).
+            redis.ResponseError: The key is not a JSON document (the saver refuses it).
+        """
+        expected = [[thread_id], [ns or "__empty__"], [checkpoint_id], [metadata.get("step")],
+                    [metadata.get("source")]]
+        if self._indexed_fields(thread_id, ns, checkpoint_id) != expected:
+            raise ValueError("the fields LangGraph's index finds it by (thread, namespace, id, "
+                             "step, source) do not match it: edited or copied")
+
+    def _indexed_fields(self, thread_id: str, ns: str, checkpoint_id: str) -> list[Any]:
+        """Each field of `check_indexed` as a JSONPath result list (`[]` when missing)."""
+        paths = ("$.thread_id", "$.checkpoint_ns", "$.checkpoint_id", "$.step", "$.source")
+        with self._lock:
+            raw = self._client.execute_command(
+                "JSON.GET", self._checkpoint_key(thread_id, ns, checkpoint_id), *paths)
+        # redis-py may decode the reply itself (RedisJSON's response callback), or not
+        found = json.loads(raw) if isinstance(raw, (bytes, str)) else raw or {}
+        if not isinstance(found, dict):
+            raise ValueError("its document's fields cannot be read")
+        return [found.get(path, []) for path in paths]
 
     def checkpoint_exists(self, thread_id: str, ns: str, checkpoint_id: str) -> bool:
         """Whether LangGraph's checkpoint document is there now."""

@@ -140,11 +140,12 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
 
         The saved set is read before LangGraph reads, so a checkpoint another process
         saves meanwhile is not mistaken for a missing one; a missing one still saved
-        after the read (not deleted with its digests since) is refused.
+        after the read (not deleted with its digests since) is refused, and so is a
+        latest checkpoint with a parent beside an empty saved set (the set was deleted).
 
         Raises:
-            CheckpointIntegrityError: The checkpoint is refused (`damaged`); also a key
-                of the wrong Redis type.
+            CheckpointIntegrityError: The checkpoint is refused (`damaged`); also a key of
+                the wrong Redis type.
         """
         conf = config["configurable"]
         slot = str(conf["thread_id"]), str(conf.get("checkpoint_ns", ""))
@@ -163,9 +164,6 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
                 f"from LangGraph's index (found {loaded or 'none'}); an older one is never "
                 "resumed instead")
         if latest and saved is not None and saved.parent_config and not after:
-            # Only a put killed before `saved` leaves a checkpoint out of the set, and its
-            # parent's put had finished: a latest checkpoint with a parent and an empty
-            # set means the set was deleted, so a newer checkpoint could be hidden.
             raise CheckpointIntegrityError(
                 f"thread {slot[0]!r}: checkpoint {loaded} has a parent but the thread's set "
                 "of saved checkpoints is empty: deleted or damaged")
@@ -232,6 +230,7 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
                        saved: CheckpointTuple) -> None:
         super()._check_digests(thread_id, ns, checkpoint_id, saved)
         assert self.digests is not None
+        self._redis_digests.check_indexed(thread_id, ns, checkpoint_id, saved.metadata or {})
         recorded = self.digests.of_checkpoint(thread_id, ns, checkpoint_id).get(METADATA)
         parent = (saved.parent_config or {}).get("configurable", {}).get("checkpoint_id")
         if rest_digest(self.strict, saved.checkpoint, saved.metadata, parent) not in (

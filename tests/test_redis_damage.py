@@ -222,6 +222,10 @@ CASES: dict[str, Case] = {
     "saved set copied from another thread": Case(_copy(SV)),
     "saved set with a newer checkpoint": Case(lambda c, a, b: c.sadd(
         SV(a), "\0" + "1ffffffff-ffff-6fff-8fff-ffffffffffff")),
+    # LangGraph's latest checkpoint document, as its search index finds it (a load by key
+    # never reads these fields; history and verify list by the index)
+    "latest checkpoint indexed as the other thread's": Case(lambda c, a, b: c.json().set(
+        c.get(f"checkpoint_latest:{a}:__empty__"), "$.thread_id", b)),
     # the writer lock
     "lock held by another token": Case(lambda c, a, b: c.set(LK(a), "0" * 32, px=60_000),
                                        code="busy"),

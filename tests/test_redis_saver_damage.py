@@ -104,6 +104,13 @@ DAMAGE: dict[str, tuple[Callable[[Any, str], None], bool]] = {
     "doc serializer type": (_set("$.checkpoint.type", "msgpack"), True),
     "doc metadata": (_set("$.metadata", '{"source":"loop","step":4,"parents":{}}'), True),
     "doc parent": (_set("$.parent_checkpoint_id", ""), True),
+    # fields only LangGraph's search index reads: a load by key never sees them
+    "doc indexed as another thread": (_set("$.thread_id", "someone-else"), True),
+    "doc indexed in another namespace": (_set("$.checkpoint_ns", "sub"), True),
+    "doc indexed with another id": (_set("$.checkpoint_id",
+                                         "1f000000-0000-6000-8000-000000000000"), True),
+    "doc indexed at another step": (_set("$.step", 99), True),
+    "doc indexed with another source": (_set("$.source", "input"), True),
     "doc retyped": (_retype(_latest), True),
     "doc deleted": (lambda c, t: c.delete(_latest(c, t)), True),
     "doc of an older checkpoint deleted": (lambda c, t: c.delete(
