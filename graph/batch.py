@@ -95,17 +95,7 @@ def _run(parser: Parser, argv: list[str], as_json: bool) -> int:
     if args.queue_db is not None and not args.enqueue:
         raise UsageError("--queue-db goes with --enqueue (the queue's database)")
     if args.enqueue:
-        from graph.queue import enqueue
-
-        for item in items:  # a queued job stores its task: refuse the key before any is queued
-            item.spec.check_no_key(settings)
-        done = enqueue(settings.db, items, live=args.live, cap_id=cap_id,
-                       max_requests=args.max_requests, queue_url=args.queue_db)
-        already = len(done.already_queued)
-        emit(json.dumps({"enqueued": done.queued, "already_queued": already, "exit_code": 0})
-             if as_json else f"enqueued {done.queued} thread(s)"
-             + (f"; {already} already had a step waiting, left as they were" if already else ""))
-        return 0
+        return _enqueue(args, items, settings, cap_id, as_json)
     progress = Progress(len(items), bar=not as_json)  # --json: plain lines on stderr at most
     try:
         with Database(settings, create=True, source="flags") as db:
@@ -150,6 +140,24 @@ def _summary(report: Any, progress: Any, cap_id: str, parent: dict[str, Any] | N
     if report.failure is not None and report.exit_code != 0:  # as graph.run: one line on stderr
         fields = report.error_fields()
         emit(error_line(fields["error_code"], fields["error"]), sys.stderr)
+
+
+def _enqueue(args: Any, items: list[Any], settings: Any, cap_id: str, as_json: bool) -> int:
+    """`--enqueue`: one step job per thread on the queue (`graph.queue.enqueue`); exit 0."""
+    from graph.queue_db import queue_db
+
+    queue_url = queue_db(settings.db, args.queue_db)  # refused before anything is opened
+    from graph.queue import enqueue
+
+    for item in items:  # a queued job stores its task: refuse the key before any is queued
+        item.spec.check_no_key(settings)
+    done = enqueue(settings.db, items, live=args.live, cap_id=cap_id,
+                   max_requests=args.max_requests, queue_url=queue_url)
+    already = len(done.already_queued)
+    emit(json.dumps({"enqueued": done.queued, "already_queued": already, "exit_code": 0})
+         if as_json else f"enqueued {done.queued} thread(s)"
+         + (f"; {already} already had a step waiting, left as they were" if already else ""))
+    return 0
 
 
 def _check_no_key(cap_id: str, key: str | None) -> None:

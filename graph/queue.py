@@ -38,6 +38,8 @@ from procrastinate import App, PsycopgConnector, exceptions
 from procrastinate.app import WorkerOptions
 from typing_extensions import Unpack
 
+from graph.queue_db import QUEUE_DB_ENV, check_worker, connect_queue, queue_db
+
 HEARTBEAT_ENV, STALLED_ENV = "GRAPH_QUEUE_HEARTBEAT_S", "GRAPH_QUEUE_STALLED_S"
 """How often a worker reports it is alive (seconds, default 5), and how long a silent
 worker is taken for dead before its `doing` jobs are requeued (seconds, default 30)."""
@@ -70,34 +72,6 @@ def env_seconds(name: str, default: float) -> float:
     return value
 
 
-QUEUE_DB_ENV = "GRAPH_QUEUE_DB"
-"""The PostgreSQL URL of the queue when it is not the checkpoint database `GRAPH_DB`."""
-
-
-def queue_db(db: str, flag: str | None = None) -> str:
-    """The queue's database: `flag` (`--queue-db`), else `$GRAPH_QUEUE_DB`, else `db`.
-
-    Raises:
-        UsageError: `flag` is empty, the queue would not be PostgreSQL, or the checkpoints
-            are in a SQLite file (one machine's: workers elsewhere could not reach it)
-            (exit 2).
-    """
-    from graph.errors import UsageError
-    from graph.storage import is_postgres, is_redis
-
-    if not (is_postgres(db) or is_redis(db)):
-        raise UsageError("--enqueue needs a PostgreSQL or Redis --db that every worker reaches; "
-                         "a SQLite file is one machine's: run the batch without --enqueue")
-    if flag is not None and not flag.strip():
-        raise UsageError("--queue-db is empty: give the queue's postgresql:// URL, or leave "
-                         f"it out to use ${QUEUE_DB_ENV}, else --db")
-    url = flag or os.environ.get(QUEUE_DB_ENV) or db
-    if not is_postgres(url):
-        raise UsageError("the queue lives in PostgreSQL (procrastinate): give --queue-db "
-                         f"postgresql://... or {QUEUE_DB_ENV} beside a Redis --db")
-    return url
-
-
 DEFAULT_QUEUE = "default"
 """Procrastinate's queue for jobs deferred without one."""
 _SCHEMA_LOCK = 0x6D72_7173  # advisory-lock key for applying procrastinate's schema once
@@ -106,11 +80,25 @@ _SCHEMA_LOCK = 0x6D72_7173  # advisory-lock key for applying procrastinate's sch
 class QueueApp(App):
     """Procrastinate's `App`, redacting the worker's own logger and closing our stores on stop."""
 
+    queue_url = ""
+    """The queue's PostgreSQL URL (`make_app`)."""
+
+    def open_async(self, pool: Any = None) -> Any:
+        """`App.open_async`, refusing a queue URL that is not PostgreSQL before connecting.
+
+        Procrastinate's command opens the app before it runs the worker; a Redis URL in
+        `GRAPH_DB` with no `GRAPH_QUEUE_DB` would otherwise retry the connection forever.
+        """
+        if pool is None:
+            check_worker(self.queue_url, checkpoints=False)
+        return super().open_async(pool)
+
     async def run_worker_async(self, **kwargs: Unpack[WorkerOptions]) -> None:
         """Runs a worker (`App.run_worker_async`); see `graph.queue_logs` and `graph.queue_worker`."""
         from graph.queue_logs import redact_procrastinate
         from graph.queue_worker import close_pools, warm_up
 
+        check_worker(self.queue_url)  # before any job is taken
         warm_up()
         name = kwargs["name"] if "name" in kwargs else self.worker_defaults.get("name", "worker")
         redact_procrastinate(name)
@@ -131,11 +119,12 @@ def make_app(db: str | None = None) -> QueueApp:
     from graph.queue_logs import ADVANCE_TASK, redact_procrastinate
 
     redact_procrastinate()
-    app = QueueApp(connector=PsycopgConnector(conninfo=db or os.environ.get(QUEUE_DB_ENV)
-                                                        or os.environ.get("GRAPH_DB", "")),
+    url = db or os.environ.get(QUEUE_DB_ENV) or os.environ.get("GRAPH_DB", "")
+    app = QueueApp(connector=PsycopgConnector(conninfo=url),
                    worker_defaults={"update_heartbeat_interval": env_seconds(HEARTBEAT_ENV, 5),
                                     "stalled_worker_timeout": env_seconds(STALLED_ENV, 30),
                                     "fetch_job_polling_interval": env_seconds(POLL_ENV, 0.5)})
+    app.queue_url = url
 
     @app.task(name=ADVANCE_TASK, retry=False, pass_context=True)
     async def advance_thread(context: Any, thread_id: str, fields: dict[str, Any], live: bool,
@@ -228,13 +217,15 @@ def recover_stalled(db: str, seconds: float | None = None) -> int:
 
 
 def ensure_schema(db: str) -> None:
-    """Applies procrastinate's schema once, serialized across processes by an advisory lock."""
-    import psycopg
+    """Applies procrastinate's schema once, serialized across processes by an advisory lock.
 
+    Raises:
+        UsageError: `db_unreachable` (exit 2): the queue's database cannot be reached, or
+            its URL is not one psycopg can use.
+    """
     from graph.pg_locks import advisory_lock
 
-    with psycopg.connect(db, autocommit=True) as conn, \
-            advisory_lock(conn, _SCHEMA_LOCK, what="queue schema"):
+    with connect_queue(db) as conn, advisory_lock(conn, _SCHEMA_LOCK, what="queue schema"):
         row = conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()
         if row is None or row[0] is None:
             app = make_app(db)
@@ -283,6 +274,7 @@ def enqueue(db: str, items: list[Any], *, live: bool, cap_id: str | None,
     from graph.storage import open_store
 
     url = queue_db(db, queue_url)
+    connect_queue(url).close()  # reachable, before anything is written anywhere
     with open_store(db, create=True) as store:  # our tables, and the cap
         cap_id = open_cap(store, cap_id, max_requests)
     ensure_schema(url)

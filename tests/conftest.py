@@ -39,7 +39,8 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
-_CLEARED = ("MANDAPI_API_KEY", "MANDAPI_MODEL_ID", "MANDAPI_BASE_URL", "MANDAPI_TIMEOUT", "GRAPH_DB")
+_CLEARED = ("MANDAPI_API_KEY", "MANDAPI_MODEL_ID", "MANDAPI_BASE_URL", "MANDAPI_TIMEOUT", "GRAPH_DB",
+            "GRAPH_QUEUE_DB")
 _OUR_TABLES = ("attempt_ledger",)
 _PG_HOWTO = ("set GRAPH_TEST_POSTGRES_URL, for example "
              "GRAPH_TEST_POSTGRES_URL=postgresql://postgres@127.0.0.1:5432/test")

@@ -400,3 +400,53 @@ def test_a_redis_checkpoint_database_runs_its_queue_in_postgresql(pg, tmp_path) 
         if worker is not None:
             _stop([worker])
         server.stop()
+
+
+@pytest.mark.postgres
+def test_a_misconfigured_worker_exits_2_naming_the_variable_and_takes_no_job(pg, tmp_path) -> None:
+    """A Redis `GRAPH_DB` without `GRAPH_QUEUE_DB` retried the connection forever; a worker
+    without `GRAPH_DB` took every job and ended each chain. Both now end at once."""
+    from graph.queue import ensure_schema, make_app
+    from graph.queue_logs import ADVANCE_TASK
+
+    ensure_schema(pg.db)
+    with make_app(pg.db).open() as app:
+        app.configure_task(ADVANCE_TASK).defer(thread_id="m1", fields={"task": "x"}, live=False,
+                                               cap_id=None)
+    cases = [({"GRAPH_DB": "redis://127.0.0.1:1/0"}, "GRAPH_QUEUE_DB"),
+             ({"GRAPH_QUEUE_DB": pg.db}, "needs GRAPH_DB")]
+    for extra, named in cases:
+        env = subprocess_env(**extra)
+        done = subprocess.run([PROCRASTINATE, "--app=graph.queue.app", "worker", "--name=bad"],
+                              env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2, (extra, done.stderr[-2000:])
+        assert "error (usage)" in done.stderr and named in done.stderr, done.stderr[-2000:]
+    import psycopg
+
+    with psycopg.connect(pg.db) as conn:
+        statuses = conn.execute("SELECT status::text FROM procrastinate_jobs").fetchall()
+    assert statuses == [("todo",)], "the job waits for a worker that can run it"
+
+
+@pytest.mark.postgres
+def test_enqueue_refuses_an_unreachable_queue_or_a_missing_queue_package_with_exit_2(
+        pg, tmp_path, capsys, monkeypatch) -> None:
+    """Both were other codes: an unreachable queue `db_lost` (exit 6, which schedulers
+    retry), a malformed queue URL and procrastinate not installed exit 1."""
+    import psycopg
+
+    from graph.batch import main as batch_main
+
+    tasks = _tasks(tmp_path / "tasks.jsonl", ["u1"])
+    for queue, code in [("postgresql://postgres@127.0.0.1:1/x", "db_unreachable"),
+                        ("postgresql://%zz", "db_unreachable")]:
+        assert batch_main([str(tasks), "--db", pg.db, "--enqueue", "--queue-db", queue,
+                           "--json"]) == 2
+        assert json.loads(capsys.readouterr().out)["error_code"] == code
+    monkeypatch.setitem(sys.modules, "procrastinate", None)  # as without the postgres extra
+    assert batch_main([str(tasks), "--db", pg.db, "--enqueue", "--json"]) == 2
+    assert "postgres extra" in json.loads(capsys.readouterr().out)["error"]
+    with psycopg.connect(pg.db) as conn:
+        tables = conn.execute("SELECT count(*) FROM information_schema.tables WHERE "
+                              "table_schema = 'public'").fetchone()[0]
+    assert tables == 0, "nothing was written to the checkpoint database"

@@ -1,0 +1,110 @@
+"""Which PostgreSQL database holds the procrastinate queue, checked before it is used.
+
+The queue is in the checkpoint database when that is PostgreSQL; checkpoints in Redis
+keep their queue in a PostgreSQL database of its own (`--queue-db` when enqueueing,
+`GRAPH_QUEUE_DB` for workers; procrastinate runs on PostgreSQL only). Importing this
+module imports neither procrastinate nor a database driver, so a refusal here needs
+neither installed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+from urllib.parse import urlsplit
+
+from graph.errors import UsageError, error_line
+from graph.exitcodes import ErrorCode
+
+QUEUE_DB_ENV = "GRAPH_QUEUE_DB"
+"""The PostgreSQL URL of the queue when it is not the checkpoint database `GRAPH_DB`."""
+_POSTGRES = ("postgresql://", "postgres://")
+
+
+def queue_db(db: str, flag: str | None = None) -> str:
+    """The queue's database: `flag` (`--queue-db`), else `$GRAPH_QUEUE_DB`, else `db`.
+
+    Args:
+        db: The checkpoint database (`--db`).
+        flag: `--queue-db` as given, or None.
+
+    Raises:
+        UsageError: `flag` is empty, the queue would not be PostgreSQL, the checkpoints
+            are in a SQLite file (one machine's: workers elsewhere could not reach it),
+            or procrastinate is not installed (the postgres extra) (exit 2).
+    """
+    from graph.storage import is_postgres, is_redis
+
+    if flag is not None and not flag.strip():
+        raise UsageError("--queue-db is empty: give the queue's postgresql:// URL, or leave "
+                         f"it out to use ${QUEUE_DB_ENV}, else --db")
+    if not (is_postgres(db) or is_redis(db)):
+        raise UsageError("--enqueue needs a PostgreSQL or Redis --db that every worker reaches; "
+                         "a SQLite file is one machine's: run the batch without --enqueue")
+    url = flag or os.environ.get(QUEUE_DB_ENV) or db
+    if not is_postgres(url):
+        raise UsageError("the queue lives in PostgreSQL (procrastinate): give --queue-db "
+                         f"postgresql://... or {QUEUE_DB_ENV} beside a Redis --db")
+    try:
+        import procrastinate  # noqa: F401
+    except ImportError:
+        raise UsageError("--enqueue needs the postgres extra (procrastinate, psycopg): "
+                         "pip install -e '.[postgres]'") from None
+    return url
+
+
+def check_worker(queue_url: str, *, checkpoints: bool = True) -> None:
+    """Ends a worker process that could only fail: exit 2 with one `error (usage)` line.
+
+    Called before procrastinate connects (`graph.queue.QueueApp.open_async`) and before
+    the first job is taken (`run_worker_async`), so a misconfigured worker neither
+    retries a connection forever nor takes jobs it can only end.
+
+    Args:
+        queue_url: The app's queue URL (`GRAPH_QUEUE_DB`, else `GRAPH_DB`).
+        checkpoints: Also require `GRAPH_DB`, the checkpoint database.
+
+    Raises:
+        SystemExit: 2, after the error line on stderr.
+    """
+    problem = None
+    if not queue_url.startswith(_POSTGRES):
+        problem = (f"the queue worker's queue is procrastinate's, in PostgreSQL: set "
+                   f"{QUEUE_DB_ENV}=postgresql://... (or GRAPH_DB, when the checkpoints are "
+                   "there too)")
+    elif checkpoints and not os.environ.get("GRAPH_DB"):
+        problem = "the queue worker needs GRAPH_DB (the checkpoint database's URL)"
+    if problem is not None:
+        print(error_line(ErrorCode.USAGE, problem), file=sys.stderr, flush=True)
+        raise SystemExit(2)
+
+
+def connect_queue(db: str) -> Any:
+    """An autocommit connection to the queue's database (`graph.queue.ensure_schema`).
+
+    Raises:
+        UsageError: `db_unreachable` (exit 2): the database cannot be reached, or `db`
+            is not a URL psycopg can use; the password is never shown.
+    """
+    import psycopg
+    from psycopg.conninfo import make_conninfo
+
+    from graph.pg_url import redact
+    from graph.postgres_store import CONNECT_TIMEOUT_S
+
+    try:
+        return psycopg.connect(make_conninfo(db, connect_timeout=CONNECT_TIMEOUT_S),
+                               autocommit=True)
+    except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
+        detail = next((line.strip() for line in str(exc).splitlines() if line.strip()),
+                      type(exc).__name__)
+        try:
+            password = urlsplit(db).password
+        except ValueError:
+            password = None
+        if password:
+            detail = detail.replace(password, "***")
+        raise UsageError(f"cannot connect to the queue's PostgreSQL database at "
+                         f"{redact(db)}: {detail[:200]}",
+                         error_code=ErrorCode.DB_UNREACHABLE) from None
