@@ -59,6 +59,9 @@ def _kill(pid: int) -> None:
 class Runner:
     """Starts `graph.run` children and kills them as scheduled."""
 
+    ok_exits: tuple[int, ...] = (0, 3, 6)
+    """Exit codes of a run that was not killed: no crash, no refusal."""
+
     def __init__(self, ctx: Any, fake: FakeMandApi, backend: Any, tmp_path: Path) -> None:
         self.ctx, self.fake, self.backend, self.tmp_path = ctx, fake, backend, tmp_path
         self.env = subprocess_env(MANDAPI_API_KEY="sk-kill-test", MANDAPI_MODEL_ID="mandapi-kill",
@@ -95,7 +98,7 @@ class Runner:
         lines = [line for line in out.read_text().splitlines() if line.startswith("{")]
         assert len(lines) == 1, out.read_text()
         outcome = json.loads(lines[0])
-        assert outcome["exit_code"] in (0, 3, 6), (kill_at, outcome)  # no crash, no refusal
+        assert outcome["exit_code"] in self.ok_exits, (kill_at, outcome)  # no crash, no refusal
         return False, outcome
 
     def check(self, tag: str, thread_id: str) -> tuple[int, int, int] | None:

@@ -34,8 +34,9 @@ KILL_THREADS = 14
 """Threads; each goes through several kill/resume cycles (>= 50 kills in all)."""
 SCHEDULE = (*KILL_POINTS, "mid_waitaof", *NODE_WRITES_KILL_POINTS, "during_request", "random",
             None)
-LEASE_MS = 600
-"""The children's writer lease: renewed every 200 ms, so a live holder keeps it."""
+LEASE_MS = 1000
+"""The children's writer lease: renewed every 333 ms, so a live holder keeps it, unless the
+host starves its renewing thread past the lease (then the run ends `busy`, unharmed)."""
 BURY_KILLS = 4
 """Prunes killed mid-bury, each after burying one more thread's keys."""
 
@@ -69,12 +70,22 @@ class RedisKillBackend:
 
 
 class RedisRunner(Runner):
-    """`Runner`, waiting after a kill until the killed holder's lease has run out."""
+    """`Runner`, waiting after a kill until the killed holder's lease has run out.
+
+    A run may also end `busy` (exit 5) on its own: on a loaded host its lease ran out
+    before the renewal (`graph.redis_locks`), and fencing then refused its next write,
+    counting and sending nothing. That is the promise under test, not a failure; the
+    loop runs the thread again.
+    """
+
+    ok_exits = (0, 3, 5, 6)
 
     def run(self, tag: str, argv: list[str], kill_at: str | None, rng: random.Random
             ) -> tuple[bool, dict[str, Any] | None]:
         killed, outcome = super().run(tag, argv, kill_at, rng)
-        if killed:
+        if outcome is not None and outcome["exit_code"] == 5:
+            assert "lost it" in outcome["error"], outcome  # no other holder runs here
+        if killed or outcome is not None and outcome["exit_code"] == 5:
             assert wait_for(lambda: self.backend.lock_gone(argv[1]))
         return killed, outcome
 
