@@ -123,7 +123,8 @@ def threads_rows(r: dict[str, Any]) -> list[str]:
 
 
 def workers_rows(r: dict[str, Any]) -> list[str]:
-    """Queue workers on PostgreSQL: concurrency in one process, processes, peak memory."""
+    """Queue workers (queue in PostgreSQL): concurrency in one process, processes, checkpoints
+    in Redis, peak memory."""
     def speed(key: str) -> str:
         return " / ".join(f"{v:.1f}" for v in r["steps_per_s"][key])
 
@@ -135,6 +136,11 @@ def workers_rows(r: dict[str, Any]) -> list[str]:
     rows += [_row(f"{n} worker processes × `--concurrency {c}`, {fake}", f"{speed(f'p{n}')} steps/s",
                   f"one process: {speed(f'c{c}')} steps/s", _x(r["x_processes"][str(n)]),
                   "processes add CPU, up to the cores they share") for n in r["processes"][1:]]
+    if "x_redis" in r:
+        rows.append(_row(f"one queue worker process × `--concurrency {c}`, checkpoints in Redis "
+                         f"(queue in PostgreSQL), {fake}", f"{speed(f'redis{c}')} steps/s",
+                         f"checkpoints in PostgreSQL: {speed(f'c{c}')} steps/s",
+                         _x(r["x_redis"]), "the same queue; only the checkpoint database differs"))
     peaks = " / ".join(f"{mb:.0f}" for mb in m["vm_hwm_mb"])
     jobs = " / ".join(f"{j:,}" for j in m["jobs"])
     rows.append(_row(f"worker peak memory (VmHWM) after {jobs} jobs", f"{peaks} MB",

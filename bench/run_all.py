@@ -19,7 +19,7 @@ the append-only file fsynced on every write), stopped and its folder removed at 
 end; `--redis URL` uses that server instead (each thread's keys deleted afterwards).
 When no private server can start (valkey-server or the modules missing) the Redis rows
 are skipped and the run says so, with the reason, before its tables and under the
-README table. Queue workers have no Redis rows (`bench.workers.REDIS_SKIPPED` says why).
+README table. With both, `bench.workers` adds a worker whose checkpoints are in Redis.
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ def plan(quick: bool, postgres: str | None, skip_400: bool,
         "threads": ["--threads", "5" if quick else "1000", "--steps", "2"],
     }
     if postgres:
-        scripts["workers"] = ["--postgres", postgres] + (["--quick"] if quick else [])
+        scripts["workers"] = (["--postgres", postgres] + (["--redis", redis] if redis else [])
+                              + (["--quick"] if quick else []))
     return scripts
 
 
@@ -167,10 +168,10 @@ def main(argv: list[str] | None = None) -> None:
             print(why + "\n", flush=True)
             print(why, file=sys.stderr)
             skipped.append(why)
-        if args.redis:
-            from bench.workers import REDIS_SKIPPED
+        if args.redis and not args.postgres:
+            from bench.workers import REDIS_NEEDS_POSTGRES
 
-            skipped.append(f"Not measured: {REDIS_SKIPPED}")
+            skipped.append(f"Not measured: {REDIS_NEEDS_POSTGRES}")
             print(skipped[-1] + "\n", flush=True)
         try:
             done = run(args.quick, args.postgres, args.skip_400, redis)

@@ -1,10 +1,8 @@
 """Queue workers on PostgreSQL: concurrency within one process, processes side by side, memory.
 
-  python -m bench.workers --postgres URL [--delay 0.5] [--concurrency 8] [--processes 2]
-                          [--threads-per-slot 6] [--memory-jobs 100,1000] [--quick]
-                          [--json PATH]
-
-On PostgreSQL only: see `REDIS_SKIPPED` for why there are no Redis rows.
+  python -m bench.workers --postgres URL [--redis URL] [--delay 0.5] [--concurrency 8]
+                          [--processes 2] [--threads-per-slot 6] [--memory-jobs 100,1000]
+                          [--quick] [--json PATH]
 
 Against a loopback fake MandAPI answering after `--delay` seconds, each thread takes two
 steps (two jobs). Throughput is steps per second from the first job's start to the last
@@ -13,7 +11,10 @@ on one fresh database (dropped afterwards), the order rotating, in two rounds (t
 passes):
 
 - one worker process at `--concurrency 1`, and at `--concurrency C`;
-- N worker processes (2 up to `--processes`), each at `--concurrency C`.
+- N worker processes (2 up to `--processes`), each at `--concurrency C`;
+- with `--redis URL`: one worker process at `--concurrency C` whose checkpoints are in
+  that Redis database, its queue still in the PostgreSQL one (`GRAPH_QUEUE_DB`); its
+  threads' keys are deleted afterwards.
 
 Each round starts the variant's worker processes, waits until they are up (start-up is
 not timed), enqueues `--threads-per-slot` new threads per job slot on the variant's own
@@ -47,20 +48,22 @@ FROM procrastinate_events e JOIN procrastinate_jobs j ON j.id = e.job_id
 WHERE j.task_name = 'graph.advance_thread' AND j.queue_name = %s AND j.id > %s
 """
 _LAST_JOB_SQL = "SELECT coalesce(max(id), 0) FROM procrastinate_jobs"
-REDIS_SKIPPED = (
-    "queue workers with Redis checkpoints: a worker takes its queue and its checkpoints from "
-    "the one database in `GRAPH_DB` (`graph.queue.make_app` connects procrastinate to it, "
-    "`graph.queue_worker.run_step` opens the store on it), and `graph.batch --enqueue` needs "
-    "a PostgreSQL database, so a Redis checkpoint database with a PostgreSQL queue cannot run yet.")
-"""Why `bench.workers` has no Redis rows (printed by `bench.run_all --redis`)."""
+REDIS_NEEDS_POSTGRES = ("queue workers with Redis checkpoints: their queue is procrastinate's, "
+                        "in PostgreSQL; give `--postgres` too")
+"""Why `bench.run_all --redis` without `--postgres` has no worker rows."""
 
 
 def _procrastinate() -> str:
     return os.path.join(os.path.dirname(sys.executable), "procrastinate")
 
 
-def _enqueue(db: str, work: Path, queue: str, threads: int) -> None:
-    """Enqueues `threads` new threads (ids unique to `queue` and this call) on `queue`."""
+def _enqueue(db: str, work: Path, queue: str, threads: int, checkpoints: str | None = None
+             ) -> list[str]:
+    """Enqueues `threads` new threads (ids unique to `queue` and this call) on `queue`.
+
+    The queue is in PostgreSQL database `db`; the threads' checkpoints in `checkpoints`
+    (default `db`). Returns the thread ids.
+    """
     from graph.queue import enqueue
     from graph.tasks_file import read_tasks
 
@@ -72,8 +75,9 @@ def _enqueue(db: str, work: Path, queue: str, threads: int) -> None:
         fh.writelines(lines)
     batch = work / f"{queue}-batch.jsonl"
     batch.write_text("".join(lines))
-    enqueue(db, read_tasks(batch, live=True), live=True, cap_id=None, max_requests=None,
-            queue=queue)
+    enqueue(checkpoints or db, read_tasks(batch, live=True), live=True, cap_id=None,
+            max_requests=None, queue=queue, queue_url=db)
+    return [f"{queue}_{i}" for i in range(start, start + threads)]
 
 
 @contextmanager
@@ -163,7 +167,8 @@ def _memory(db: str, work: Path, proc: Any, marks: list[int]) -> list[float]:
 
 
 def measure(admin_url: str, *, delay: float, concurrency: int, processes: int,
-            threads_per_slot: int, memory_jobs: list[int], memory_delay: float) -> dict[str, Any]:
+            threads_per_slot: int, memory_jobs: list[int], memory_delay: float,
+            redis: str | None = None) -> dict[str, Any]:
     """Throughput per variant and pass, and peak memory, as the JSON `bench.run_all` reads.
 
     A round starts one variant's worker processes (taking only the variant's own
@@ -179,6 +184,7 @@ def measure(admin_url: str, *, delay: float, concurrency: int, processes: int,
         threads_per_slot: Threads enqueued per job slot of a variant.
         memory_jobs: Job counts at which the worker's peak memory is read.
         memory_delay: Seconds the fake model holds each request in the memory run.
+        redis: A Redis URL for the variant with checkpoints there (None: no such variant).
     """
     from graph.queue import ensure_schema
     from graph.storage import open_store
@@ -186,8 +192,10 @@ def measure(admin_url: str, *, delay: float, concurrency: int, processes: int,
 
     counts = list(range(2, processes + 1))
     plan = {"c1": (1, 1), f"c{concurrency}": (1, concurrency),
-            **{f"p{n}": (n, concurrency) for n in counts}}
+            **{f"p{n}": (n, concurrency) for n in counts},
+            **({f"redis{concurrency}": (1, concurrency)} if redis else {})}
     speeds: dict[str, list[float]] = {key: [] for key in plan}
+    on_redis: list[str] = []
     with workdir("workers") as work, fresh_database(admin_url, "workers") as db, \
             FakeMandApi(work / "log.jsonl", hold_s=delay) as fake:
         env = {**os.environ, "MANDAPI_API_KEY": "sk-bench", "MANDAPI_MODEL_ID": "m",
@@ -197,25 +205,38 @@ def measure(admin_url: str, *, delay: float, concurrency: int, processes: int,
 
         def run(queue: str, n: int, c: int) -> None:
             after, steps = _query(db, _LAST_JOB_SQL)[0], n * c * threads_per_slot * STEPS_PER_THREAD
-            with _workers(env, {queue: (n, c)}) as procs:
+            checkpoints = redis if queue.startswith("redis") else None
+            env_of = {**env, "GRAPH_DB": checkpoints, "GRAPH_QUEUE_DB": db} if checkpoints else env
+            with _workers(env_of, {queue: (n, c)}) as procs:
                 _wait_until_started(db, procs)
-                _enqueue(db, work, queue, n * c * threads_per_slot)
+                ids = _enqueue(db, work, queue, n * c * threads_per_slot, checkpoints)
+                on_redis.extend(ids if checkpoints else [])
                 speeds[queue].append(steps / _wait_for(db, queue, after, steps, procs[queue]))
 
-        alternate({key: (lambda i, key=key, n=n, c=c: run(key, n, c))
-                   for key, (n, c) in plan.items()}, PASSES)
-        fake.hold_s = memory_delay
-        with _workers(env, {"memory": (1, concurrency)}) as procs:
-            _wait_until_started(db, procs)
-            peaks = _memory(db, work, procs["memory"][0], sorted(memory_jobs))
+        try:
+            alternate({key: (lambda i, key=key, n=n, c=c: run(key, n, c))
+                       for key, (n, c) in plan.items()}, PASSES)
+            fake.hold_s = memory_delay
+            with _workers(env, {"memory": (1, concurrency)}) as procs:
+                _wait_until_started(db, procs)
+                peaks = _memory(db, work, procs["memory"][0], sorted(memory_jobs))
+        finally:
+            if redis:
+                from bench.redis_db import drop_thread
+
+                for thread_id in on_redis:
+                    drop_thread(redis, thread_id)
     one = speeds[f"c{concurrency}"]
+
     return {"delay": delay, "concurrency": concurrency, "processes": [1, *counts],
             "threads_per_slot": threads_per_slot, "steps_per_s": speeds,
             "x_concurrency": [c / b for c, b in zip(one, speeds["c1"], strict=True)],
             "x_processes": {str(n): [p / o for p, o in zip(speeds[f"p{n}"], one, strict=True)]
                             for n in counts},
             "memory": {"jobs": sorted(memory_jobs), "delay": memory_delay, "vm_hwm_mb": peaks,
-                       "ratio": peaks[-1] / peaks[0]}}
+                       "ratio": peaks[-1] / peaks[0]},
+            **({"x_redis": [r / o for r, o in zip(speeds[f"redis{concurrency}"], one,
+                                                   strict=True)]} if redis else {})}
 
 
 def report(r: dict[str, Any]) -> str:
@@ -238,7 +259,9 @@ def report(r: dict[str, Any]) -> str:
                  ["what", "steps/s", "× one worker"],
                  [[f"1 process × {c}", speed(f"c{c}"), ratio([1.0] * PASSES)]]
                  + [[f"{n} processes × {c}", speed(f"p{n}"), ratio(r["x_processes"][str(n)])]
-                    for n in r["processes"][1:]])
+                    for n in r["processes"][1:]]
+                 + ([[f"1 process × {c}, checkpoints in Redis", speed(f"redis{c}"),
+                      ratio(r["x_redis"])]] if "x_redis" in r else []))
     m = r["memory"]
     memory = table(f"Peak memory (VmHWM) of one worker process at concurrency {c}, fake model "
                    f"answering after {m['delay']} s",
@@ -252,6 +275,7 @@ def main(argv: list[str] | None = None) -> None:
     """Measures and prints the report (and writes the results as JSON with `--json`)."""
     parser = cli_parser(__doc__)
     parser.add_argument("--postgres", required=True, help="an admin URL of the PostgreSQL server")
+    parser.add_argument("--redis", help="also a worker whose checkpoints are in this Redis database")
     parser.add_argument("--delay", type=float, default=0.5)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--processes", type=int, default=2)
@@ -267,7 +291,7 @@ def main(argv: list[str] | None = None) -> None:
     results = measure(args.postgres, delay=args.delay, concurrency=args.concurrency,
                       processes=args.processes, threads_per_slot=args.threads_per_slot,
                       memory_jobs=[int(n) for n in args.memory_jobs.split(",")],
-                      memory_delay=args.memory_delay)
+                      memory_delay=args.memory_delay, redis=args.redis)
     write_json(args.json, results)
     print(report(results))
 
