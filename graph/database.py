@@ -103,6 +103,9 @@ class Store:
         approvals: Decisions on write calls.
         locks: Per-thread writer locks (`hold(thread_id)`).
         summaries: Summaries of finished threads (`graph.summaries`), or None.
+        store_id: A random id the database keeps (Redis: `graph.redis_store`), so a
+            queued job names the checkpoint database it was enqueued for; None when the
+            queue lives in the checkpoint database itself (PostgreSQL).
     """
 
     location: str
@@ -115,6 +118,7 @@ class Store:
     locks: WriterLocks
     _conns: tuple[Closable, ...] = field(repr=False)
     summaries: Summaries | None = None
+    store_id: str | None = None
 
     @classmethod
     def build(cls, location: str, checkpointer: BaseCheckpointSaver[str], sql: Sql, *,

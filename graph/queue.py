@@ -38,7 +38,7 @@ from procrastinate import App, PsycopgConnector, exceptions
 from procrastinate.app import WorkerOptions
 from typing_extensions import Unpack
 
-from graph.queue_db import QUEUE_DB_ENV, check_worker, connect_queue, queue_db
+from graph.queue_db import QUEUE_DB_ENV, check_worker, connect_queue, env_seconds, queue_db
 
 HEARTBEAT_ENV, STALLED_ENV = "GRAPH_QUEUE_HEARTBEAT_S", "GRAPH_QUEUE_STALLED_S"
 """How often a worker reports it is alive (seconds, default 5), and how long a silent
@@ -48,28 +48,6 @@ POLL_ENV = "GRAPH_QUEUE_POLL_S"
 default 0.5; procrastinate's own default is 5). A thread's next step is queued while
 its step job still holds the thread's lock, so its notification finds it locked, and
 a worker with free slots would otherwise wait up to this long to take it."""
-
-
-def env_seconds(name: str, default: float) -> float:
-    """A positive, finite number of seconds from environment variable `name`, or `default`.
-
-    Raises:
-        UsageError: The value is not a positive finite number (exit 2).
-    """
-    import math
-
-    from graph.errors import UsageError
-
-    raw = os.environ.get(name, "")
-    if raw == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise UsageError(f"{name} must be a positive number of seconds, not {raw[:40]!r}")
-    return value
 
 
 DEFAULT_QUEUE = "default"
@@ -128,9 +106,10 @@ def make_app(db: str | None = None) -> QueueApp:
 
     @app.task(name=ADVANCE_TASK, retry=False, pass_context=True)
     async def advance_thread(context: Any, thread_id: str, fields: dict[str, Any], live: bool,
-                             cap_id: str | None) -> dict[str, Any]:
+                             cap_id: str | None, store_id: str | None = None) -> dict[str, Any]:
         # Shielded: a job cancelled while its step runs still queues the thread's next step.
-        return await asyncio.shield(_advance(context, thread_id, fields, live, cap_id))
+        return await asyncio.shield(_advance(context, thread_id, fields, live, cap_id,
+                                             store_id))
 
     @app.periodic(cron="* * * * *")
     @app.task(name="graph.recover_stalled", queueing_lock="graph.recover_stalled",
@@ -142,7 +121,7 @@ def make_app(db: str | None = None) -> QueueApp:
 
 
 async def _advance(context: Any, thread_id: str, fields: dict[str, Any], live: bool,
-                   cap_id: str | None) -> dict[str, Any]:
+                   cap_id: str | None, store_id: str | None) -> dict[str, Any]:
     """One step of one thread in a step thread (`graph.queue_worker`); queues the next step.
 
     Returns:
@@ -155,11 +134,13 @@ async def _advance(context: Any, thread_id: str, fields: dict[str, Any], live: b
 
     start = time.monotonic()
     report = await asyncio.get_running_loop().run_in_executor(
-        STEP_THREADS, run_step, os.environ.get("GRAPH_DB") or "", thread_id, fields, live, cap_id)
+        STEP_THREADS, run_step, os.environ.get("GRAPH_DB") or "", thread_id, fields, live, cap_id,
+        store_id)
     if report.again_s is not None:
         try:
             await _next_step(context.app, thread_id, context.job.queue, report.again_s).defer_async(
-                thread_id=thread_id, fields=fields, live=live, cap_id=cap_id)
+                thread_id=thread_id, fields=fields, live=live, cap_id=cap_id,
+                **({"store_id": store_id} if store_id else {}))
         except exceptions.AlreadyEnqueued:  # enqueued again meanwhile: that job continues
             pass
     log_step(context.job.id, report.result, report.again_s, time.monotonic() - start)
@@ -277,6 +258,7 @@ def enqueue(db: str, items: list[Any], *, live: bool, cap_id: str | None,
     connect_queue(url).close()  # reachable, before anything is written anywhere
     with open_store(db, create=True) as store:  # our tables, and the cap
         cap_id = open_cap(store, cap_id, max_requests)
+        bound = {"store_id": store.store_id} if store.store_id else {}
     ensure_schema(url)
     app = make_app(url)
     queued, already = 0, []
@@ -285,7 +267,7 @@ def enqueue(db: str, items: list[Any], *, live: bool, cap_id: str | None,
             fields = {k: v for k, v in item.spec.to_fields().items() if k != "thread_id"}
             try:
                 _next_step(app, item.thread_id, queue).defer(
-                    thread_id=item.thread_id, fields=fields, live=live, cap_id=cap_id)
+                    thread_id=item.thread_id, fields=fields, live=live, cap_id=cap_id, **bound)
             except exceptions.AlreadyEnqueued:
                 already.append(item.thread_id)
             else:

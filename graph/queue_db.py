@@ -1,4 +1,4 @@
-"""Which PostgreSQL database holds the procrastinate queue, checked before it is used.
+"""The queue's database and settings: which PostgreSQL database holds it, checked first.
 
 The queue is in the checkpoint database when that is PostgreSQL; checkpoints in Redis
 keep their queue in a PostgreSQL database of its own (`--queue-db` when enqueueing,
@@ -108,3 +108,23 @@ def connect_queue(db: str) -> Any:
         raise UsageError(f"cannot connect to the queue's PostgreSQL database at "
                          f"{redact(db)}: {detail[:200]}",
                          error_code=ErrorCode.DB_UNREACHABLE) from None
+
+
+def env_seconds(name: str, default: float) -> float:
+    """A positive, finite number of seconds from environment variable `name`, or `default`.
+
+    Raises:
+        UsageError: The value is not a positive finite number (exit 2).
+    """
+    import math
+
+    raw = os.environ.get(name, "")
+    if raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise UsageError(f"{name} must be a positive number of seconds, not {raw[:40]!r}")
+    return value

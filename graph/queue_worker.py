@@ -176,7 +176,8 @@ class StepReport:
     again_s: float | None
 
 
-def run_step(db: str, thread_id: str, fields: Any, live: bool, cap_id: str | None) -> StepReport:
+def run_step(db: str, thread_id: str, fields: Any, live: bool, cap_id: str | None,
+             store_id: str | None = None) -> StepReport:
     """One step of one queued thread, on a store lent by the process's pool (blocking).
 
     The job is checked like a tasks line before any store is lent. A known failure
@@ -189,6 +190,9 @@ def run_step(db: str, thread_id: str, fields: Any, live: bool, cap_id: str | Non
         fields: The job's tasks-line fields (all but `thread_id`).
         live: Whether paid models may be used.
         cap_id: The batch's request cap, or None.
+        store_id: The id of the checkpoint database the job was enqueued for (a Redis
+            database, `graph.database.Store.store_id`); a worker whose `GRAPH_DB` holds
+            another ends the job `identity_mismatch` (exit 4) before anything is counted.
 
     Raises:
         Exception: A bug (an error `graph.cli.known_error` does not know).
@@ -205,6 +209,7 @@ def run_step(db: str, thread_id: str, fields: Any, live: bool, cap_id: str | Non
     try:
         request, settings = _checked_job(db, thread_id, fields, live)
         with pool_for(db).lease() as store:
+            _check_bound(store, store_id, thread_id)
             outcome = advance(store, request, settings, model_factory=worker_model,
                               charge=cap_id)
             full = cap_full(store, cap_id)
@@ -219,6 +224,22 @@ def run_step(db: str, thread_id: str, fields: Any, live: bool, cap_id: str | Non
         outcome = Outcome.from_error(thread_id, known)
     full_result = json.loads(outcome.to_json())
     return StepReport({key: full_result.get(key) for key in RESULT_KEYS}, again)
+
+
+def _check_bound(store: Any, store_id: str | None, thread_id: str) -> None:
+    """Refuses a job enqueued for another checkpoint database than the worker's `GRAPH_DB`.
+
+    Raises:
+        RefusedError: `identity_mismatch` (exit 4): the thread would be created, and its
+            budget spent, in a database its batch never named.
+    """
+    from graph.errors import RefusedError
+    from graph.exitcodes import ErrorCode
+
+    if store_id is not None and store.store_id != store_id:
+        raise RefusedError(f"this job was enqueued for another checkpoint database than this "
+                           f"worker's GRAPH_DB ({store.location}); nothing was counted",
+                           error_code=ErrorCode.IDENTITY_MISMATCH, thread_id=thread_id)
 
 
 @functools.lru_cache(maxsize=1)

@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 CHECKPOINT_INDEX = "checkpoint"
 """The search index `RedisSaver.setup()` creates (its checkpoint prefix): our set-up marker."""
 SETUP_LOCK = f"{keys.PREFIX}setup"
+STORE_ID = f"{keys.PREFIX}store_id"
+"""A random id, set once, that queued jobs carry (`graph.queue_worker.run_step` compares it)."""
 """Held (a string with a lease) by the one process setting the indexes up."""
 SETUP_TIMEOUT_S = 60.0
 """How long a process waits for another one's set-up (seconds)."""
@@ -114,6 +116,17 @@ def _set_up(checkpointer: Any, client: redis.Redis, location: str) -> None:
                 client.delete(SETUP_LOCK)
 
 
+def _store_id(client: redis.Redis, location: str, *, write: bool) -> str | None:
+    """The database's `STORE_ID`, set now (once, `SET NX`) unless `write` is False."""
+    with server_errors(location):
+        if write:
+            client.set(STORE_ID, secrets.token_hex(16), nx=True)
+        found = client.get(STORE_ID)
+    if found is None:
+        return None
+    return found.decode("ascii", "replace") if isinstance(found, bytes) else str(found)
+
+
 @contextmanager
 def open_redis(url: str, *, create: bool = True, read_only: bool = False) -> Iterator[Store]:
     """Connects, checks the server keeps claims on disk, sets the indexes up, yields the store.
@@ -160,7 +173,8 @@ def open_redis(url: str, *, create: bool = True, read_only: bool = False) -> Ite
                              ages=ttl_ages() if not read_only else {}, hold=locks.hold)
         store = Store(location, checkpointer, backend,
                       ledger, RedisAttemptLog(client, location), ExpiringTombstones(client, location),
-                      RedisApprovals(client, location), locks, (saver_client, client))
+                      RedisApprovals(client, location), locks, (saver_client, client),
+                      store_id=_store_id(client, location, write=not read_only))
     except BaseException:
         for conn in (saver_client, client):
             if conn is not None:

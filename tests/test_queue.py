@@ -350,13 +350,15 @@ def test_enqueueing_a_task_that_holds_the_api_key_is_refused_before_any_job_is_s
 def test_a_redis_checkpoint_database_runs_its_queue_in_postgresql(pg, tmp_path) -> None:
     """Checkpoints in Redis, the queue in PostgreSQL (`--queue-db`, `GRAPH_QUEUE_DB`): a
     worker runs every thread to done, each request counted once in the Redis ledger, and
-    nothing of ours is written to the queue's database but procrastinate's jobs."""
+    nothing of ours is written to the queue's database but procrastinate's jobs. A worker
+    whose `GRAPH_DB` is another Redis database ends the jobs `identity_mismatch`: each
+    names the database it was enqueued for (`Store.store_id`)."""
     import psycopg
 
     from tests.redis_server import start_server
 
     pytest.importorskip("redis")
-    server = start_server(tmp_path / "redis")
+    server, other = start_server(tmp_path / "redis"), start_server(tmp_path / "other")
     ids = [f"rq{i}" for i in range(4)]
     worker = None
     try:
@@ -372,17 +374,36 @@ def test_a_redis_checkpoint_database_runs_its_queue_in_postgresql(pg, tmp_path) 
                                       "--live", "--queue-db", pg.db], env=env,
                                      capture_output=True, text=True, timeout=120)
             assert enqueue.returncode == 0, enqueue.stderr
+            # a worker whose GRAPH_DB is another database: each job ends identity_mismatch
+            # there, creating nothing (the jobs were enqueued for `server`)
+            wrong = {**env, "GRAPH_QUEUE_DB": pg.db, "GRAPH_DB": other.url}
+            drained = subprocess.run([PROCRASTINATE, "--app=graph.queue.app", "worker",
+                                      "--name=wrong", "--one-shot"], env=wrong, cwd=tmp_path,
+                                     capture_output=True, text=True, timeout=120)
+            assert drained.returncode == 0, drained.stderr[-2000:]
+            import redis as redis_client
+
+            from graph import redis_keys as keys
+
+            assert not redis_client.Redis.from_url(other.url).keys(f"{keys.PREFIX}ledger:*")
+            assert fake.requests() == []
+            with psycopg.connect(pg.db) as conn:
+                results = conn.execute("SELECT status::text, count(*) FROM procrastinate_jobs "
+                                       "WHERE task_name = 'graph.advance_thread' GROUP BY status"
+                                       ).fetchall()
+            assert results == [("succeeded", len(ids))], results  # each chain ended there
+            assert drained.stderr.count("identity_mismatch") >= len(ids), drained.stderr[-3000:]
+            enqueue = subprocess.run([PYTHON, "-m", "graph.batch", str(tasks), "--enqueue",
+                                      "--live", "--queue-db", pg.db], env=env,
+                                     capture_output=True, text=True, timeout=120)
+            assert enqueue.returncode == 0, enqueue.stderr
             worker = subprocess.Popen(
                 [PROCRASTINATE, "--app=graph.queue.app", "worker", "--name=wr",
                  "--concurrency=2"], env={**env, "GRAPH_QUEUE_DB": pg.db}, cwd=tmp_path,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             _wait_done(server.url, len(ids), [worker])
             requests = fake.requests()
-        import redis
-
-        from graph import redis_keys as keys
-
-        client = redis.Redis.from_url(server.url)
+        client = redis_client.Redis.from_url(server.url)
         for thread_id in ids:
             sent = [r for r in requests if f"[{thread_id}]" in task_of(r["body"])]
             attempts, claimed = (int(v) for v in client.hmget(keys.ledger_key(thread_id),
@@ -395,11 +416,12 @@ def test_a_redis_checkpoint_database_runs_its_queue_in_postgresql(pg, tmp_path) 
             jobs = dict(conn.execute("SELECT status::text, count(*) FROM procrastinate_jobs "
                                      "GROUP BY status").fetchall())
         assert ours == 0, "the checkpoints and the ledger stay in Redis"
-        assert set(jobs) == {"succeeded"} and jobs["succeeded"] >= 2 * len(ids), jobs
+        assert set(jobs) == {"succeeded"} and jobs["succeeded"] >= 3 * len(ids), jobs
     finally:
         if worker is not None:
             _stop([worker])
         server.stop()
+        other.stop()
 
 
 @pytest.mark.postgres

@@ -32,7 +32,7 @@ def test_batch_out_that_cannot_be_written_is_refused_before_anything_runs(tmp_pa
 @pytest.mark.parametrize("value", ["abc", "-1", "0", "nan", "inf", "1e999"])
 def test_a_queue_timing_setting_that_is_not_a_positive_number_is_a_usage_error(monkeypatch, value):
     pytest.importorskip("procrastinate")
-    from graph.queue import env_seconds
+    from graph.queue_db import env_seconds
 
     monkeypatch.setenv("GRAPH_QUEUE_HEARTBEAT_S", value)
     with pytest.raises(UsageError) as caught:
@@ -42,7 +42,7 @@ def test_a_queue_timing_setting_that_is_not_a_positive_number_is_a_usage_error(m
 
 def test_queue_timing_settings_default_when_unset_and_read_when_set(monkeypatch) -> None:
     pytest.importorskip("procrastinate")
-    from graph.queue import env_seconds
+    from graph.queue_db import env_seconds
 
     monkeypatch.delenv("GRAPH_QUEUE_STALLED_S", raising=False)
     assert env_seconds("GRAPH_QUEUE_STALLED_S", 30) == 30
