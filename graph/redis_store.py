@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 CHECKPOINT_INDEX = "checkpoint"
 """The search index `RedisSaver.setup()` creates (its checkpoint prefix): our set-up marker."""
 SETUP_LOCK = f"{keys.PREFIX}setup"
+MODULE_PROBE = f"{keys.PREFIX}module-probe"
+"""Never written: `JSON.TYPE` of it answers nil when RedisJSON is loaded (an unknown command
+otherwise). Not `SETUP_LOCK`, a string while another process sets the database up."""
 STORE_ID = f"{keys.PREFIX}store_id"
 """A random id, set once, that queued jobs carry (`graph.queue_worker.run_step` compares it)."""
 """Held (a string with a lease) by the one process setting the indexes up."""
@@ -72,7 +75,7 @@ def _is_set_up(client: redis.Redis, location: str) -> bool:
 
     with server_errors(location):
         try:
-            client.execute_command("JSON.TYPE", SETUP_LOCK)  # a missing key: nil
+            client.execute_command("JSON.TYPE", MODULE_PROBE)  # a key never written: nil
             client.execute_command("FT.INFO", CHECKPOINT_INDEX)
         except redis.ResponseError as exc:
             text = str(exc).lower()

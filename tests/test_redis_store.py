@@ -328,6 +328,31 @@ def test_first_runs_at_once_on_a_fresh_database_all_set_it_up_and_succeed(tmp_pa
         server.stop()
 
 
+def test_steps_at_once_in_one_worker_on_a_fresh_database_all_succeed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eight job slots of one queue worker opening stores while one sets the database up:
+    the module probe once read the set-up lock's key, a string meanwhile, and failed
+    those steps `db_write_failed` (exit 6), ending their threads' job chains."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from graph.queue_worker import run_step
+    from tests.fake_mandapi import FakeMandApi
+
+    server = start_server(tmp_path / "fresh-worker")
+    try:
+        with FakeMandApi(tmp_path / "requests.jsonl", hold_s=0.2) as fake:
+            monkeypatch.setenv("MANDAPI_API_KEY", "sk-worker")
+            monkeypatch.setenv("MANDAPI_MODEL_ID", "mandapi-worker")
+            monkeypatch.setenv("MANDAPI_BASE_URL", fake.base_url)
+            with ThreadPoolExecutor(8) as pool:
+                reports = list(pool.map(lambda i: run_step(
+                    server.url, f"w{i}", {"task": f"[w{i}] {TASK}"}, True, None), range(24)))
+        assert [r.result["exit_code"] for r in reports] == [0] * 24, [
+            r.result for r in reports if r.result["exit_code"]]
+    finally:
+        server.stop()
+
+
 def test_a_redis_server_lost_mid_step_exits_6_not_as_a_bug(
         redis_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     import redis
