@@ -78,12 +78,20 @@ def _text(table: str, value: bytes) -> str:
         raise damaged(table, "a value holds bytes that are not UTF-8") from None
 
 
-def _log_row(raw: bytes) -> dict[str, Any]:
-    """One stored attempt-log row, checked as `graph.attempt_log.SqlAttemptLog.rows` checks."""
+def _log_row(raw: bytes, thread_id: str) -> dict[str, Any]:
+    """One stored attempt-log row, checked as `graph.attempt_log.SqlAttemptLog.rows` checks.
+
+    A row names its thread (`thread_id`; rows written before it did lack it): a row
+    copied from another thread's log is refused, even where counts and tokens agree.
+    """
     try:
         row = json.loads(_text("attempt_log", raw))
     except ValueError:
         raise damaged("attempt_log", "a row is not JSON") from None
+    if isinstance(row, dict) and "thread_id" in row:
+        if row.pop("thread_id") != thread_id:
+            raise damaged("attempt_log", f"a row of thread {thread_id!r}'s log names another "
+                          "thread: copied from its log")
     if (not isinstance(row, dict) or set(row) != {"attempt", "kind", "payload", "created_at"}
             or not is_int(row["attempt"], 1) or row["kind"] not in _PAYLOAD_KEYS
             or not isinstance(row["payload"], dict) or not is_text(row["created_at"])):
@@ -114,7 +122,8 @@ class RedisAttemptLog(RedisTable):
 
     def _append(self, thread_id: str, attempt: int, kind: str, payload: dict[str, Any],
                 created_at: str) -> None:
-        row = {"attempt": attempt, "kind": kind, "payload": payload, "created_at": created_at}
+        row = {"attempt": attempt, "kind": kind, "payload": payload, "created_at": created_at,
+               "thread_id": thread_id}
         self._call("attempt_log", "rpush", keys.log_key(thread_id),
                    json.dumps(row).encode())  # ASCII: any text, lone surrogates too
 
@@ -139,7 +148,7 @@ class RedisAttemptLog(RedisTable):
                 reply is logged once, in order).
         """
         found: list[bytes] = self._call("attempt_log", "lrange", keys.log_key(thread_id), 0, -1)
-        rows = [_log_row(raw) for raw in found]
+        rows = [_log_row(raw, thread_id) for raw in found]
         reasons = [r["attempt"] for r in rows if r["kind"] == "reason"]
         if any(later <= earlier for earlier, later in zip(reasons, reasons[1:], strict=False)):
             raise damaged("attempt_log", "its reason rows are not one per attempt, in order: "

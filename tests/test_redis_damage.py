@@ -196,6 +196,8 @@ CASES: dict[str, Case] = {
     "log row deleted": Case(lambda c, a, b: c.rpop(LOG(a))),
     "log row added": Case(lambda c, a, b: c.rpush(LOG(a), c.lindex(LOG(a), -1))),
     "log copied from another thread": Case(_copy(LOG)),
+    "log row swapped for the other thread's": Case(lambda c, a, b: c.lset(LOG(a), 0, c.lindex(
+        LOG(b), 0))),  # same attempt, kind and tokens: only the row's thread tells them apart
     # tombstones
     "tombstone on a live thread": Case(lambda c, a, b: c.hset(
         T(a), mapping={"final_status": "done", "pruned_at": NOW}), code="pruned"),
