@@ -10,8 +10,12 @@ import re
 from urllib.parse import urlsplit, urlunsplit
 
 
-def redact(url: str) -> str:
-    """Returns `url` with any password (in the user part or a query parameter) as `***`."""
+def redact(url: str, unparsable: str = "postgresql://(unparsable URL)") -> str:
+    """Returns `url` with any password (in the user part or a query parameter) as `***`.
+
+    `unparsable` is shown instead of a URL `urlsplit` cannot read (`graph.redis_url`
+    passes its own).
+    """
     try:
         parts = urlsplit(url)
         netloc = parts.netloc
@@ -20,4 +24,4 @@ def redact(url: str) -> str:
         query = re.sub(r"(?i)(^|&)(password|passfile)=[^&]*", r"\1\2=***", parts.query)
         return urlunsplit(parts._replace(netloc=netloc, query=query))
     except ValueError:
-        return "postgresql://(unparsable URL)"
+        return unparsable

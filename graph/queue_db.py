@@ -55,29 +55,42 @@ def queue_db(db: str, flag: str | None = None) -> str:
 
 
 def check_worker(queue_url: str, *, checkpoints: bool = True) -> None:
-    """Ends a worker process that could only fail: exit 2 with one `error (usage)` line.
+    """Ends a worker process that could only fail: exit 2 with one `error (CODE)` line.
 
-    Called before procrastinate connects (`graph.queue.QueueApp.open_async`) and before
-    the first job is taken (`run_worker_async`), so a misconfigured worker neither
-    retries a connection forever nor takes jobs it can only end.
+    Called before procrastinate connects (`graph.queue.QueueApp.open_async`: the queue
+    URL, and the queue reached once) and before the first job is taken
+    (`run_worker_async`: also `GRAPH_DB`, opened once as a step would), so a
+    misconfigured worker neither retries a connection forever, nor exits 1 when
+    procrastinate's pool gives up, nor takes jobs it can only end.
 
     Args:
         queue_url: The app's queue URL (`GRAPH_QUEUE_DB`, else `GRAPH_DB`).
-        checkpoints: Also require `GRAPH_DB`, the checkpoint database.
+        checkpoints: Also check `GRAPH_DB`, the checkpoint database.
 
     Raises:
-        SystemExit: 2, after the error line on stderr.
+        SystemExit: The refusal's exit code (2), after its error line on stderr.
     """
-    problem = None
-    if not queue_url.startswith(_POSTGRES):
-        problem = (f"the queue worker's queue is procrastinate's, in PostgreSQL: set "
-                   f"{QUEUE_DB_ENV}=postgresql://... (or GRAPH_DB, when the checkpoints are "
-                   "there too)")
-    elif checkpoints and not os.environ.get("GRAPH_DB"):
-        problem = "the queue worker needs GRAPH_DB (the checkpoint database's URL)"
-    if problem is not None:
-        print(error_line(ErrorCode.USAGE, problem), file=sys.stderr, flush=True)
-        raise SystemExit(2)
+    from graph.errors import RunError
+
+    try:
+        if not queue_url.startswith(_POSTGRES):
+            raise UsageError(f"the queue worker's queue is procrastinate's, in PostgreSQL: set "
+                             f"{QUEUE_DB_ENV}=postgresql://... (or GRAPH_DB, when the "
+                             "checkpoints are there too)")
+        if not checkpoints:
+            connect_queue(queue_url).close()
+            return
+        db = os.environ.get("GRAPH_DB", "")
+        if not db.strip():
+            raise UsageError("the queue worker needs GRAPH_DB (the checkpoint database's URL)")
+        from graph.storage import open_store
+
+        with open_store(db, create=True):  # as the first step would: refused now, not per job
+            pass
+    except RunError as exc:
+        print(error_line(exc.error_code, f"the queue worker cannot start: {exc.message}"),
+              file=sys.stderr, flush=True)
+        raise SystemExit(int(exc.exit_code)) from None
 
 
 def connect_queue(db: str) -> Any:
@@ -85,17 +98,22 @@ def connect_queue(db: str) -> Any:
 
     Raises:
         UsageError: `db_unreachable` (exit 2): the database cannot be reached, or `db`
-            is not a URL psycopg can use; the password is never shown.
+            is not a URL psycopg can use; `usage` when it names no database (libpq would
+            pick its own defaults). The password is never shown.
     """
     import psycopg
-    from psycopg.conninfo import make_conninfo
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
     from graph.pg_url import redact
     from graph.postgres_store import CONNECT_TIMEOUT_S
 
     try:
-        return psycopg.connect(make_conninfo(db, connect_timeout=CONNECT_TIMEOUT_S),
-                               autocommit=True)
+        params = conninfo_to_dict(db)
+        if not params.get("dbname"):
+            raise UsageError(f"the queue's URL {redact(db)} names no database "
+                             "(postgresql://USER@HOST:PORT/DATABASE)")
+        params.setdefault("connect_timeout", CONNECT_TIMEOUT_S)  # the URL's own is kept
+        return psycopg.connect(make_conninfo("", **params), autocommit=True)
     except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
         detail = next((line.strip() for line in str(exc).splitlines() if line.strip()),
                       type(exc).__name__)

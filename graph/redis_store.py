@@ -30,11 +30,13 @@ from graph.database import ReadOnlyLocks, Store, WriterLocks
 from graph.errors import BusyError, DatabaseLostError, RefusedError, UsageError
 from graph.exitcodes import ErrorCode
 from graph.redis_approvals import RedisApprovals
-from graph.redis_conn import connect, redact, server_errors
+from graph.redis_conn import connect, server_errors
 from graph.redis_expiring import ExpiringLedger, ExpiringTombstones
 from graph.redis_locks import RedisThreadLocks
 from graph.redis_tables import RedisAttemptLog
 from graph.redis_ttl import TtlBackend, ttl_ages
+from graph.redis_url import redact
+from graph.rowcheck import damaged
 
 if TYPE_CHECKING:
     import redis
@@ -120,11 +122,23 @@ def _set_up(checkpointer: Any, client: redis.Redis, location: str) -> None:
 
 
 def _store_id(client: redis.Redis, location: str, *, write: bool) -> str | None:
-    """The database's `STORE_ID`, set now (once, `SET NX`) unless `write` is False."""
+    """The database's `STORE_ID`, set now (once, `SET NX`) unless `write` is False.
+
+    Raises:
+        RefusedError: `damaged` (exit 4): the key is not a string (nothing writes that).
+    """
+    import redis
+
     with server_errors(location):
-        if write:
-            client.set(STORE_ID, secrets.token_hex(16), nx=True)
-        found = client.get(STORE_ID)
+        try:
+            if write:
+                client.set(STORE_ID, secrets.token_hex(16), nx=True)
+            found = client.get(STORE_ID)
+        except redis.ResponseError as exc:
+            if "WRONGTYPE" not in str(exc):
+                raise
+            raise damaged("store_id", f"{STORE_ID} is not a string").at(
+                location=location) from None
     if found is None:
         return None
     return found.decode("ascii", "replace") if isinstance(found, bytes) else str(found)

@@ -427,7 +427,9 @@ def test_a_redis_checkpoint_database_runs_its_queue_in_postgresql(pg, tmp_path) 
 @pytest.mark.postgres
 def test_a_misconfigured_worker_exits_2_naming_the_variable_and_takes_no_job(pg, tmp_path) -> None:
     """A Redis `GRAPH_DB` without `GRAPH_QUEUE_DB` retried the connection forever; a worker
-    without `GRAPH_DB` took every job and ended each chain. Both now end at once."""
+    without `GRAPH_DB`, or with one no step can open, took every job and ended each chain;
+    an unreachable queue was exit 1 after procrastinate's 30 s pool timeout. Each now ends
+    at once, exit 2, naming what is wrong."""
     from graph.queue import ensure_schema, make_app
     from graph.queue_logs import ADVANCE_TASK
 
@@ -435,14 +437,21 @@ def test_a_misconfigured_worker_exits_2_naming_the_variable_and_takes_no_job(pg,
     with make_app(pg.db).open() as app:
         app.configure_task(ADVANCE_TASK).defer(thread_id="m1", fields={"task": "x"}, live=False,
                                                cap_id=None)
-    cases = [({"GRAPH_DB": "redis://127.0.0.1:1/0"}, "GRAPH_QUEUE_DB"),
-             ({"GRAPH_QUEUE_DB": pg.db}, "needs GRAPH_DB")]
-    for extra, named in cases:
+    dead = "postgresql://postgres@127.0.0.1:1/x"
+    cases = [({"GRAPH_DB": "redis://127.0.0.1:1/0"}, "usage", "GRAPH_QUEUE_DB"),
+             ({"GRAPH_QUEUE_DB": pg.db}, "usage", "needs GRAPH_DB"),
+             ({"GRAPH_QUEUE_DB": dead, "GRAPH_DB": pg.db}, "db_unreachable", "127.0.0.1:1"),
+             ({"GRAPH_QUEUE_DB": f"{pg.db}?connect_timeout=abc"}, "db_unreachable", "queue"),
+             ({"GRAPH_QUEUE_DB": "postgresql://"}, "usage", "names no database"),
+             ({"GRAPH_QUEUE_DB": pg.db, "GRAPH_DB": "redis://127.0.0.1:1/3"}, "usage", "database 0"),
+             ({"GRAPH_QUEUE_DB": pg.db, "GRAPH_DB": "redis://127.0.0.1:1/0"}, "db_unreachable",
+              "Redis")]
+    for extra, code, named in cases:
         env = subprocess_env(**extra)
         done = subprocess.run([PROCRASTINATE, "--app=graph.queue.app", "worker", "--name=bad"],
                               env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
         assert done.returncode == 2, (extra, done.stderr[-2000:])
-        assert "error (usage)" in done.stderr and named in done.stderr, done.stderr[-2000:]
+        assert f"error ({code})" in done.stderr and named in done.stderr, done.stderr[-2000:]
     import psycopg
 
     with psycopg.connect(pg.db) as conn:
@@ -461,7 +470,8 @@ def test_enqueue_refuses_an_unreachable_queue_or_a_missing_queue_package_with_ex
 
     tasks = _tasks(tmp_path / "tasks.jsonl", ["u1"])
     for queue, code in [("postgresql://postgres@127.0.0.1:1/x", "db_unreachable"),
-                        ("postgresql://%zz", "db_unreachable")]:
+                        ("postgresql://%zz", "db_unreachable"), ("postgresql://", "usage"),
+                        (f"{pg.db}?connect_timeout=abc", "db_unreachable")]:
         assert batch_main([str(tasks), "--db", pg.db, "--enqueue", "--queue-db", queue,
                            "--json"]) == 2
         assert json.loads(capsys.readouterr().out)["error_code"] == code

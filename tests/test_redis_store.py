@@ -284,17 +284,22 @@ def test_copy_to_redis_refuses_a_thread_whose_replies_predate_the_attempt_log(
     "redis://[::1/0", "redis://", "redis://127.0.0.1:0/0", "redis://127.0.0.1:{port}/xyz",
     "redis://127.0.0.1:{port}/0/1", "redis://127.0.0.1:{port}/7", "redis://127.0.0.1:{port}/0?db=3",
     "redis://127.0.0.1:{port}/0?socket_timeout=abc",
-    "rediss://127.0.0.1:{port}/0?ssl_cert_reqs=bogus"])
+    "rediss://127.0.0.1:{port}/0?ssl_cert_reqs=bogus", "rediss://127.0.0.1:{port}/0?ssl_cert_reqs=none",
+    "redis://127.0.0.1:{port}/0?db=3&db=0", "redis://127.0.0.1/0?port={port}",
+    "redis://127.0.0.1:{port}/0?decode_responses=1", "redis://127.0.0.1:{port}/0?retry=1",
+    "redis://127.0.0.1:1/0?password=hunter2"])
 def test_a_redis_url_the_client_would_misread_is_a_usage_error_and_writes_nothing(
         url: str, own_url: str, own_client: Any, capsys: pytest.CaptureFixture[str]) -> None:
     """Bad ports and query values were exit 1 (the client's ValueError or TypeError); a path
-    or `?db=` naming another database, or a URL with no host, reached another database or
-    the machine's localhost:6379. Only database 0 is taken: RediSearch's indexes span a
-    server's database numbers (`graph.redis_conn.check_url`)."""
+    or `?db=` naming another database (the first of two), `?port=`, or a URL with no host,
+    reached another database or server than written (localhost:6379 among them), and a
+    query password was shown. Only database 0 is taken: RediSearch's indexes span a
+    server's database numbers (`graph.redis_url.check_url`)."""
     url = url.replace("{port}", own_url.rsplit(":", 1)[1].split("/")[0])
     code, out = _run(capsys, "--db", url, "--thread", "u1", "--task", TASK, "--once")
     assert code == 2 and out["error_code"] in ("usage", "db_unreachable"), out
     assert "Redis" in out["error"] and own_client.dbsize() == 0
+    assert "hunter2" not in json.dumps(out), "a password in the query is shown"
 
 
 def test_a_server_without_the_search_and_json_modules_is_a_usage_error(
