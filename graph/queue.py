@@ -62,10 +62,11 @@ class QueueApp(App):
     """The queue's PostgreSQL URL (`make_app`)."""
 
     def open_async(self, pool: Any = None) -> Any:
-        """`App.open_async`, refusing a queue URL that is not PostgreSQL before connecting.
+        """`App.open_async`, refusing a queue URL that is not PostgreSQL, or not reached.
 
         Procrastinate's command opens the app before it runs the worker; a Redis URL in
-        `GRAPH_DB` with no `GRAPH_QUEUE_DB` would otherwise retry the connection forever.
+        `GRAPH_DB` with no `GRAPH_QUEUE_DB` would otherwise retry the connection forever,
+        and an unreachable queue end in exit 1 after the pool's timeout (`check_worker`).
         """
         if pool is None:
             check_worker(self.queue_url, checkpoints=False)

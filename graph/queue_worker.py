@@ -51,8 +51,8 @@ class StorePool:
 
     Args:
         db: The checkpoint database's URL (`GRAPH_DB`: PostgreSQL or Redis).
-        keep: Keep stores for later jobs; False opens and closes one per job (a SQLite
-            file, which only tests give a worker: the queue itself lives on PostgreSQL).
+        keep: Keep stores for later jobs (PostgreSQL); False opens and closes one per job
+            (Redis, and a SQLite file, which only tests give a worker).
     """
 
     def __init__(self, db: str, *, keep: bool = True) -> None:
