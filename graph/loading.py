@@ -131,7 +131,7 @@ def check_stored_thread(store: Store, graph: Any, thread_id: str) -> LoadedThrea
         return None
     logged = max((r["attempt"] for r in log_rows if r["kind"] == "reason"), default=0)
     check_ledger(entry, loaded.values, thread_id, store.location, logged)
-    store.log.covers(thread_id, loaded.values)
+    store.log.covers(thread_id, loaded.values, log_rows)
     check_history(graph, thread_id, store.location)
     return loaded
 
