@@ -20,15 +20,16 @@ import json
 import os
 import sqlite3
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tests.pg_pool import PostgresPool, drop_abandoned
 from tests.redis_server import (  # noqa: F401 - fixtures of the Redis tests
     redis_client,
+    redis_pool,
     redis_server,
     redis_url,
 )
@@ -54,27 +55,60 @@ def _postgres_tests_run() -> bool:
     return bool(os.environ.get("GRAPH_TEST_POSTGRES_URL")) or os.environ.get("GRAPH_REQUIRE_POSTGRES") == "1"
 
 
+_MEMORY_TEMP = Path("/dev/shm")
+_MEMORY_TEMP_MIN_FREE = 2 << 30
+"""Bytes a memory file system must have free to hold the run's temporary folders."""
+
+
+def _temp_in_memory(config: pytest.Config) -> None:
+    """Puts the run's temporary folders on a memory file system, when the machine has one.
+
+    The tests write SQLite files with `synchronous=FULL` and Redis AOFs fsynced on every
+    write; on a disk each sync waits for the device (measured here: the SQLite cases of
+    `test_damage.py` took 15.8 s on disk, 2.1 s on tmpfs). No test's promise depends on
+    the device: they kill processes, never the machine, and a killed process's written
+    pages are kept either way. A `--basetemp`, or a `PYTEST_DEBUG_TEMPROOT` already set,
+    wins; the controller sets it, and xdist's workers and every child inherit it.
+    """
+    if hasattr(config, "workerinput") or config.option.basetemp or os.environ.get("PYTEST_DEBUG_TEMPROOT"):
+        return
+    try:
+        stats = os.statvfs(_MEMORY_TEMP)
+    except OSError:
+        return
+    if stats.f_bavail * stats.f_frsize >= _MEMORY_TEMP_MIN_FREE and os.access(_MEMORY_TEMP, os.W_OK):
+        os.environ["PYTEST_DEBUG_TEMPROOT"] = str(_MEMORY_TEMP)
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """Registers the Redis marks."""
+    """Registers the Redis marks; temporary folders go to memory where it can hold them."""
     config.addinivalue_line("markers", "redis: runs on the private Redis server of tests/redis_server.py")
-    config.addinivalue_line("markers", "sql_only(reason): the test's redis case is skipped, with reason")
+    config.addinivalue_line("markers", "sql_only(reason): the test is not generated for Redis, for reason")
+    _temp_in_memory(config)
 
 
-def _skip_sql_only(items: list[pytest.Item]) -> None:
-    """Skips the `redis` case of every `sql_only` test, with the mark's reason."""
-    for item in items:
-        mark = item.get_closest_marker("sql_only")
-        callspec = getattr(item, "callspec", None)
-        if mark is None or callspec is None or callspec.params.get("backend") != "redis":
-            continue
+_BACKENDS = ("sqlite", pytest.param("postgres", marks=pytest.mark.postgres),
+             pytest.param("redis", marks=pytest.mark.redis))
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Runs every test that takes `backend` on each backend it applies to.
+
+    A test marked `sql_only("why; the Redis test covering the same promise")` is not
+    generated for Redis at all (the mark's reason says why, and where Redis is tested).
+    """
+    if "backend" not in metafunc.fixturenames or hasattr(metafunc.module, "backend"):
+        return  # a module with a `backend` fixture of its own parametrizes it itself
+    mark = metafunc.definition.get_closest_marker("sql_only")
+    if mark is not None:
         reason = mark.args[0] if mark.args else mark.kwargs.get("reason", "")
-        assert reason, f"{item.nodeid}: sql_only needs a reason"
-        item.add_marker(pytest.mark.skip(reason=f"SQL only: {reason}"))
+        assert reason, f"{metafunc.definition.nodeid}: sql_only needs a reason"
+    params = [p for p in _BACKENDS if mark is None or getattr(p, "values", (p,))[0] != "redis"]
+    metafunc.parametrize("backend", params, indirect=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skips SQL-only Redis cases; deselects `postgres` tests when no server is named."""
-    _skip_sql_only(items)
+    """Deselects `postgres` tests when no server is named."""
     if _postgres_tests_run():
         return
     deselected = [item for item in items if item.get_closest_marker("postgres") is not None]
@@ -108,6 +142,28 @@ def postgres_admin_url() -> str:
             pytest.fail("GRAPH_REQUIRE_POSTGRES=1 but GRAPH_TEST_POSTGRES_URL is not set")
         pytest.skip(f"PostgreSQL tests skipped: {_PG_HOWTO}")
     return url
+
+
+_PG_POOLS: dict[str, PostgresPool] = {}
+
+
+def _postgres_pool(admin_url: str) -> PostgresPool:
+    """This process's pool of databases on the server of `admin_url` (`tests/pg_pool.py`)."""
+    if admin_url not in _PG_POOLS:
+        _PG_POOLS[admin_url] = PostgresPool(admin_url)
+    return _PG_POOLS[admin_url]
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Drops this process's pooled PostgreSQL databases; the controller drops a killed run's."""
+    for pool in _PG_POOLS.values():
+        pool.close()
+    url = os.environ.get("GRAPH_TEST_POSTGRES_URL")
+    if url and not hasattr(session.config, "workerinput"):
+        try:
+            drop_abandoned(url)
+        except Exception as exc:  # a cleanup of old runs never fails this one
+            session.config.get_terminal_writer().line(f"(left old test databases: {exc})")
 
 
 class SqliteBackend:
@@ -195,19 +251,23 @@ class PostgresBackend:
     """A fresh PostgreSQL database on the test server, dropped afterwards."""
 
     name = "postgres"
+    _pool: PostgresPool | None = None
+    """The pool the database was lent from; None for one a subclass made itself."""
 
     def __init__(self, admin_url: str) -> None:
         import psycopg
 
         self._psycopg = psycopg
         self.admin_url = admin_url
-        self.dbname = f"mr_test_{uuid.uuid4().hex[:12]}"
-        with psycopg.connect(admin_url, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{self.dbname}"')
-        base = admin_url.rsplit("/", 1)[0]
-        self.db = f"{base}/{self.dbname}"
+        self._pool = _postgres_pool(admin_url)
+        self.dbname = self._pool.lease()
+        self.db = self._pool.url(self.dbname)
 
     def drop(self) -> None:
+        """Gives a pooled database back (emptied before its next loan); drops any other."""
+        if self._pool is not None:
+            self._pool.release(self.dbname)
+            return
         with self._psycopg.connect(self.admin_url, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{self.dbname}" WITH (FORCE)')
 
@@ -298,8 +358,7 @@ class PostgresBackend:
         return b"\n".join(out)
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres),
-                        pytest.param("redis", marks=pytest.mark.redis)])
+@pytest.fixture
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     """Each behaviour test runs on a SQLite file, a fresh PostgreSQL and a flushed Redis database."""
     if request.param == "sqlite":

