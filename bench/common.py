@@ -3,7 +3,9 @@
 Every timed comparison in `bench/` runs its variants in the same loop, one sample of
 each per round (the order rotating every round), so the host's noise hits all of them;
 and it runs that loop twice (two passes) from scratch, so a reader sees how far the
-medians and ratios move between passes.
+medians and ratios move between passes. `--passes 1` runs it once: a smoke run
+(`bench.run_all --quick` gives it to the scripts whose every pass starts processes),
+which shows that a script works, not how fast anything is.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 PASSES = 2
-"""How many times each timed comparison runs from scratch."""
+"""How many times each timed comparison runs from scratch (unless `--passes` says otherwise)."""
 
 
 def alternate(variants: Mapping[str, Callable[[int], object]], rounds: int) -> dict[str, list[float]]:
@@ -108,6 +110,27 @@ def prose(seed: int, chars: int = 2000) -> str:
     return " ".join(out)[:chars]
 
 
-def cli_parser(doc: str | None) -> argparse.ArgumentParser:
-    """An argument parser whose `--help` shows the module docstring as written."""
-    return argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+def pass_names(passes: int) -> str:
+    """`pass 1 / pass 2`: what a cell with one value per pass holds, for `passes` passes."""
+    return " / ".join(f"pass {n}" for n in range(1, passes + 1))
+
+
+def _at_least_one(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return int(text)
+
+
+def cli_parser(doc: str | None, *, passes: bool = False) -> argparse.ArgumentParser:
+    """An argument parser whose `--help` shows the module docstring as written.
+
+    Args:
+        doc: The module docstring.
+        passes: Also take `--passes N` (default `PASSES`; 1 is a smoke run).
+    """
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    if passes:
+        parser.add_argument("--passes", type=_at_least_one, default=PASSES, metavar="N",
+                            help=f"times each comparison runs from scratch (default {PASSES}; "
+                            "1 is a smoke run)")
+    return parser

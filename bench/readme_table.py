@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from bench.common import pass_names
+
 
 def _ms(passes: Sequence[dict[str, float]]) -> str:
     return " / ".join(f"{p['median'] * 1000:.{0 if p['median'] >= 0.1 else 1}f}" for p in passes) + " ms"
@@ -175,7 +177,8 @@ def render(results: dict[str, Any], rss: dict[str, float | None], config: str,
     if "step_cost" in results:
         claim = results["step_cost"]["ratios"]["claim"]
         lines += ["", f"The claim checkpoint costs **{_x(claim)}** a step without it (same loop, "
-                  f"median of {results['step_cost']['steps']} steps each, pass 1 / pass 2)."]
+                  f"median of {results['step_cost']['steps']} steps each, "
+                  f"{pass_names(results['step_cost']['passes'])})."]
     if skipped:
         lines += ["", *skipped]
     known = {name: mb for name, mb in rss.items() if mb is not None}

@@ -1,14 +1,16 @@
 """Runs every benchmark, each in its own process, and prints their tables and the README's.
 
-  python -m bench.run_all [--quick] [--postgres URL] [--redis [URL]] [--skip-400]
+  python -m bench.run_all [--quick] [--only NAME,...] [--postgres URL] [--redis [URL]] [--skip-400]
 
 Each script (`bench.startup`, `bench.step_cost`, `bench.storage`, `bench.threads`, and
-`bench.workers` with `--postgres`) runs as its own process, so its peak memory (the
-`ru_maxrss` of its largest process, from `wait4`) is its own, not the suite's. Every
-comparison inside a script alternates its variants in one loop and runs twice (two
-passes). `--quick` uses tiny sizes (a smoke run, as the tests do); the full run takes
-storage to 400 steps unless `--skip-400`. At the end the README's Performance table is
-printed in its Markdown format, ready to paste. Every temporary folder and every
+`bench.workers` with `--postgres`; `--only` names some of them) runs as its own process,
+so its peak memory (the `ru_maxrss` of its largest process, from `wait4`) is its own,
+not the suite's. Every comparison inside a script alternates its variants in one loop
+and runs twice (two passes). `--quick` is a smoke run, as the tests do, to show that
+everything runs, not how fast: the smallest sizes, and one pass (`--passes 1`) where a
+pass costs whole processes (`bench.startup`, `bench.workers`); the full run takes
+storage to 400 steps unless `--skip-400`. At the end the README's
+Performance table is printed in its Markdown format, ready to paste. Every temporary folder and every
 `bench_*` database is removed; `bench_*` databases left by a killed run are dropped
 first. This module imports nothing of the project, so its own memory stays small.
 
@@ -43,20 +45,30 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 scripts' `PYTHONPATH`, whatever the working directory."""
 
 
+SCRIPTS = ("startup", "step_cost", "storage", "threads", "workers")
+"""Every script, in running order (`bench.workers` only with `--postgres`)."""
+
+
 def plan(quick: bool, postgres: str | None, skip_400: bool,
          redis: str | None = None) -> dict[str, list[str]]:
-    """Script name -> its arguments (before `--json`), in running order."""
-    steps = "5,10" if quick else "50,100,200" if skip_400 else "50,100,200,400"
-    servers = (["--postgres", postgres] if postgres else []) + (["--redis", redis] if redis else [])
+    """Script name -> its arguments (before `--json`), in running order.
+
+    With `quick`, the smallest sizes that still exercise every variant, and one pass
+    where each pass starts processes (the others keep two: a second pass from scratch
+    costs little there, and shows it starts from scratch).
+    """
+    steps = "1,2" if quick else "50,100,200" if skip_400 else "50,100,200,400"
+    one_pass = ["--passes", "1"] if quick else []
+    postgres_url = ["--postgres", postgres] if postgres else []
+    servers = postgres_url + (["--redis", redis] if redis else [])
     scripts = {
-        "startup": ["--repeat", "2" if quick else "7"] + (["--postgres", postgres] if postgres else []),
-        "step_cost": ["--steps", "5" if quick else "100"] + servers,
-        "storage": ["--steps", steps, "--repeat", "2" if quick else "5"] + servers,
-        "threads": ["--threads", "5" if quick else "1000", "--steps", "2"],
+        "startup": ["--repeat", "1" if quick else "7", *one_pass, *postgres_url],
+        "step_cost": ["--steps", "2" if quick else "100", *servers],
+        "storage": ["--steps", steps, "--repeat", "1" if quick else "5", *servers],
+        "threads": ["--threads", "2" if quick else "1000", "--steps", "2"],
     }
     if postgres:
-        scripts["workers"] = (["--postgres", postgres] + (["--redis", redis] if redis else [])
-                              + (["--quick"] if quick else []))
+        scripts["workers"] = [*servers, *(["--quick"] if quick else []), *one_pass]
     return scripts
 
 
@@ -86,25 +98,35 @@ def run_script(name: str, args: list[str], json_path: str, log_dir: str) -> tupl
 
 
 def configuration(quick: bool, postgres: str | None, skip_400: bool, context_tokens: Any,
-                  redis: str | None = None) -> str:
+                  redis: str | None = None, only: list[str] | None = None) -> str:
     """The sentence before the README table: the command, the machine and the settings."""
-    flags = (" --quick" if quick else "") + (" --postgres URL" if postgres else "") \
+    flags = (" --quick" if quick else "") + (f" --only {','.join(only)}" if only else "") \
+        + (" --postgres URL" if postgres else "") \
         + ({None: "", PRIVATE: " --redis"}.get(redis, " --redis URL")) + (" --skip-400" if skip_400 else "")
+    runs = ("(`--quick`: a smoke run at the smallest sizes, its figures mean nothing)" if quick
+            else "and runs twice; a cell with two values gives pass 1 / pass 2")
     return (f"Measured with `python -m bench.run_all{flags}` on {platform.machine()}, "
             f"{os.cpu_count()} cores, Python {platform.python_version()}, in the default "
             f"configuration (`--context-tokens` {context_tokens}, `durability=\"sync\"`, the claim "
-            "checkpoint on). Each comparison alternates its variants in one loop and runs twice; a cell with "
-            "two values gives pass 1 / pass 2. Medians; spreads are printed by the scripts."
+            f"checkpoint on). Each comparison alternates its variants in one loop {runs}. "
+            "Medians; spreads are printed by the scripts."
             + (" Redis: a private valkey-server with RedisJSON and RediSearch, its append-only file "
                "fsynced on every write (`appendfsync always`)." if redis == PRIVATE else ""))
 
 
-def run(quick: bool, postgres: str | None, skip_400: bool, redis: str | None = None) -> dict[str, Any]:
-    """Runs the scripts, printing each one's tables; returns their results and peak RSS."""
+def run(quick: bool, postgres: str | None, skip_400: bool, redis: str | None = None,
+        only: list[str] | None = None) -> dict[str, Any]:
+    """Runs the scripts (only those named in `only`, when given), printing each one's tables.
+
+    Returns:
+        `{"results": name -> its JSON, "rss": name -> its peak RSS in MB}`.
+    """
     results: dict[str, Any] = {}
     rss: dict[str, float | None] = {}
     with workdir("run-all") as work:
         for name, args in plan(quick, postgres, skip_400, redis).items():
+            if only and name not in only:
+                continue
             json_path = str(work / f"{name}.json")
             stdout, rss[name] = run_script(name, args, json_path, str(work))
             with open(json_path) as fh:
@@ -150,7 +172,10 @@ def redis_server(redis: str | None) -> Iterator[tuple[str | None, str | None]]:
 def main(argv: list[str] | None = None) -> None:
     """Runs everything and prints the tables, then the README table."""
     parser = cli_parser(__doc__)
-    parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke run)")
+    parser.add_argument("--quick", action="store_true",
+                        help="the smallest sizes (a smoke run: the figures mean nothing)")
+    parser.add_argument("--only", type=lambda text: text.split(","), metavar="NAME,...",
+                        help=f"run only these scripts (of {', '.join(SCRIPTS)})")
     parser.add_argument("--postgres", help="also measure PostgreSQL and queue workers (an admin URL)")
     parser.add_argument("--redis", nargs="?", const=PRIVATE, metavar="URL",
                         help="also measure Redis: on a private valkey-server started for the run, "
@@ -158,6 +183,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--skip-400", action="store_true", help="storage up to 200 steps only "
                         "(bare LangGraph at 400 steps takes minutes)")
     args = parser.parse_args(argv)
+    if args.only and (unknown := set(args.only) - set(SCRIPTS)):
+        parser.error(f"--only: no script named {', '.join(sorted(unknown))}")
     os.environ.setdefault(RUN_ENV, uuid.uuid4().hex[:8])  # names this run's databases
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}\n")
     if args.postgres and (dropped := drop_leftover_databases(args.postgres)):
@@ -174,13 +201,14 @@ def main(argv: list[str] | None = None) -> None:
             skipped.append(f"Not measured: {REDIS_NEEDS_POSTGRES}")
             print(skipped[-1] + "\n", flush=True)
         try:
-            done = run(args.quick, args.postgres, args.skip_400, redis)
+            done = run(args.quick, args.postgres, args.skip_400, redis, args.only)
         finally:
             if args.postgres and (left := bench_databases(args.postgres, run_prefix())):
                 print(f"warning: bench databases left behind: {', '.join(left)}", file=sys.stderr)
     print("README Performance table (paste as it is):\n")
     context_tokens = done["results"].get("step_cost", {}).get("context_tokens", "default")
-    config = configuration(args.quick, args.postgres, args.skip_400, context_tokens, redis and args.redis)
+    config = configuration(args.quick, args.postgres, args.skip_400, context_tokens, redis and args.redis,
+                           args.only)
     print(render(done["results"], done["rss"], config, skipped))
 
 

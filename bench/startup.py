@@ -1,8 +1,8 @@
 """Cold start of one `graph.run` invocation, as a scheduler runs it, beside its anchors.
 
-  python -m bench.startup [--repeat N] [--postgres URL] [--json PATH]
+  python -m bench.startup [--repeat N] [--passes N] [--postgres URL] [--json PATH]
 
-Whole processes, one of each per round (the order rotating), in two passes:
+Whole processes, one of each per round (the order rotating), in two passes (`--passes`):
 `python -c pass`, `python -c "import langgraph.graph"` (the import floor), a plain
 JSON-file step (load, count, write a temporary file, fsync, rename), ours with
 `--once` on a new thread (the offline demo model), and ours on a thread that is done
@@ -23,7 +23,17 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
-from bench.common import PASSES, alternate, cli_parser, pass_summaries, ratios, table, timing_row, write_json
+from bench.common import (
+    PASSES,
+    alternate,
+    cli_parser,
+    pass_names,
+    pass_summaries,
+    ratios,
+    table,
+    timing_row,
+    write_json,
+)
 from bench.scratch import fresh_database, workdir
 
 JSON_STEP = r"""
@@ -104,11 +114,11 @@ def own_import_time() -> tuple[float, list[tuple[str, float]]]:
     return sum(t for _, t in own), sorted(own, key=lambda x: -x[1])[:4]
 
 
-def measure(repeat: int, postgres: str | None = None) -> dict[str, Any]:
-    """Both passes and our import time, as the JSON `bench.run_all` reads."""
-    summaries = pass_summaries([one_pass(repeat, postgres) for _ in range(PASSES)])
+def measure(repeat: int, postgres: str | None = None, passes: int = PASSES) -> dict[str, Any]:
+    """Every pass and our import time, as the JSON `bench.run_all` reads."""
+    summaries = pass_summaries([one_pass(repeat, postgres) for _ in range(passes)])
     total, top = own_import_time()
-    return {"repeat": repeat, "summaries": summaries,
+    return {"repeat": repeat, "passes": passes, "summaries": summaries,
             "ratios": {name: ratios(summaries, name, "floor") for name in summaries},
             "own_import_ms": total, "own_import_top": top}
 
@@ -119,20 +129,20 @@ def report(results: dict[str, Any]) -> str:
     rows = [timing_row(label, summaries[name], results["ratios"][name])
             for name, label in {**LABELS, **POSTGRES_LABELS}.items() if name in summaries]
     top = ", ".join(f"{name} {t:.1f}" for name, t in results["own_import_top"])
-    return (table(f"Cold start, whole process, {results['repeat']} rounds × {PASSES} passes, "
-                  "variants alternated (cells: pass 1 / pass 2)",
+    return (table(f"Cold start, whole process, {results['repeat']} rounds × {results['passes']} passes, "
+                  f"variants alternated (cells: {pass_names(results['passes'])})",
                   ["what", "median", "p25–p75 ms", "÷ import floor"], rows)
             + f"\n\nour own modules' self import time: {results['own_import_ms']:.1f} ms ({top})")
 
 
 def main(argv: list[str] | None = None) -> None:
     """Measures and prints the report (and writes the results as JSON with `--json`)."""
-    parser = cli_parser(__doc__)
+    parser = cli_parser(__doc__, passes=True)
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--postgres", help="also poll a done thread on PostgreSQL (an admin URL)")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
-    results = measure(args.repeat, args.postgres)
+    results = measure(args.repeat, args.postgres, args.passes)
     write_json(args.json, results)
     print(report(results))
 

@@ -1,6 +1,6 @@
 """In-process cost of one step (one graph invocation) in the default configuration.
 
-  python -m bench.step_cost [--steps N] [--postgres URL] [--redis URL] [--json PATH]
+  python -m bench.step_cost [--steps N] [--passes N] [--postgres URL] [--redis URL] [--json PATH]
 
 One thread per variant, stepped with the offline scripted tool-loop model (the
 conversation grows ~2 KB per step until compaction bounds it at the default
@@ -21,7 +21,7 @@ conversation grows ~2 KB per step until compaction bounds it at the default
 - with `--redis URL`: ours on Redis (a new thread per pass, its keys deleted after; the
   server must keep an append-only file, fsynced by each claim's `WAITAOF`).
 
-Two passes from scratch; medians, interquartile ranges and ratios per pass, of the
+Two passes from scratch (`--passes`); medians, interquartile ranges and ratios per pass, of the
 wall time and of the process's CPU time (every thread of it): their difference is time
 spent waiting, mostly for the disk's syncs that `durability="sync"` and
 `synchronous=FULL` promise, and on PostgreSQL and Redis for the server, whose own CPU
@@ -46,6 +46,7 @@ from bench.common import (
     alternate,
     cli_parser,
     ms,
+    pass_names,
     pass_summaries,
     per_pass,
     ratios,
@@ -158,16 +159,18 @@ def one_pass(steps: int, postgres: str | None = None,
         return wall, cpu
 
 
-def measure(steps: int, postgres: str | None = None, redis: str | None = None) -> dict[str, Any]:
-    """Both passes and the commit counts, as the JSON `bench.run_all` reads."""
+def measure(steps: int, postgres: str | None = None, redis: str | None = None,
+            passes: int = PASSES) -> dict[str, Any]:
+    """Every pass and the commit counts, as the JSON `bench.run_all` reads."""
     from bench.project import default_context_tokens
 
-    passes = [one_pass(steps, postgres, redis) for _ in range(PASSES)]
-    summaries = pass_summaries([wall for wall, _ in passes])
-    cpu = pass_summaries([cpu for _, cpu in passes])
+    runs = [one_pass(steps, postgres, redis) for _ in range(passes)]
+    summaries = pass_summaries([wall for wall, _ in runs])
+    cpu = pass_summaries([cpu for _, cpu in runs])
     sync_steps = min(steps, SYNC_STEPS)
     return {
-        "steps": steps, "context_tokens": default_context_tokens(), "summaries": summaries,
+        "steps": steps, "passes": passes, "context_tokens": default_context_tokens(),
+        "summaries": summaries,
         "cpu_summaries": cpu,
         "cpu_ratios": {"ours/memory": ratios(cpu, "ours", "memory"),
                        "ours/bare": ratios(cpu, "ours", "bare")},
@@ -200,8 +203,8 @@ def report(results: dict[str, Any]) -> str:
                per_pass(ratios(cpu, name, "memory"), lambda r: f"{r:.2f}"),
                per_step(name, "commits"), per_step(name, "syncs")] for name in LABELS if name in summaries]
     main = table(f"One step in process, default configuration (--context-tokens "
-                 f"{results['context_tokens']}), {results['steps']} steps × {PASSES} passes, "
-                 "variants alternated (cells: pass 1 / pass 2)",
+                 f"{results['context_tokens']}), {results['steps']} steps × {results['passes']} passes, "
+                 f"variants alternated (cells: {pass_names(results['passes'])})",
                  ["what", "median", "p25–p75 ms", "÷ InMemorySaver", "CPU median",
                   "CPU ÷ InMemorySaver", "commits/step", "fsync+fdatasync/step"], rows)
     claim = table("Claim checkpoint (same loop)", ["what", "median", "p25–p75 ms", "ratio"],
@@ -236,7 +239,7 @@ def profile(steps: int, top: int = 40) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     """Measures and prints the report (and writes the results as JSON with `--json`)."""
-    parser = cli_parser(__doc__)
+    parser = cli_parser(__doc__, passes=True)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--postgres", help="also step ours on this PostgreSQL server (an admin URL)")
     parser.add_argument("--redis", help="also step ours on this Redis server (a redis:// URL)")
@@ -247,7 +250,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.profile:
         print(profile(args.steps))
         return
-    results = measure(args.steps, args.postgres, args.redis)
+    results = measure(args.steps, args.postgres, args.redis, args.passes)
     write_json(args.json, results)
     print(report(results))
 

@@ -1,6 +1,7 @@
 """Storage of one long thread, split by table, and resume latency against its length.
 
-  python -m bench.storage [--steps 50,100,200,400] [--postgres URL] [--redis URL] [--json PATH]
+  python -m bench.storage [--steps 50,100,200,400] [--repeat N] [--passes N] [--postgres URL]
+                          [--redis URL] [--json PATH]
 
 Two threads grow in the same loop, one step of each per round, with the offline
 scripted tool-loop model (~2 KB of new conversation per step): ours through
@@ -12,7 +13,7 @@ the file (SQLite, after a WAL checkpoint) or the tables' total (PostgreSQL), on 
 the memory of the thread's keys (`MEMORY USAGE`, bare LangGraph on its `RedisSaver`)
 and what its steps appended to the append-only file (`bench.redis_db`), the fitted
 exponent k in size ∝ steps^k, and `get_state` and a full `get_state_history` listing,
-alternated between the two, in two passes.
+alternated between the two, in two passes (`--passes`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import PASSES, alternate, cli_parser, ms, pass_summaries, per_pass, table, write_json
+from bench.common import (
+    PASSES,
+    alternate,
+    cli_parser,
+    ms,
+    pass_names,
+    pass_summaries,
+    per_pass,
+    table,
+    write_json,
+)
 from bench.scratch import fresh_database, workdir
 
 LANGGRAPH_TABLES = frozenset({"checkpoints", "writes", "checkpoint_blobs", "checkpoint_writes",
@@ -145,8 +156,8 @@ HISTORY_REPEAT = 3
 """At most this many full history listings per pass (bare LangGraph's take seconds at 400 steps)."""
 
 
-def _latency(threads: dict[str, Grown], repeat: int) -> dict[str, Any]:
-    """`get_state` and a full history listing per kind, alternated, in two passes."""
+def _latency(threads: dict[str, Grown], repeat: int, passes: int) -> dict[str, Any]:
+    """`get_state` and a full history listing per kind, alternated, in `passes` passes."""
     states: dict[str, Callable[[int], object]] = {}
     histories: dict[str, Callable[[int], object]] = {}
 
@@ -161,11 +172,11 @@ def _latency(threads: dict[str, Grown], repeat: int) -> dict[str, Any]:
         states[f"{kind} get_state"] = state(grown.graph, config)
         histories[f"{kind} history"] = history(grown.graph, config)
     return pass_summaries([alternate(states, repeat) | alternate(histories, min(repeat, HISTORY_REPEAT))
-                           for _ in range(PASSES)])
+                           for _ in range(passes)])
 
 
 def grow(backend: str, admin_url: str | None, steps: list[int], repeat: int,
-         redis_url: str | None = None) -> list[dict[str, Any]]:
+         redis_url: str | None = None, passes: int = PASSES) -> list[dict[str, Any]]:
     """Grows both threads to each length in `steps`; one result per length."""
     points, done = [], 0
     with _threads(backend, admin_url, redis_url) as threads:
@@ -175,7 +186,7 @@ def grow(backend: str, admin_url: str | None, steps: list[int], repeat: int,
                     grown.step()
                 done += 1
             points.append({"steps": target, "sizes": {k: threads[k].sizes() for k in KINDS},
-                           "latency": _latency(threads, repeat)})
+                           "latency": _latency(threads, repeat, passes)})
     return points
 
 
@@ -201,8 +212,8 @@ def _mb(size: int) -> str:
     return f"{size / 1e6:.2f}"
 
 
-def report(backend: str, points: list[dict[str, Any]]) -> str:
-    """The table of one backend's points."""
+def report(backend: str, points: list[dict[str, Any]], passes: int = PASSES) -> str:
+    """The table of one backend's points (measured in `passes` passes)."""
     rows = []
     for p in points:
         for kind in KINDS:
@@ -218,23 +229,23 @@ def report(backend: str, points: list[dict[str, Any]]) -> str:
     what = ("MB of memory: MEMORY USAGE summed over the thread's keys, search indexes left out; "
             "AOF: MB its steps appended to the append-only file" if redis else "MB")
     return table(f"Storage and resume on {backend} (one thread, ~2 KB per step; {what}; latency "
-                 f"medians pass 1 / pass 2)\nk (size ∝ steps^k): bare {k['bare']:.2f}, ours "
+                 f"medians {pass_names(passes)})\nk (size ∝ steps^k): bare {k['bare']:.2f}, ours "
                  f"{k['ours']:.2f}, ours without the attempt log {k['ours_without_log']:.2f}",
                  ["thread", "steps", "LangGraph tables", "attempt log", "our other tables", "total",
                   "÷ bare", "get_state", "full history"] + (["AOF"] if redis else []), rows)
 
 
 def measure(steps: list[int], admin_url: str | None, repeat: int,
-            redis_url: str | None = None) -> dict[str, Any]:
+            redis_url: str | None = None, passes: int = PASSES) -> dict[str, Any]:
     """Every backend's points, as the JSON `bench.run_all` reads."""
     backends = ["SQLite"] + (["PostgreSQL"] if admin_url else []) + (["Redis"] if redis_url else [])
-    points = {backend: grow(backend, admin_url, steps, repeat, redis_url) for backend in backends}
-    return {"points": points, "k": {b: exponents(p) for b, p in points.items()}}
+    points = {backend: grow(backend, admin_url, steps, repeat, redis_url, passes) for backend in backends}
+    return {"passes": passes, "points": points, "k": {b: exponents(p) for b, p in points.items()}}
 
 
 def main(argv: list[str] | None = None) -> None:
     """Measures and prints the report (and writes the results as JSON with `--json`)."""
-    parser = cli_parser(__doc__)
+    parser = cli_parser(__doc__, passes=True)
     parser.add_argument("--steps", default="50,100,200,400", help="lengths, comma-separated")
     parser.add_argument("--postgres", help="also measure on this PostgreSQL server (an admin URL)")
     parser.add_argument("--redis", help="also measure on this Redis server (a redis:// URL; "
@@ -243,9 +254,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
     results = measure(sorted(int(n) for n in args.steps.split(",")), args.postgres, args.repeat,
-                      args.redis)
+                      args.redis, args.passes)
     write_json(args.json, results)
-    print("\n\n".join(report(b, p) for b, p in results["points"].items()))
+    print("\n\n".join(report(b, p, args.passes) for b, p in results["points"].items()))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Many threads in one process, beside the same graph on InMemorySaver.
 
-  python -m bench.threads [--threads 1000] [--steps 2] [--json PATH]
+  python -m bench.threads [--threads 1000] [--steps 2] [--passes N] [--json PATH]
 
 N threads × S steps (the offline demo model answers after one tool round, so a thread
 is done in 2 steps), in the default configuration. Ours: `graph.step.advance` on one
@@ -9,7 +9,7 @@ SQLite store kept open for the whole run. Anchor: the same compiled graph on
 same graph on LangGraph's own `SqliteSaver` (WAL, `synchronous=FULL`, `durability="sync"`,
 no checks, no attempt log): the floor a durable SQLite store sets on this disk, since
 every superstep waits for its commit's sync. Thread by thread alternated
-(thread i of each variant in turn, the order rotating), in two passes,
+(thread i of each variant in turn, the order rotating), in two passes (`--passes`),
 timing wall and CPU time (the process's, every thread of it; the difference is time
 spent waiting, mostly for the disk's syncs the durable steps promise).
 Also the peak resident set of one `--once` step run as its own process (`graph.run`).
@@ -24,7 +24,17 @@ import time
 from contextlib import ExitStack
 from typing import Any
 
-from bench.common import PASSES, alternate, cli_parser, ms, pass_summaries, per_pass, table, write_json
+from bench.common import (
+    PASSES,
+    alternate,
+    cli_parser,
+    ms,
+    pass_names,
+    pass_summaries,
+    per_pass,
+    table,
+    write_json,
+)
 from bench.scratch import workdir
 
 
@@ -75,13 +85,13 @@ def one_step_rss() -> float | None:
     return int(lines[-1]) / 1024 if done.returncode == 0 and lines and lines[-1].isdigit() else None
 
 
-def measure(threads: int, steps: int) -> dict[str, Any]:
-    """Both passes and the one-step RSS, as the JSON `bench.run_all` reads."""
-    passes = [one_pass(threads, steps) for _ in range(PASSES)]
-    walls = [wall for wall, _ in passes]
+def measure(threads: int, steps: int, passes: int = PASSES) -> dict[str, Any]:
+    """Every pass and the one-step RSS, as the JSON `bench.run_all` reads."""
+    runs = [one_pass(threads, steps) for _ in range(passes)]
+    walls = [wall for wall, _ in runs]
     totals = {name: [sum(p[name]) for p in walls] for name in walls[0]}
-    cpu = {name: [sum(c[name]) for _, c in passes] for name in walls[0]}
-    return {"threads": threads, "steps": steps, "summaries": pass_summaries(walls),
+    cpu = {name: [sum(c[name]) for _, c in runs] for name in walls[0]}
+    return {"threads": threads, "steps": steps, "passes": passes, "summaries": pass_summaries(walls),
             "threads_per_s": {name: [threads / t for t in ts] for name, ts in totals.items()},
             "ratio": [m / o for m, o in zip(totals["memory"], totals["ours"], strict=True)],
             "sqlite_ratio": [m / o for m, o in zip(totals["memory"], totals["sqlite"], strict=True)],
@@ -93,7 +103,7 @@ def measure(threads: int, steps: int) -> dict[str, Any]:
 def report(results: dict[str, Any]) -> str:
     """The table of `results` (from `measure`)."""
     speed, summaries = results["threads_per_s"], results["summaries"]
-    ones = [1.0] * PASSES
+    ones = [1.0] * results["passes"]
     cpu = results["cpu_s"]
     ratio = {"memory": ones, "sqlite": results["sqlite_ratio"], "ours": results["ratio"]}
     rows = [[label, per_pass(speed[name], lambda v: f"{v:.1f}"),
@@ -107,7 +117,7 @@ def report(results: dict[str, Any]) -> str:
                                 ("ours", "ours: advance on one SQLite store"))]
     rss = results["one_step_rss_mb"]
     return (table(f"{results['threads']} threads × {results['steps']} steps, one process, threads "
-                  f"alternated, {PASSES} passes (cells: pass 1 / pass 2)",
+                  f"alternated, {results['passes']} passes (cells: {pass_names(results['passes'])})",
                   ["what", "threads/s", "median per thread", "× anchor speed",
                    "CPU per thread", "× anchor CPU speed"], rows)
             + "\n\npeak RSS of one --once step as a process: "
@@ -116,12 +126,12 @@ def report(results: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     """Measures and prints the report (and writes the results as JSON with `--json`)."""
-    parser = cli_parser(__doc__)
+    parser = cli_parser(__doc__, passes=True)
     parser.add_argument("--threads", type=int, default=1000)
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
-    results = measure(args.threads, args.steps)
+    results = measure(args.threads, args.steps, args.passes)
     write_json(args.json, results)
     print(report(results))
 

@@ -2,13 +2,13 @@
 
   python -m bench.workers --postgres URL [--redis URL] [--delay 0.5] [--concurrency 8]
                           [--processes 2] [--threads-per-slot 6] [--memory-jobs 100,1000]
-                          [--quick] [--json PATH]
+                          [--quick] [--passes N] [--json PATH]
 
 Against a loopback fake MandAPI answering after `--delay` seconds, each thread takes two
 steps (two jobs). Throughput is steps per second from the first job's start to the last
 job's end (procrastinate's own job events), so worker start-up is left out. Variants
 on one fresh database (dropped afterwards), the order rotating, in two rounds (the two
-passes):
+passes, `--passes`):
 
 - one worker process at `--concurrency 1`, and at `--concurrency C`;
 - N worker processes (2 up to `--processes`), each at `--concurrency C`;
@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench.common import PASSES, alternate, cli_parser, per_pass, table, write_json
+from bench.common import PASSES, alternate, cli_parser, pass_names, per_pass, table, write_json
 from bench.scratch import fresh_database, workdir
 
 STEPS_PER_THREAD = 2
@@ -168,7 +168,7 @@ def _memory(db: str, work: Path, proc: Any, marks: list[int]) -> list[float]:
 
 def measure(admin_url: str, *, delay: float, concurrency: int, processes: int,
             threads_per_slot: int, memory_jobs: list[int], memory_delay: float,
-            redis: str | None = None) -> dict[str, Any]:
+            redis: str | None = None, passes: int = PASSES) -> dict[str, Any]:
     """Throughput per variant and pass, and peak memory, as the JSON `bench.run_all` reads.
 
     A round starts one variant's worker processes (taking only the variant's own
@@ -185,6 +185,7 @@ def measure(admin_url: str, *, delay: float, concurrency: int, processes: int,
         memory_jobs: Job counts at which the worker's peak memory is read.
         memory_delay: Seconds the fake model holds each request in the memory run.
         redis: A Redis URL for the variant with checkpoints there (None: no such variant).
+        passes: Rounds of every variant.
     """
     from graph.queue import ensure_schema
     from graph.storage import open_store
@@ -215,7 +216,7 @@ def measure(admin_url: str, *, delay: float, concurrency: int, processes: int,
 
         try:
             alternate({key: (lambda i, key=key, n=n, c=c: run(key, n, c))
-                       for key, (n, c) in plan.items()}, PASSES)
+                       for key, (n, c) in plan.items()}, passes)
             fake.hold_s = memory_delay
             with _workers(env, {"memory": (1, concurrency)}) as procs:
                 _wait_until_started(db, procs)
@@ -228,7 +229,7 @@ def measure(admin_url: str, *, delay: float, concurrency: int, processes: int,
                     drop_thread(redis, thread_id)
     one = speeds[f"c{concurrency}"]
 
-    return {"delay": delay, "concurrency": concurrency, "processes": [1, *counts],
+    return {"delay": delay, "concurrency": concurrency, "passes": passes, "processes": [1, *counts],
             "threads_per_slot": threads_per_slot, "steps_per_s": speeds,
             "x_concurrency": [c / b for c, b in zip(one, speeds["c1"], strict=True)],
             "x_processes": {str(n): [p / o for p, o in zip(speeds[f"p{n}"], one, strict=True)]
@@ -241,7 +242,7 @@ def measure(admin_url: str, *, delay: float, concurrency: int, processes: int,
 
 def report(r: dict[str, Any]) -> str:
     """The tables of `r` (from `measure`)."""
-    c = r["concurrency"]
+    c, ones = r["concurrency"], [1.0] * r["passes"]
 
     def speed(key: str) -> str:
         return per_pass(r["steps_per_s"][key], lambda v: f"{v:.2f}")
@@ -250,14 +251,14 @@ def report(r: dict[str, Any]) -> str:
         return per_pass(values, lambda v: f"{v:.2f}")
 
     head = (f"fake model answering after {r['delay']} s, {r['threads_per_slot']} threads (2 steps "
-            f"each) per job slot, {PASSES} rounds alternated (cells: pass 1 / pass 2)")
+            f"each) per job slot, {r['passes']} rounds alternated (cells: {pass_names(r['passes'])})")
     one = table(f"One queue worker process, concurrency 1 vs {c}; {head}",
                 ["what", "steps/s", "× concurrency 1"],
-                [["--concurrency 1", speed("c1"), ratio([1.0] * PASSES)],
+                [["--concurrency 1", speed("c1"), ratio(ones)],
                  [f"--concurrency {c}", speed(f"c{c}"), ratio(r["x_concurrency"])]])
     many = table(f"Queue worker processes, each at concurrency {c}; {head}",
                  ["what", "steps/s", "× one worker"],
-                 [[f"1 process × {c}", speed(f"c{c}"), ratio([1.0] * PASSES)]]
+                 [[f"1 process × {c}", speed(f"c{c}"), ratio(ones)]]
                  + [[f"{n} processes × {c}", speed(f"p{n}"), ratio(r["x_processes"][str(n)])]
                     for n in r["processes"][1:]]
                  + ([[f"1 process × {c}, checkpoints in Redis", speed(f"redis{c}"),
@@ -273,7 +274,7 @@ def report(r: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     """Measures and prints the report (and writes the results as JSON with `--json`)."""
-    parser = cli_parser(__doc__)
+    parser = cli_parser(__doc__, passes=True)
     parser.add_argument("--postgres", required=True, help="an admin URL of the PostgreSQL server")
     parser.add_argument("--redis", help="also a worker whose checkpoints are in this Redis database")
     parser.add_argument("--delay", type=float, default=0.5)
@@ -291,7 +292,7 @@ def main(argv: list[str] | None = None) -> None:
     results = measure(args.postgres, delay=args.delay, concurrency=args.concurrency,
                       processes=args.processes, threads_per_slot=args.threads_per_slot,
                       memory_jobs=[int(n) for n in args.memory_jobs.split(",")],
-                      memory_delay=args.memory_delay, redis=args.redis)
+                      memory_delay=args.memory_delay, redis=args.redis, passes=args.passes)
     write_json(args.json, results)
     print(report(results))
 
