@@ -23,7 +23,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import traceback
 from collections.abc import Sequence
 from typing import Any
@@ -34,7 +33,9 @@ def run_command(module: str, argv: list[str], env: dict[str, str]) -> dict[str, 
     saved_env = {name: os.environ.get(name) for name in env}
     os.environ.update(env)
     saved_fds = os.dup(1), os.dup(2)
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    # In memory: another user's child may have no folder it can write (memfd is Linux's).
+    with open(os.memfd_create("stdout"), "w+b") as out, \
+            open(os.memfd_create("stderr"), "w+b") as err:
         os.dup2(out.fileno(), 1)
         os.dup2(err.fileno(), 2)
         try:
