@@ -1,21 +1,25 @@
 """`python -m ENTRY ARGV` as a real process that starts in milliseconds.
 
 A child of a `multiprocessing` forkserver that has already imported the project (as
-`tests/crash_child.py`'s are) runs the entry point's module as `__main__`, exactly as
-`python -m` does: `main(argv)` under the module's own `__main__` block, which flushes and
-ends the process with `os._exit(code)`. It has its own pid, environment, working folder,
-stdout and stderr, and takes real signals. What it does not repeat is the interpreter's
-start and the imports, which cost more than a step; tests about those (a closed pipe at
+`tests/crash_child.py`'s are) runs the entry point's module as `__main__`, as `python -m`
+does: `main(argv)` under the module's own `__main__` block. That block ends the process
+with `os._exit(code)` (`graph.run`), or with `sys.exit(code)`, after which the child does
+what the interpreter does at its exit: waits for non-daemon threads, runs the `atexit`
+callbacks, flushes both streams. It has its own pid, environment, working folder, stdout
+and stderr, and takes real signals. What it does not repeat is the interpreter's start
+and the imports, which cost more than a step; tests about those (a closed pipe from the
 start, the console script, what a path imports) start a fresh interpreter instead.
 """
 
 from __future__ import annotations
 
+import atexit
 import multiprocessing
 import os
 import runpy
 import subprocess
 import sys
+import threading
 from multiprocessing.context import ForkServerContext
 from pathlib import Path
 
@@ -40,8 +44,19 @@ def _run_as_main(entry: str, argv: list[str], env: dict[str, str], cwd: str, out
         os.dup2(fd, target)
         os.close(fd)
     sys.argv = [entry, *argv]
-    runpy.run_module(entry, run_name="__main__", alter_sys=True)
-    sys.exit(f"{entry} has no __main__ block that ends the process")  # pragma: no cover
+    try:
+        runpy.run_module(entry, run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
+    # The interpreter's own exit, which multiprocessing would otherwise replace by its own.
+    threading._shutdown()  # type: ignore[attr-defined]
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code)
 
 
 class ForkedProcess:
