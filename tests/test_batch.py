@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from graph.batch import main as batch_main
-from tests.conftest import PYTHON, subprocess_env
+from tests.conftest import subprocess_env
 from tests.fakes import NeverFinishes
+from tests.forked import ForkedProcess, forkserver
 
 TASK = "How long does shipping take at the demo shop?"
 
@@ -92,11 +92,14 @@ def test_parent_wide_cap_is_charged_for_every_subtask_request(backend, tmp_path)
 
 @pytest.mark.slow
 def test_max_requests_holds_exactly_under_concurrency(backend, tmp_path: Path) -> None:
+    """Four batch processes (`python -m graph.batch` forked from a preloaded forkserver,
+    `tests/forked.py`) share one cap."""
     path = tasks_file(tmp_path, [{"thread_id": f"k{i}", "task": f"{TASK} {i}"} for i in range(12)])
     env = subprocess_env()
-    procs = [subprocess.Popen([PYTHON, "-m", "graph.batch", str(path), "--db", backend.db,
-                               "--max-requests", "7", "--batch-id", "shared"], env=env,
-                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    server = forkserver()
+    procs = [ForkedProcess(server, "graph.batch", [str(path), "--db", backend.db,
+                                                   "--max-requests", "7", "--batch-id", "shared"],
+                           env, tmp_path)
              for _ in range(4)]
     for proc in procs:
         proc.communicate(timeout=120)

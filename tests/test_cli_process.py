@@ -1,10 +1,15 @@
-"""The command run as a real process, the way a scheduler calls it."""
+"""The command run as a real process, the way a scheduler calls it.
+
+What a process adds nothing to (a failed request's report) runs in this process.
+"""
 
 from __future__ import annotations
 
 import json
 import subprocess
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import PYTHON, ROOT, SqliteBackend, subprocess_env
 from tests.fake_mandapi import FakeMandApi
@@ -30,8 +35,12 @@ def test_two_offline_processes_share_the_thread_through_the_checkpoint(tmp_path:
 
 
 def test_live_process_against_a_loopback_fake_server_keeps_the_key_private(
-    tmp_path: Path, backend
+    tmp_path: Path, backend, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
+    """A live run to the end as a real process; a failed request's report (exit 6) in this
+    process through `main(argv)`, every byte it writes captured."""
+    from graph.run import main
+
     key = "sk-marker-process-91"
     with FakeMandApi(tmp_path / "requests.jsonl") as fake:
         env = subprocess_env(MANDAPI_API_KEY=key, MANDAPI_MODEL_ID="mandapi-large",
@@ -44,9 +53,12 @@ def test_live_process_against_a_loopback_fake_server_keeps_the_key_private(
     assert len(requests) == 2 == backend.ledger_row("live1")[1]
     assert all(r["headers"]["Authorization"] == f"Bearer {key}" for r in requests)
     with FakeMandApi(tmp_path / "failed.jsonl", status=503) as failing:
-        env["MANDAPI_BASE_URL"] = failing.base_url
-        failed = cli("--thread", "live2", "--task", TASK, "--live", "--db", backend.db,
-                     "--json", env=env, cwd=tmp_path)
+        for name in ("MANDAPI_API_KEY", "MANDAPI_MODEL_ID"):
+            monkeypatch.setenv(name, env[name])
+        monkeypatch.setenv("MANDAPI_BASE_URL", failing.base_url)
+        capfd.readouterr()
+        code = main(["--thread", "live2", "--task", TASK, "--live", "--db", backend.db, "--json"])
+        failed = subprocess.CompletedProcess("main", code, *capfd.readouterr())
     assert failed.returncode == 6
     assert json.loads(failed.stdout)["error_code"] == "http_status"
     assert key.encode() not in backend.dump()

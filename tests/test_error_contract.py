@@ -1,7 +1,9 @@
 """The error contract: README tables equal the enums, closed output, permissions, a lost database.
 
-Each test here runs real processes where the behaviour is about the process (a closed
-pipe, another user, a server that drops the connection).
+Real processes run where the behaviour is about the process: a closed pipe, and another
+user (whose commands run in one child interpreter, `tests/main_child.py`, each with its
+own captured output). Databases are set up, and a server that drops the connection is
+met, in this process through the entry points' `main(argv)`.
 """
 
 from __future__ import annotations
@@ -14,14 +16,15 @@ import shutil
 import subprocess
 import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import PYTHON, ROOT, SqliteBackend, subprocess_env
+from tests.conftest import PYTHON, ROOT, SqliteBackend, run_cli, subprocess_env
 from tests.fake_mandapi import FakeMandApi
+from tests.main_child import run_in_one_child
+from tests.test_concurrency import wait_for
 
 TASK = "How long does shipping take at the demo shop?"
 
@@ -79,9 +82,9 @@ def test_every_invocation_refusal_code_of_the_nodes_is_a_project_error_code() ->
     assert {code.value for code in InvocationErrorCode} <= {c.value for c in ErrorCode}
 
 
-def _process(module: str, *args: str, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen([PYTHON, "-m", module, *args], env=subprocess_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
+def _one_step(db: Path, thread: str) -> None:
+    """Creates `thread` in `db` with one demo step, in this process."""
+    assert run_cli(["--thread", thread, "--task", TASK, "--once", "--db", str(db)])["exit_code"] == 0
 
 
 @pytest.mark.parametrize("argv", [
@@ -92,9 +95,7 @@ def _process(module: str, *args: str, **kwargs) -> subprocess.Popen:
 def test_closed_stdout_ends_quietly_with_the_commands_own_exit_code(
         tmp_path: Path, argv: list[str]) -> None:
     db = tmp_path / "db.sqlite"
-    first = subprocess.run([PYTHON, "-m", "graph.run", "--thread", "t1", "--task", TASK,
-                            "--once", "--db", str(db)], env=subprocess_env(), capture_output=True)
-    assert first.returncode == 0
+    _one_step(db, "t1")
     read, write = os.pipe()
     os.close(read)  # the reader is gone before anything is written, like `| head -0`
     done = subprocess.run([PYTHON, "-m", *argv, *(["--db", str(db)] if "--help" not in argv
@@ -107,8 +108,7 @@ def test_closed_stdout_ends_quietly_with_the_commands_own_exit_code(
 
 def test_history_piped_into_head_prints_one_line_and_ends_quietly(tmp_path: Path) -> None:
     db = tmp_path / "db.sqlite"
-    subprocess.run([PYTHON, "-m", "graph.run", "--thread", "t", "--task", TASK, "--once",
-                    "--db", str(db)], env=subprocess_env(), check=True, capture_output=True)
+    _one_step(db, "t")
     result = subprocess.run(f"'{PYTHON}' -m graph.history --thread t --db '{db}' | head -1; "
                             "echo \"status=${PIPESTATUS[0]}\"", shell=True, executable="/bin/bash",
                             env=subprocess_env(), capture_output=True, text=True, timeout=120)
@@ -126,14 +126,33 @@ def _unprivileged() -> tuple[int, int]:
     return entry.pw_uid, entry.pw_gid
 
 
-def _as_user(uid: int, gid: int, module: str, *args: str) -> subprocess.CompletedProcess:
-    """Runs `python -m module args` as user `uid` (with `setpriv`, as on CI)."""
+def _setpriv(uid: int, gid: int) -> list[str]:
+    """The command prefix that runs a process as user `uid` (with `setpriv`, as on CI)."""
     setpriv = shutil.which("setpriv")
     if setpriv is None:
         pytest.skip("setpriv (util-linux) is needed to run a process as another user")
-    return subprocess.run([setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
-                           PYTHON, "-m", module, *args], env=subprocess_env(), cwd="/",
-                          capture_output=True, text=True, timeout=120)
+    return [setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups"]
+
+
+def _as_user(uid: int, gid: int, module: str, *args: str) -> subprocess.CompletedProcess:
+    """Runs `python -m module args` as user `uid`."""
+    return subprocess.run([*_setpriv(uid, gid), PYTHON, "-m", module, *args],
+                          env=subprocess_env(), cwd="/", capture_output=True, text=True,
+                          timeout=120)
+
+
+def _each_as_user(uid: int, gid: int, commands: list[tuple[str, ...]]
+                  ) -> list[subprocess.CompletedProcess]:
+    """Runs each `(module, *args)`'s `main(args)` as user `uid`, all in one child interpreter.
+
+    Returns:
+        One result per command (`returncode`, `stdout`, `stderr`: its own output only).
+    """
+    child = run_in_one_child([{"module": module, "argv": list(args)}
+                              for module, *args in commands],
+                             subprocess_env(), prefix=_setpriv(uid, gid), cwd="/")
+    return [subprocess.CompletedProcess(command, r["code"], r["stdout"], r["stderr"])
+            for command, r in zip(commands, child["results"], strict=True)]
 
 
 @pytest.fixture
@@ -146,8 +165,7 @@ def shared_db() -> Iterator[Path]:
     try:
         folder.chmod(0o755)
         db = folder / "db.sqlite"
-        subprocess.run([PYTHON, "-m", "graph.run", "--thread", "t1", "--task", TASK, "--once",
-                        "--db", str(db)], env=subprocess_env(), check=True, capture_output=True)
+        _one_step(db, "t1")
         yield db
     finally:
         shutil.rmtree(folder)
@@ -166,12 +184,13 @@ def test_read_access_is_enough_to_read_history_and_verify(shared_db: Path,
     if folder_writable:
         shared_db.parent.chmod(0o777)
     before = shared_db.read_bytes()
-    for args in READERS:
-        result = _as_user(uid, gid, *args, "--db", str(shared_db), "--json")
+    results = _each_as_user(uid, gid, [*[(*args, "--db", str(shared_db), "--json")
+                                          for args in READERS],
+                                        *[(*args, "--db", str(shared_db)) for args in WRITERS]])
+    for result in results[:len(READERS)]:
         assert result.returncode == 0, result.stderr
         assert "Traceback" not in result.stderr
-    for args in WRITERS:
-        result = _as_user(uid, gid, *args, "--db", str(shared_db))
+    for result in results[len(READERS):]:
         assert result.returncode == 2, result.stderr
         line, = [x for x in result.stderr.splitlines() if not x.startswith("warning:")]
         assert line.startswith("error (permission_denied): ") and str(shared_db) in line
@@ -194,9 +213,9 @@ def test_writable_file_in_a_read_only_folder_names_the_folder(shared_db: Path) -
 def test_unreadable_file_is_permission_denied_for_every_command(shared_db: Path) -> None:
     uid, gid = _unprivileged()
     shared_db.chmod(0o600)
-    for args in [*READERS, *WRITERS]:
-        result = _as_user(uid, gid, *args, "--db", str(shared_db), "--json")
-        assert result.returncode == 2, (args, result.stderr)
+    for result in _each_as_user(uid, gid, [(*args, "--db", str(shared_db), "--json")
+                                           for args in [*READERS, *WRITERS]]):
+        assert result.returncode == 2, (result.args, result.stderr)
         data = json.loads(result.stdout)
         assert data["error_code"] == "permission_denied" and str(shared_db) in data["error"]
 
@@ -215,40 +234,47 @@ def test_history_refuses_a_log_it_cannot_read_rather_than_show_an_old_state(
 
 @pytest.mark.postgres
 def test_losing_postgres_mid_step_is_db_lost_and_the_attempt_stays_counted(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from graph.run import main
     from tests.conftest import PostgresBackend, postgres_admin_url
 
     pg = PostgresBackend(postgres_admin_url())
     try:
         import psycopg
 
+        def sessions(admin: psycopg.Connection) -> int:
+            return admin.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s "
+                                 "AND pid <> pg_backend_pid()", (pg.dbname,)).fetchone()[0]
+
+        def cut_off(fake: FakeMandApi) -> None:
+            """Once the step's request is held: ends its sessions, then lets the reply go."""
+            try:
+                wait_for(lambda: bool(fake.requests_for("lost-db")))
+                with psycopg.connect(pg.admin_url, autocommit=True) as admin:
+                    admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                  "WHERE datname = %s AND pid <> pg_backend_pid()", (pg.dbname,))
+                    wait_for(lambda: sessions(admin) == 0)
+            finally:
+                fake.release()
+
+        argv = ["--thread", "p1", "--live", "--once", "--db", pg.db, "--json"]
         with FakeMandApi(tmp_path / "requests.jsonl") as fake:
             fake.hold("lost-db")
-            env = subprocess_env(MANDAPI_API_KEY="sk-x", MANDAPI_MODEL_ID="m1",
-                                 MANDAPI_BASE_URL=fake.base_url)
-            proc = subprocess.Popen([PYTHON, "-m", "graph.run", "--thread", "p1", "--task",
-                                     "lost-db task", "--live", "--once", "--db", pg.db, "--json"],
-                                    env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    text=True)
-            deadline = time.monotonic() + 60
-            while not fake.requests_for("lost-db") and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert fake.requests_for("lost-db"), "the step never sent its request"
-            with psycopg.connect(pg.admin_url, autocommit=True) as admin:
-                admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                              "WHERE datname = %s AND pid <> pg_backend_pid()", (pg.dbname,))
-            threading.Timer(0.2, fake.release).start()
-            out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 6, err
+            for name, value in (("MANDAPI_API_KEY", "sk-x"), ("MANDAPI_MODEL_ID", "m1"),
+                                ("MANDAPI_BASE_URL", fake.base_url)):
+                monkeypatch.setenv(name, value)
+            cutter = threading.Thread(target=cut_off, args=(fake,))
+            cutter.start()
+            code = main([*argv, "--task", "lost-db task"])
+            cutter.join(timeout=120)
+        out, err = capsys.readouterr()
+        assert code == 6, err
         data = json.loads(out)
         assert data["error_code"] == "db_lost" and "run the command again" in data["error"]
         assert "Traceback" not in err
         assert pg.ledger_row("p1") == (1, 1, 4)
         assert len(fake.requests_for("lost-db")) == 1
-        again = subprocess.run([PYTHON, "-m", "graph.run", "--thread", "p1", "--live", "--once",
-                                "--db", pg.db, "--json"], env=env, capture_output=True,
-                               text=True, timeout=120)
-        assert again.returncode != 1, again.stderr
+        assert main(argv) != 1, capsys.readouterr()
     finally:
         pg.drop()
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from typing import Any
 
 import pytest
@@ -11,7 +10,7 @@ import pytest
 from graph.history import main as history_main
 from graph.storage import open_store
 from graph.thread_history import list_threads, thread_history
-from tests.conftest import PYTHON, run_cli, subprocess_env
+from tests.conftest import run_cli
 from tests.fakes import ScriptedModel, answer_reply, timeout_error, tool_call_reply
 
 TASK = "How long does shipping take at the demo shop?"
@@ -112,14 +111,16 @@ def test_history_of_a_missing_thread_is_refused(backend, capsys) -> None:
     assert json.loads(capsys.readouterr().out)["error_code"] == "no_such_thread"
 
 
-def test_history_cli_runs_as_a_process(tmp_path) -> None:
+def test_history_cli_prints_the_status_the_tool_calls_and_the_review_note(tmp_path, capfd) -> None:
+    """Through `main(argv)`; `python -m graph.history` runs as a real process in
+    tests/test_error_contract.py (a closed stdout, `| head -1`)."""
     run_cli(["--thread", "h1", "--task", TASK, "--db", str(tmp_path / "c.sqlite")])
-    result = subprocess.run([PYTHON, "-m", "graph.history", "--thread", "h1", "--db",
-                             str(tmp_path / "c.sqlite")], capture_output=True, text=True,
-                            env=subprocess_env(), timeout=60)
-    assert result.returncode == 0, result.stderr
-    assert "status   done" in result.stdout and "Review required" in result.stdout
-    assert "search_references" in result.stdout
+    capfd.readouterr()
+    code = history_main(["--thread", "h1", "--db", str(tmp_path / "c.sqlite")])
+    out, err = capfd.readouterr()
+    assert code == 0, err
+    assert "status   done" in out and "Review required" in out
+    assert "search_references" in out
 
 
 @pytest.mark.parametrize("page", ["0", "-1", "x"])

@@ -27,6 +27,7 @@ from graph.poll import quick_answer
 from graph.prune import main as prune_main
 from tests.conftest import _CLEARED, PYTHON, postgres_admin_url, run_cli, subprocess_env
 from tests.fakes import NeverFinishes
+from tests.main_child import run_in_one_child
 
 TASK = "How long does shipping take at the demo shop?"
 HEAVY = ("langgraph", "langchain_core", "httpx", "psycopg")
@@ -153,39 +154,64 @@ def db(template: Db, tmp_path: Path) -> Iterator[Db]:
         _pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def _cli(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str, list[str], set[str]]:
-    """Runs `graph.run` under `-X importtime`: exit code, stdout, stderr lines, heavy imports."""
-    done = subprocess.run([PYTHON, "-X", "importtime", "-m", "graph.run", *args], cwd=cwd,
-                          env=env, capture_output=True, text=True, timeout=300)
-    lines = done.stderr.splitlines()
-    imported = {line.split("|")[-1].strip().split(".")[0] for line in lines
-                if line.startswith("import time:")}
-    return (done.returncode, done.stdout,
-            [line for line in lines if not line.startswith("import time:")],
-            imported & set(HEAVY))
-
-
 @contextmanager
 def _nothing() -> Iterator[None]:
     yield
 
 
+def _full_path(argv: list[str], monkeypatch: pytest.MonkeyPatch,
+               capfd: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """`graph.run`'s `main(argv)` in this process: exit code, stdout, stderr.
+
+    Fails unless `graph.run` went past the quick answer (`_quick_answer` gave None).
+    """
+    import graph.run
+
+    asked: list[object] = []
+
+    def quick_answer(*args: Any) -> Any:
+        asked.append(answer := quick(*args))
+        return answer
+
+    quick = graph.run._quick_answer
+    with monkeypatch.context() as patched:
+        patched.setattr(graph.run, "_quick_answer", quick_answer)
+        capfd.readouterr()
+        code = graph.run.main(argv)
+        out, err = capfd.readouterr()
+    assert asked == [None], "the full path was not taken"
+    return code, out, err
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("thread", ["d", "e", "c", "p", "busy"])
 def test_nothing_to_do_is_answered_without_langgraph_byte_for_byte(
-        db: Db, thread: str, tmp_path: Path) -> None:
+        db: Db, thread: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """The quick answers run in a fresh interpreter, which must not import LangGraph (or
+    httpx; psycopg only for PostgreSQL); the full path, given a flag it checks against
+    the thread, runs in this process. Both print the same bytes with the same exit code."""
     thread_id = "r" if thread == "busy" else thread
-    driver = set() if db.backend == "sqlite" else {"psycopg"}
+    driver = [] if db.backend == "sqlite" else ["psycopg"]
+    variants = [(False, False), (True, True)]  # (--json, the database in GRAPH_DB)
+
+    def args(as_json: bool, via_env: bool) -> list[str]:
+        return ["--thread", thread_id, "--once", *(["--json"] if as_json else []),
+                *([] if via_env else ["--db", db.db])]
+
     with db.held(thread_id) if thread == "busy" else _nothing():
-        for as_json, via_env in ((False, False), (True, True)):
-            env = subprocess_env(**({"GRAPH_DB": db.db} if via_env else {}))
-            args = ["--thread", thread_id, "--once", *(["--json"] if as_json else []),
-                    *([] if via_env else ["--db", db.db])]
-            quick = _cli(args, tmp_path, env)
-            full = _cli([*args, "--task", TASK], tmp_path, env)  # a flag the full path checks
-            assert quick[:3] == full[:3], (thread, as_json)
-            assert quick[3] == driver and "langgraph" in full[3], (thread, as_json)
-            assert quick[0] == EXIT[thread]
+        child = run_in_one_child(
+            [{"module": "graph.run", "argv": args(*variant),
+              "env": {"GRAPH_DB": db.db} if variant[1] else {}} for variant in variants],
+            subprocess_env(), cwd=tmp_path)
+        assert sorted(set(child["modules"]) & set(HEAVY)) == driver
+        for variant, quick in zip(variants, child["results"], strict=True):
+            if variant[1]:
+                monkeypatch.setenv("GRAPH_DB", db.db)
+            full = _full_path([*args(*variant), "--task", TASK], monkeypatch, capfd)
+            monkeypatch.delenv("GRAPH_DB", raising=False)
+            assert (quick["code"], quick["stdout"], quick["stderr"]) == full, (thread, variant)
+            assert quick["code"] == EXIT[thread]
 
 
 def test_the_quick_answer_is_the_full_paths_answer(db: Db) -> None:

@@ -12,6 +12,8 @@ import pytest
 
 from tests.conftest import PYTHON, ROOT
 
+pytest_plugins = ["pytester"]
+
 RECORDING = ROOT / "tests/fixtures/recordings/shipping.json"
 
 
@@ -40,28 +42,28 @@ def test_the_plugin_adds_no_marker_no_autouse_fixture_and_no_hook_but_its_ini_op
     assert request.config.getini("mandapi_replay_match") == "exact"
 
 
-@pytest.mark.slow  # two pytest processes
-def test_a_failing_replay_reads_as_a_diff_and_the_ini_option_loosens_the_match(tmp_path: Path) -> None:
+def test_a_failing_replay_reads_as_a_diff_and_the_ini_option_loosens_the_match(
+        pytester: pytest.Pytester) -> None:
+    """Two pytest sessions in this process: what a failure reads like is pytest's report,
+    not the interpreter's (the sessions below that depend on `sys.path` run as processes)."""
     data = json.loads(RECORDING.read_text())
     for item in data["interactions"]:
         item["request"]["body"]["json"]["model"] = "another-model"
-    (tmp_path / "renamed.json").write_text(json.dumps(data))
-    (tmp_path / "test_renamed.py").write_text(
+    (pytester.path / "renamed.json").write_text(json.dumps(data))
+    pytester.makepyfile(test_renamed=(
         "def test_renamed(mandapi_replay):\n"
-        "    assert mandapi_replay('renamed.json').status == 'done'\n")
+        "    assert mandapi_replay('renamed.json').status == 'done'\n"))
 
-    def pytest_run(*options: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", *options],
-                              cwd=tmp_path, env=user_env(), capture_output=True, text=True, timeout=300)
-
-    failed = pytest_run()
-    assert failed.returncode == 1, failed.stdout
+    failed = pytester.runpytest_inprocess("-q", "-p", "no:cacheprovider")
+    assert failed.ret == 1, failed.stdout.str()
+    out = failed.stdout.str()
     headline = "mandapi_replay: request 1 of 3 (attempt 1) differs from renamed.json (match=exact):"
-    assert headline in failed.stdout
-    assert '-model: "another-model"' in failed.stdout and '+model: "mandapi-large"' in failed.stdout
-    assert "During handling" not in failed.stdout and "Traceback" not in failed.stdout
-    passed = pytest_run("-o", "mandapi_replay_match=messages_and_tools")
-    assert passed.returncode == 0 and "1 passed" in passed.stdout, passed.stdout
+    assert headline in out
+    assert '-model: "another-model"' in out and '+model: "mandapi-large"' in out
+    assert "During handling" not in out and "Traceback" not in out
+    passed = pytester.runpytest_inprocess("-q", "-p", "no:cacheprovider",
+                                          "-o", "mandapi_replay_match=messages_and_tools")
+    assert passed.ret == 0 and "1 passed" in passed.stdout.str(), passed.stdout.str()
 
 
 def test_a_projects_own_graph_module_fails_only_the_tests_that_replay_with_a_clear_message(

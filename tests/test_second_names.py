@@ -231,26 +231,38 @@ def test_a_bind_mounted_folder_shares_the_wal_and_works(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_issue_example_hard_link_in_parallel_rounds_is_refused_before_counting(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Threads A and B in real.sqlite, `ln real.sqlite alt.sqlite`, six parallel rounds."""
+    """Threads A and B in real.sqlite, `ln real.sqlite alt.sqlite`, six parallel rounds.
+
+    The two threads are created in this process; each round is two real processes
+    (`python -m graph.run` forked from a preloaded forkserver, `tests/forked.py`).
+    """
     from tests.fake_mandapi import FakeMandApi
+    from tests.forked import ForkedProcess, forkserver
 
     real = tmp_path / "real.sqlite"
     alt = tmp_path / "alt.sqlite"
     with FakeMandApi(tmp_path / "requests.jsonl", hold_s=0.3, never_finish=True) as fake:
-        env = subprocess_env(MANDAPI_API_KEY="sk-test", MANDAPI_MODEL_ID="mandapi-test",
-                             MANDAPI_BASE_URL=fake.base_url)
+        variables = {"MANDAPI_API_KEY": "sk-test", "MANDAPI_MODEL_ID": "mandapi-test",
+                     "MANDAPI_BASE_URL": fake.base_url}
+        env = subprocess_env(**variables)
 
-        def start(thread: str, db: Path, task: bool = False) -> subprocess.Popen:
-            argv = ["--thread", thread, "--db", str(db), "--once", "--live", "--json"]
-            argv += ["--task", f"[{thread}] {TASK}", "--max-attempts", "10"] if task else []
-            return subprocess.Popen([sys.executable, "-m", "graph.run", *argv], env=env,
-                                    cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+        def argv(thread: str, db: Path, task: bool = False) -> list[str]:
+            args = ["--thread", thread, "--db", str(db), "--once", "--live"]
+            return args + (["--task", f"[{thread}] {TASK}", "--max-attempts", "10"] if task else [])
 
-        for thread in ("A", "B"):
-            out, _ = start(thread, real, task=True).communicate(timeout=120)
-            assert json.loads(out)["exit_code"] == 0, out
+        server = forkserver()
+
+        def start(thread: str, db: Path) -> ForkedProcess:
+            return ForkedProcess(server, "graph.run", [*argv(thread, db), "--json"], env, tmp_path)
+
+        with monkeypatch.context() as here:
+            for name, value in variables.items():
+                here.setenv(name, value)
+            for thread in ("A", "B"):
+                out = run_cli(argv(thread, real, task=True))
+                assert out["exit_code"] == 0, out
         os.link(real, alt)
         for _ in range(6):
             procs = [start("A", real), start("B", alt)]

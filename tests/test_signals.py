@@ -1,38 +1,52 @@
 """SIGTERM or Ctrl-C mid-request: exit 130, the attempt stays counted, the thread is reported.
 
-Real processes against a fake MandAPI that holds the request, on both backends.
+Real processes against a fake MandAPI that holds the request, on every backend: each
+signalled command is `python -m` forked from a preloaded forkserver (`tests/forked.py`).
 """
 
 from __future__ import annotations
 
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from graph.interrupted import interrupted_outcome
 from tests.conftest import run_cli, subprocess_env
 from tests.fake_mandapi import FakeMandApi
-from tests.test_concurrency import outcome, start, wait_for
+from tests.forked import ForkedProcess, forkserver
+from tests.test_concurrency import outcome, wait_for
 
 pytestmark = pytest.mark.slow
 
 TASK = "How long does shipping take at the demo shop?"
 
 
+@pytest.fixture(scope="module")
+def server() -> Any:
+    return forkserver()
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 @pytest.mark.parametrize("existing", [False, True], ids=["new thread", "resumed thread"])
 def test_signal_mid_request_reports_the_thread_as_it_stands(
-        backend, tmp_path: Path, sig: signal.Signals, existing: bool) -> None:
+        backend, server: Any, tmp_path: Path, sig: signal.Signals, existing: bool,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The signalled step is a real process; a resumed thread's first step runs in this one."""
     with FakeMandApi(tmp_path / "requests.jsonl", never_finish=True) as fake:
-        env = subprocess_env(MANDAPI_API_KEY="sk-test", MANDAPI_MODEL_ID="mandapi-x",
-                             MANDAPI_BASE_URL=fake.base_url)
+        variables = {"MANDAPI_API_KEY": "sk-test", "MANDAPI_MODEL_ID": "mandapi-x",
+                     "MANDAPI_BASE_URL": fake.base_url}
+        env = subprocess_env(**variables)
         argv = ["--thread", "t1", "--task", TASK, "--db", backend.db, "--live", "--once",
                 "--max-tokens", "1000"]
         if existing:
-            assert outcome(start(argv, env, tmp_path))["exit_code"] == 0
+            with monkeypatch.context() as here:
+                for name, value in variables.items():
+                    here.setenv(name, value)
+                assert run_cli(argv)["exit_code"] == 0
         fake.hold("shipping")
-        proc = start(argv, env, tmp_path)
+        proc = ForkedProcess(server, "graph.run", [*argv, "--json"], env, tmp_path)
         wait_for(lambda: len(fake.requests()) == 1 + existing)
         proc.send_signal(sig)
         result = outcome(proc)
@@ -62,20 +76,16 @@ def test_interrupted_report_of_a_thread_that_was_never_created_stays_null(backen
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_batch_interrupted_mid_request_exits_130_in_one_json_object(
-        sqlite_db: Path, tmp_path: Path, sig: signal.Signals) -> None:
+        sqlite_db: Path, server: Any, tmp_path: Path, sig: signal.Signals) -> None:
     import json
-    import subprocess
-
-    from tests.conftest import PYTHON
 
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(json.dumps({"thread_id": "b1", "task": TASK, "model": "mandapi-x"}) + "\n")
     with FakeMandApi(tmp_path / "requests.jsonl", never_finish=True) as fake:
         env = subprocess_env(MANDAPI_API_KEY="sk-test", MANDAPI_BASE_URL=fake.base_url)
         fake.hold("shipping")
-        proc = subprocess.Popen([PYTHON, "-m", "graph.batch", str(tasks), "--db", str(sqlite_db),
-                                 "--live", "--once", "--json"], env=env, cwd=tmp_path,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = ForkedProcess(server, "graph.batch", [str(tasks), "--db", str(sqlite_db),
+                                                     "--live", "--once", "--json"], env, tmp_path)
         wait_for(lambda: len(fake.requests()) == 1)
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=120)

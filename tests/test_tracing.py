@@ -99,6 +99,18 @@ def _closed_port() -> str:
         return f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
+_WITHOUT_BACKOFF = (
+    "import runpy, sys, langsmith.client as client; "
+    "retry = client._default_retry_config().new(backoff_factor=0); "
+    "client._default_retry_config = lambda: retry; "
+    "runpy.run_module('graph.run', run_name='__main__', alter_sys=True)")
+"""`python -m graph.run` with LangSmith's retries unchanged but not spaced out.
+
+LangSmith retries a failed connection three times (urllib3, 1 s then 2 s apart) for
+each of its four requests before it gives up and logs the failure: 12 s of waiting.
+The same retries with no backoff end in the same failure and log line at once."""
+
+
 @pytest.mark.parametrize("endpoint", ["closed", "refuses the key"])
 def test_a_failed_trace_upload_keeps_the_exit_code_and_says_so_without_the_key(
         tmp_path: Path, endpoint: str) -> None:
@@ -108,8 +120,8 @@ def test_a_failed_trace_upload_keeps_the_exit_code_and_says_so_without_the_key(
     try:
         env = subprocess_env(LANGSMITH_API_KEY=langsmith_key, LANGSMITH_ENDPOINT=url,
                              LANGSMITH_TRACING="false")
-        result = subprocess.run([PYTHON, "-m", "graph.run", "--thread", "t1", "--task", TASK,
-                                 "--once", "--trace", "--db", "d.sqlite"],
+        result = subprocess.run([PYTHON, "-c", _WITHOUT_BACKOFF, "--thread", "t1", "--task",
+                                 TASK, "--once", "--trace", "--db", "d.sqlite"],
                                 cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
     finally:
         if refusing:
