@@ -64,7 +64,7 @@ def private_server() -> Iterator[str]:
 
     with workdir("redis") as folder:
         try:
-            server = start_server(folder / "server")
+            server = start_server(folder / "server", private=True)  # its own, stopped on exit
         except OutcomeException as exc:  # start_server skips (or fails) the way tests do
             raise RuntimeError(str(exc.msg)) from None
         try:

@@ -83,32 +83,37 @@ def _temp_in_memory(config: pytest.Config) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     """Registers the Redis marks; temporary folders go to memory where it can hold them."""
     config.addinivalue_line("markers", "redis: runs on the private Redis server of tests/redis_server.py")
-    config.addinivalue_line("markers", "sql_only(reason): the test is not generated for Redis, for reason")
+    config.addinivalue_line("markers", "sql_only(reason): the test's redis case is left out, for reason")
     _temp_in_memory(config)
 
 
-_BACKENDS = ("sqlite", pytest.param("postgres", marks=pytest.mark.postgres),
-             pytest.param("redis", marks=pytest.mark.redis))
+_SQL_ONLY_DROPPED = pytest.StashKey[int]()
 
 
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Runs every test that takes `backend` on each backend it applies to.
+def _drop_sql_only(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Removes the `redis` case of every `sql_only` test or case: it does not apply to Redis.
 
-    A test marked `sql_only("why; the Redis test covering the same promise")` is not
-    generated for Redis at all (the mark's reason says why, and where Redis is tested).
+    The mark's reason says why, and names the Redis test that covers the same promise;
+    the run's summary says how many were left out. A reason is required.
     """
-    if "backend" not in metafunc.fixturenames or hasattr(metafunc.module, "backend"):
-        return  # a module with a `backend` fixture of its own parametrizes it itself
-    mark = metafunc.definition.get_closest_marker("sql_only")
-    if mark is not None:
+    dropped = []
+    for item in items:
+        mark = item.get_closest_marker("sql_only")
+        callspec = getattr(item, "callspec", None)
+        if mark is None or callspec is None or callspec.params.get("backend") != "redis":
+            continue
         reason = mark.args[0] if mark.args else mark.kwargs.get("reason", "")
-        assert reason, f"{metafunc.definition.nodeid}: sql_only needs a reason"
-    params = [p for p in _BACKENDS if mark is None or getattr(p, "values", (p,))[0] != "redis"]
-    metafunc.parametrize("backend", params, indirect=True)
+        assert reason, f"{item.nodeid}: sql_only needs a reason"
+        dropped.append(item)
+    if dropped:
+        items[:] = [item for item in items if item not in set(dropped)]
+        config.hook.pytest_deselected(items=dropped)
+    config.stash[_SQL_ONLY_DROPPED] = len(dropped)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deselects `postgres` tests when no server is named."""
+    """Leaves out SQL-only Redis cases, and `postgres` tests when no server is named."""
+    _drop_sql_only(config, items)
     if _postgres_tests_run():
         return
     deselected = [item for item in items if item.get_closest_marker("postgres") is not None]
@@ -119,10 +124,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    """Says once how many PostgreSQL tests did not run, and how to run them."""
+    """Says once how many PostgreSQL tests did not run, and how to run them; and how many
+    SQL-only cases were left out of Redis (without xdist: its workers collect)."""
     count = config.stash.get(_PG_DESELECTED, 0)
     if count:
         terminalreporter.write_line(f"SKIPPED [{count}] PostgreSQL tests deselected: {_PG_HOWTO}")
+    count = config.stash.get(_SQL_ONLY_DROPPED, 0)
+    if count:
+        terminalreporter.write_line(f"{count} SQL-only cases not run on Redis (sql_only marks say why)")
 
 
 @pytest.fixture(autouse=True)
@@ -358,7 +367,8 @@ class PostgresBackend:
         return b"\n".join(out)
 
 
-@pytest.fixture
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres),
+                        pytest.param("redis", marks=pytest.mark.redis)])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     """Each behaviour test runs on a SQLite file, a fresh PostgreSQL and a flushed Redis database."""
     if request.param == "sqlite":
