@@ -1,12 +1,15 @@
 """Opening a Redis connection (`graph.redis_conn.connect`): the TCP connect and a `rediss://` TLS
-handshake are bounded by `CONNECT_TIMEOUT_S`, commands then by `SOCKET_TIMEOUT_S`."""
+handshake are bounded by `CONNECT_TIMEOUT_S`, commands then by `SOCKET_TIMEOUT_S`.
+
+The TLS server uses `tests/fixtures/tls/`: a self-signed certificate for 127.0.0.1 (valid
+until 2126) and its key, made for these tests only:
+`openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout key.pem
+-out cert.pem -days 36500 -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1`.
+"""
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import json
-import shutil
 import socket
 import subprocess
 import time
@@ -21,67 +24,57 @@ from graph.exitcodes import ErrorCode
 from graph.run import main as run_main
 
 pytestmark = pytest.mark.redis
+TLS = Path(__file__).parent / "fixtures" / "tls"
 
 
 def _port(url: str) -> str:
     return url.rsplit(":", 1)[1].split("/")[0]
 
 
-def _self_signed(folder: Path) -> tuple[Path, Path]:
-    """A certificate for 127.0.0.1 and its key (PEM files), made with `cryptography`."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName(
-                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-            .sign(key, hashes.SHA256()))
-    cert_path, key_path = folder / "cert.pem", folder / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                           serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    return cert_path, key_path
-
-
 @pytest.fixture
-def tls_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    """valkey-server speaking TLS only, on a free port of 127.0.0.1: (its rediss URL, its cert)."""
+def tls_server(redis_server: Any, tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """valkey-server speaking TLS only, on a free port of 127.0.0.1: (its rediss URL, its cert).
+
+    Needs the session server (`redis_server`) only for its skip or failure when valkey-server
+    is missing."""
     from tests.redis_server import valkey_server
 
     binary = valkey_server()
-    assert binary is not None and shutil.which(binary), "valkey-server >= 8 is needed"
-    cert, key = _self_signed(tmp_path)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    process = subprocess.Popen(
-        [binary, "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1",
-         "--tls-cert-file", str(cert), "--tls-key-file", str(key), "--tls-auth-clients", "no",
-         "--save", "", "--appendonly", "no", "--dir", str(tmp_path)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert binary is not None
+    cert, key = TLS / "cert.pem", TLS / "key.pem"
+    for _ in range(3):  # another process may take the free port before the server binds it
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        process = subprocess.Popen(
+            [binary, "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1",
+             "--tls-cert-file", str(cert), "--tls-key-file", str(key), "--tls-auth-clients", "no",
+             "--save", "", "--appendonly", "no", "--dir", str(tmp_path)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if _listens(process, port):
+            break
+        process.wait(10)
+    else:
+        pytest.fail("valkey-server with TLS did not start")
     try:
-        deadline = time.monotonic() + 20
-        while True:  # until it accepts connections (then the handshake is its to answer)
-            assert process.poll() is None, "valkey-server with TLS exited"
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "valkey-server with TLS did not listen"
-                time.sleep(0.05)
         yield f"rediss://127.0.0.1:{port}/0", cert
     finally:
         process.terminate()
         process.wait(10)
+
+
+def _listens(process: subprocess.Popen[bytes], port: int) -> bool:
+    """Waits until the server accepts connections (False if it exits, or after 20 s)."""
+    deadline = time.monotonic() + 20
+    while process.poll() is None and time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return True
+        except OSError:
+            time.sleep(0.05)
+    if process.poll() is None:
+        process.kill()
+    return False
 
 
 def test_a_rediss_url_naming_a_plain_server_is_refused_after_the_connect_timeout(
