@@ -112,6 +112,10 @@ class SqlAttemptLog(SqlTable):
         check_row("attempt_log", (value,), {"attempt": lambda v: is_int(v, 1)})
         return int(value)
 
+    def last_attempt_and_rows(self, thread_id: str) -> tuple[int, list[dict[str, Any]] | None]:
+        """`last_attempt` (one aggregate) and None: `covers` reads no rows on SQL."""
+        return self.last_attempt(thread_id), None
+
     def covers(self, thread_id: str, values: dict[str, Any],
                rows: list[dict[str, Any]] | None = None) -> None:
         """Checks nothing more on SQL: `check_ledger` already holds claimed >= logged.

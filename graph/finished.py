@@ -68,9 +68,9 @@ def _checked_summary(store: Store, thread_id: str) -> Outcome | None:
     loaded = load_thread(store.graph, thread_id, store.location)
     if loaded is None or loaded.values["progress"]["status"] not in FINAL_STATUSES:
         return None
-    check_ledger(store.ledger.read(thread_id), loaded.values, thread_id, store.location,
-                 store.log.last_attempt(thread_id))
-    store.log.covers(thread_id, loaded.values)
+    logged, log_rows = store.log.last_attempt_and_rows(thread_id)  # one read of the log
+    check_ledger(store.ledger.read(thread_id), loaded.values, thread_id, store.location, logged)
+    store.log.covers(thread_id, loaded.values, log_rows)
     store.approvals.rows(thread_id)
     if pending_review(loaded.snapshot) is not None:
         return None

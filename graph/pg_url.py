@@ -9,6 +9,12 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit, urlunsplit
 
+CONNECT_TIMEOUT_S = 10
+"""How long a connection to PostgreSQL may take to open (libpq `connect_timeout`, seconds):
+the store's (`graph.postgres_store`), the quick poll's (`graph.poll_postgres`) and the
+queue's (`graph.queue_db`). Here, not in `graph.postgres_store`, so that a queue worker
+refused at start or an enqueue needs no LangGraph import to read it."""
+
 
 def redact(url: str, unparsable: str = "postgresql://(unparsable URL)") -> str:
     """Returns `url` with any password (in the user part or a query parameter) as `***`.

@@ -26,16 +26,13 @@ from __future__ import annotations
 from graph.errors import BusyError, RunError
 from graph.outcome import Outcome
 from graph.pg_locks import held_elsewhere, thread_key
-from graph.pg_url import redact
+from graph.pg_url import CONNECT_TIMEOUT_S, redact
 from graph.schema import postgres_objects_query
 from graph.sql import PostgresSql
 from graph.storage import check_postgres_url
 from graph.summaries import SqlSummaries
 from graph.thread_checks import pruned_refusal
 from graph.tombstones import SqlTombstones
-
-CONNECT_TIMEOUT_S = 10
-"""As the full path's connections (`graph.postgres_store.CONNECT_TIMEOUT_S`), seconds."""
 
 
 def postgres_answer(url: str, thread_id: str) -> Outcome | None:

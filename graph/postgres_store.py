@@ -27,7 +27,7 @@ from graph.digest import SqlDigests, new_marker
 from graph.errors import RefusedError, UsageError
 from graph.exitcodes import ErrorCode
 from graph.pg_locks import AdvisoryThreadLocks, advisory_key, advisory_lock
-from graph.pg_url import redact
+from graph.pg_url import CONNECT_TIMEOUT_S, redact
 from graph.schema import LEDGER, POSTGRES_MIGRATIONS_TABLE, TRIGGERS, ddl, postgres_objects_query
 from graph.sql import PostgresSql
 
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 KEEPALIVES = {"keepalives": 1, "keepalives_idle": 20, "keepalives_interval": 5,
               "keepalives_count": 4}
 """libpq TCP keepalive settings of the control connection (seconds, probes)."""
-CONNECT_TIMEOUT_S = 10
 SETUP_LOCK_KEY = advisory_key("schema-setup")
 SETUP_TIMEOUT_S = 120.0
 """How long a process waits for another one's schema set-up (seconds)."""

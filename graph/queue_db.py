@@ -104,8 +104,7 @@ def connect_queue(db: str) -> Any:
     import psycopg
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-    from graph.pg_url import redact
-    from graph.postgres_store import CONNECT_TIMEOUT_S
+    from graph.pg_url import CONNECT_TIMEOUT_S, redact
 
     try:
         params = conninfo_to_dict(db)

@@ -17,7 +17,8 @@ is counted. Importing this module needs no redis package.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,13 @@ WAITAOF_TIMEOUT_MS = 5_000
 """How long a claim waits for its fsync before the step gives up (milliseconds)."""
 SOCKET_TIMEOUT_S = 30.0
 """A command that gets no answer for this long fails (`db_lost`), never hangs a step."""
+CONNECT_TIMEOUT_S = 10.0
+"""How long the TCP connect, and then a `rediss://` TLS handshake, may each take (seconds).
+
+redis-py bounds only the TCP connect by its connect timeout and runs the TLS handshake
+under the command timeout (`SOCKET_TIMEOUT_S`): a `rediss://` URL naming a plain server
+(which waits for a line the handshake never sends) took 30 s to be refused as
+`db_unreachable`. `connect` bounds the handshake by this too (`_connection_class`)."""
 _FSYNC_POLICIES = ("always", "everysec")
 
 
@@ -62,10 +70,12 @@ def connect(url: str) -> redis.Redis:
         raise UsageError("Redis needs the redis extra: pip install -e '.[redis]'") from None
     check_url(url)
     try:
+        extra = ({} if url.startswith("unix://")
+                 else {"connection_class": _connection_class(url.startswith("rediss://"))})
         client = redis.Redis.from_url(url, retry=Retry(NoBackoff(), 0), retry_on_error=[],
                                       socket_timeout=SOCKET_TIMEOUT_S,
-                                      socket_connect_timeout=SOCKET_TIMEOUT_S,
-                                      decode_responses=False)
+                                      socket_connect_timeout=CONNECT_TIMEOUT_S,
+                                      decode_responses=False, **extra)
     except (ValueError, TypeError) as exc:  # redis-py's reading of the query string
         raise UsageError(f"the Redis URL {redact(url)!r} is not one the client can use: "
                          f"{_text(exc)[:160]}") from None
@@ -77,9 +87,43 @@ def connect(url: str) -> redis.Redis:
                          f"{_text(exc)[:160]}") from None
     except redis.RedisError as exc:
         client.close()
-        raise UsageError(f"cannot reach the Redis server: {_text(exc)[:200]}",
+        hint = (" (a rediss:// URL needs a server that speaks TLS)"
+                if isinstance(exc, redis.TimeoutError) and url.startswith("rediss://") else "")
+        raise UsageError(f"cannot reach the Redis server: {_text(exc)[:200]}{hint}",
                          error_code=ErrorCode.DB_UNREACHABLE, location=redact(url)) from None
     return client
+
+
+@functools.cache
+def _connection_class(tls: bool) -> type:
+    """redis-py's TCP (`tls` False) or TLS connection, its handshake bounded like its connect.
+
+    redis-py sets the command timeout on the socket once TCP is connected, and only then
+    wraps it in TLS; this class keeps the connect timeout (`CONNECT_TIMEOUT_S`, read at
+    each connect) on the socket until the connection is open, TLS handshake included,
+    then sets the command timeout (`SOCKET_TIMEOUT_S`).
+    """
+    import redis
+
+    def bounded(conn: Any, open_socket: Callable[[], Any]) -> Any:
+        command_timeout = conn.socket_timeout
+        conn.socket_timeout = conn.socket_connect_timeout  # what the handshake runs under
+        try:
+            sock = open_socket()
+        finally:
+            conn.socket_timeout = command_timeout
+        sock.settimeout(command_timeout)
+        return sock
+
+    class TlsConnection(redis.SSLConnection):
+        def _connect(self) -> Any:
+            return bounded(self, super()._connect)
+
+    class TcpConnection(redis.Connection):
+        def _connect(self) -> Any:
+            return bounded(self, super()._connect)
+
+    return TlsConnection if tls else TcpConnection
 
 
 @contextmanager

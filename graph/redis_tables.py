@@ -161,8 +161,20 @@ class RedisAttemptLog(RedisTable):
         Raises:
             RefusedError: `damaged` for a row that fails its checks (`rows`).
         """
-        return max((r["attempt"] for r in self.rows(thread_id) if r["kind"] == "reason"),
-                   default=0)
+        return self.last_attempt_and_rows(thread_id)[0]
+
+    def last_attempt_and_rows(self, thread_id: str) -> tuple[int, list[dict[str, Any]]]:
+        """`last_attempt` and the checked rows it was read from, for `covers` to judge.
+
+        A step checks the ledger against the highest attempt, then the log against the
+        checkpoint (`covers`): one read of the list serves both (each read parses and
+        checks every row, and the log grows by a row or two per step).
+
+        Raises:
+            RefusedError: `damaged` for a row that fails its checks (`rows`).
+        """
+        rows = self.rows(thread_id)
+        return max((r["attempt"] for r in rows if r["kind"] == "reason"), default=0), rows
 
     def used_tokens(self, thread_id: str) -> int:
         """The sum of `usage.total_tokens` over the thread's `reason` rows; 0 when none.
@@ -188,8 +200,9 @@ class RedisAttemptLog(RedisTable):
         Args:
             thread_id: The thread.
             values: Its checked state values (`messages`, `progress`).
-            rows: Checked rows to judge instead of this log's (`graph.copy` asks whether
-                another store's rows would pass here); None reads the thread's own.
+            rows: Checked rows to judge instead of reading this log's: the ones a step
+                just read (`last_attempt_and_rows`), or another store's (`graph.copy` asks
+                whether they would pass here); None reads the thread's own.
 
         Raises:
             RefusedError: `damaged` (exit 4) when the log falls short of the checkpoint,

@@ -204,8 +204,9 @@ def _resume(graph: Any, config: dict[str, Any], store: Store, loaded: LoadedThre
     """
     thread_id, values = request.thread_id, loaded.values
     request.spec.check_against(values["thread"], settings.env_model)
-    check_ledger(entry, values, thread_id, store.location, store.log.last_attempt(thread_id))
-    store.log.covers(thread_id, values)
+    logged, log_rows = store.log.last_attempt_and_rows(thread_id)  # one read of the log
+    check_ledger(entry, values, thread_id, store.location, logged)
+    store.log.covers(thread_id, values, log_rows)
     store.approvals.rows(thread_id)  # read with exact type checks, like every table
     pending = pending_review(loaded.snapshot)
     if pending is not None:

@@ -89,6 +89,16 @@ class AttemptLog(Protocol):
             RefusedError: `damaged` for a stored value of the wrong form.
         """
 
+    def last_attempt_and_rows(self, thread_id: str) -> tuple[int, list[dict[str, Any]] | None]:
+        """`last_attempt`, and the rows it came from where `covers` judges rows, else None.
+
+        A step passes both on (`check_ledger`, then `covers(..., rows)`), so a log whose
+        checks read every row (Redis) is read once per step, not twice.
+
+        Raises:
+            RefusedError: `damaged`, as `last_attempt` and `rows`.
+        """
+
     def used_tokens(self, thread_id: str) -> int:
         """The sum of `usage.total_tokens` over the thread's `reason` rows; 0 when none.
 
@@ -100,7 +110,8 @@ class AttemptLog(Protocol):
                rows: list[dict[str, Any]] | None = None) -> None:
         """Refuses a log that lacks rows the thread's checkpoint `values` show were made.
 
-        `rows`, when given, are judged instead of the stored ones (`graph.copy`).
+        `rows`, when given, are judged instead of reading the stored ones: a step's
+        (`last_attempt_and_rows`), or another store's (`graph.copy`).
 
         Raises:
             RefusedError: `damaged` (exit 4).

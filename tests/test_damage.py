@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import sqlite3
 from collections.abc import Callable
 from datetime import datetime
@@ -269,13 +270,24 @@ FILE_CASES: dict[str, tuple[Callable[[Path], None], str]] = {
 }
 
 
+@pytest.fixture(scope="module")
+def one_step_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file holding thread t1 one step in (`make_thread`), made once; cases copy it."""
+    path = tmp_path_factory.mktemp("one-step") / "checkpoints.sqlite"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(path.parent)
+        make_thread(str(path))
+    assert [p.name for p in path.parent.iterdir()] == [path.name], "one file holds it all"
+    return path
+
+
 @pytest.mark.parametrize("case", sorted(FILE_CASES))
 @pytest.mark.parametrize("with_task", [False, True])
 def test_damaged_database_file_is_refused_and_left_byte_identical(
-    sqlite_db: Path, case: str, with_task: bool
+    sqlite_db: Path, one_step_file: Path, case: str, with_task: bool
 ) -> None:
     damage, code = FILE_CASES[case]
-    make_thread(str(sqlite_db))
+    shutil.copy2(one_step_file, sqlite_db)  # mode 0600 too, as made
     damage(sqlite_db)
     before = sorted((p.name, p.read_bytes() if p.is_file() else b"<dir>")
                     for p in sqlite_db.parent.iterdir())

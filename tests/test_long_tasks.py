@@ -75,22 +75,33 @@ def stored_bytes(backend, thread_id: str) -> int:
     return len(backend.get_raw(thread_id, "messages")[1])
 
 
+class MeasuringReader(Reader):
+    """The `Reader`, also measuring the stored messages before each request from the third on:
+    the thread as the previous step left it on disk (`stored_bytes`)."""
+
+    def __init__(self, backend: Any, reads: int, limit_tokens: int) -> None:
+        super().__init__(reads, limit_tokens)
+        self.backend, self.sizes = backend, []
+
+    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply:
+        if len(self.requests) >= 2:
+            self.sizes.append(stored_bytes(self.backend, "long"))
+        return super().complete(messages, tools)
+
+
 @pytest.mark.slow
 def test_long_task_keeps_requests_and_storage_bounded(backend, tmp_path: Path) -> None:
+    """Over 300 requests in one run (the CLI's own loop, no `--once`: restarts between
+    steps are `test_evidence_survives_compaction_and_a_restart`'s promise), every request
+    stays within the context limit and the stored messages stop growing. Sizes are taken
+    after each step from the second on, as the next request starts, and after the last."""
     workspace = make_workspace(tmp_path / "ws")
     limit = 6_000
-    model = Reader(reads=299, limit_tokens=limit)
-    factory = lambda m, s: model  # noqa: E731
-    argv = ["--thread", "long", "--db", backend.db, "--once"]
-    first = run_cli([*argv, "--task", TASK, "--workspace", str(workspace), "--max-attempts", "400",
-                     "--context-tokens", str(limit)], model_factory=factory)
-    assert first["exit_code"] == 0
-    sizes = []
-    for _ in range(305):
-        out = run_cli(argv, model_factory=factory)
-        sizes.append(stored_bytes(backend, "long"))
-        if out["status"] != "ready":
-            break
+    model = MeasuringReader(backend, reads=299, limit_tokens=limit)
+    out = run_cli(["--thread", "long", "--db", backend.db, "--task", TASK, "--workspace",
+                   str(workspace), "--max-attempts", "400", "--context-tokens", str(limit)],
+                  model_factory=lambda m, s: model)
+    sizes = [*model.sizes, stored_bytes(backend, "long")]
     assert out["status"] == "done" and "HELIOTROPE [doc07.txt#L118-L" in out["answer"]
     assert len(model.requests) >= 300
     for request in model.requests:

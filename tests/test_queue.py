@@ -68,6 +68,21 @@ def _tasks(path: Path, ids: list[str], text: str = "shipping?") -> Path:
     return path
 
 
+def _batch(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], env: dict[str, str],
+           *argv: str) -> tuple[int, str]:
+    """`python -m graph.batch ARGV` in process (`main(argv)`), with the environment `env` adds:
+    its exit code and its stdout (stderr appended after a blank line). Enqueueing is the entry
+    point's behaviour, not a process's."""
+    from graph.batch import main as batch_main
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    capsys.readouterr()
+    code = batch_main(list(argv))
+    shown = capsys.readouterr()
+    return code, f"{shown.out}\n{shown.err}"
+
+
 def _statuses(db: str) -> dict[str, str]:
     from graph.storage import open_store
     from graph.thread_history import list_threads
@@ -232,7 +247,7 @@ def test_a_stalled_step_whose_thread_waits_again_is_failed_and_another_is_requeu
 @pytest.mark.slow
 @pytest.mark.postgres
 def test_one_worker_runs_steps_of_several_threads_at_once_one_per_thread_and_logs_no_task_text(
-        pg, tmp_path) -> None:
+        pg, tmp_path, monkeypatch, capsys) -> None:
     """Concurrency 4 on 8 threads, a model holding each request 0.5 s: requests overlap
     (seen by the fake server, no clock assert), a thread's never do, even with an extra
     unlocked job for two threads, and the INFO log (every record, whole) never holds the
@@ -245,12 +260,12 @@ def test_one_worker_runs_steps_of_several_threads_at_once_one_per_thread_and_log
     ids = [f"c{i}" for i in range(8)]
     log = tmp_path / "worker-log.jsonl"
     with CountingFake(tmp_path / "requests.jsonl", hold_s=0.5) as fake:
-        env = subprocess_env(GRAPH_DB=pg.db, MANDAPI_API_KEY="sk-queue", MANDAPI_MODEL_ID="m",
-                             MANDAPI_BASE_URL=fake.base_url)
+        ours = {"GRAPH_DB": pg.db, "MANDAPI_API_KEY": "sk-queue", "MANDAPI_MODEL_ID": "m",
+                "MANDAPI_BASE_URL": fake.base_url}
+        env = subprocess_env(**ours)
         tasks = _tasks(tmp_path / "tasks.jsonl", ids, text=f"{MARKER} shipping?")
-        enqueue = subprocess.run([PYTHON, "-m", "graph.batch", str(tasks), "--enqueue", "--live"],
-                                 env=env, capture_output=True, text=True, timeout=120)
-        assert enqueue.returncode == 0, enqueue.stderr
+        code, shown = _batch(monkeypatch, capsys, ours, str(tasks), "--enqueue", "--live")
+        assert code == 0, shown
         ensure_schema(pg.db)
         app = make_app(pg.db)
         with app.open():  # an extra job without procrastinate's lock: only ours guards it
@@ -285,17 +300,17 @@ def test_one_worker_runs_steps_of_several_threads_at_once_one_per_thread_and_log
 
 @pytest.mark.slow
 @pytest.mark.postgres
-def test_three_queue_workers_share_sixty_threads_and_survive_a_killed_worker(pg, tmp_path) -> None:
+def test_three_queue_workers_share_sixty_threads_and_survive_a_killed_worker(
+        pg, tmp_path, monkeypatch, capsys) -> None:
     workers: list[subprocess.Popen] = []
     try:
         with FakeMandApi(tmp_path / "requests.jsonl", hold_s=0.05) as fake:
-            env = subprocess_env(GRAPH_DB=pg.db, MANDAPI_API_KEY="sk-queue", MANDAPI_MODEL_ID="m",
-                                 MANDAPI_BASE_URL=fake.base_url, GRAPH_QUEUE_HEARTBEAT_S="0.5",
-                                 GRAPH_QUEUE_STALLED_S="2")
+            ours = {"GRAPH_DB": pg.db, "MANDAPI_API_KEY": "sk-queue", "MANDAPI_MODEL_ID": "m",
+                    "MANDAPI_BASE_URL": fake.base_url}
+            env = subprocess_env(**ours, GRAPH_QUEUE_HEARTBEAT_S="0.5", GRAPH_QUEUE_STALLED_S="2")
             tasks = _tasks(tmp_path / "tasks.jsonl", [f"q{i}" for i in range(THREADS)])
-            enqueue = subprocess.run([PYTHON, "-m", "graph.batch", str(tasks), "--enqueue",
-                                      "--live"], env=env, capture_output=True, text=True, timeout=120)
-            assert enqueue.returncode == 0, enqueue.stderr
+            code, shown = _batch(monkeypatch, capsys, ours, str(tasks), "--enqueue", "--live")
+            assert code == 0, shown
             for n in range(WORKERS):
                 workers.append(subprocess.Popen(
                     [PROCRASTINATE, "--app=graph.queue.app", "worker", f"--name=w{n}",
@@ -347,7 +362,8 @@ def test_enqueueing_a_task_that_holds_the_api_key_is_refused_before_any_job_is_s
 
 
 @pytest.mark.postgres
-def test_a_redis_checkpoint_database_runs_its_queue_in_postgresql(pg, tmp_path) -> None:
+def test_a_redis_checkpoint_database_runs_its_queue_in_postgresql(
+        pg, tmp_path, monkeypatch, capsys) -> None:
     """Checkpoints in Redis, the queue in PostgreSQL (`--queue-db`, `GRAPH_QUEUE_DB`): a
     worker runs every thread to done, each request counted once in the Redis ledger, and
     nothing of ours is written to the queue's database but procrastinate's jobs. A worker
@@ -363,17 +379,15 @@ def test_a_redis_checkpoint_database_runs_its_queue_in_postgresql(pg, tmp_path) 
     worker = None
     try:
         with FakeMandApi(tmp_path / "requests.jsonl") as fake:
-            env = subprocess_env(GRAPH_DB=server.url, MANDAPI_API_KEY="sk-queue",
-                                 MANDAPI_MODEL_ID="m", MANDAPI_BASE_URL=fake.base_url)
+            ours = {"GRAPH_DB": server.url, "MANDAPI_API_KEY": "sk-queue", "MANDAPI_MODEL_ID": "m",
+                    "MANDAPI_BASE_URL": fake.base_url}
+            env = subprocess_env(**ours)
             tasks = _tasks(tmp_path / "tasks.jsonl", ids)
-            refused = subprocess.run([PYTHON, "-m", "graph.batch", str(tasks), "--enqueue",
-                                      "--live", "--json"], env=env, capture_output=True,
-                                     text=True, timeout=120)
-            assert refused.returncode == 2 and "--queue-db" in refused.stdout, refused
-            enqueue = subprocess.run([PYTHON, "-m", "graph.batch", str(tasks), "--enqueue",
-                                      "--live", "--queue-db", pg.db], env=env,
-                                     capture_output=True, text=True, timeout=120)
-            assert enqueue.returncode == 0, enqueue.stderr
+            code, shown = _batch(monkeypatch, capsys, ours, str(tasks), "--enqueue", "--live", "--json")
+            assert code == 2 and "--queue-db" in json.loads(shown.split("\n")[0])["error"], shown
+            code, shown = _batch(monkeypatch, capsys, ours, str(tasks), "--enqueue", "--live",
+                                 "--queue-db", pg.db)
+            assert code == 0, shown
             # a worker whose GRAPH_DB is another database: each job ends identity_mismatch
             # there, creating nothing (the jobs were enqueued for `server`)
             wrong = {**env, "GRAPH_QUEUE_DB": pg.db, "GRAPH_DB": other.url}
@@ -393,10 +407,9 @@ def test_a_redis_checkpoint_database_runs_its_queue_in_postgresql(pg, tmp_path) 
                                        ).fetchall()
             assert results == [("succeeded", len(ids))], results  # each chain ended there
             assert drained.stderr.count("identity_mismatch") >= len(ids), drained.stderr[-3000:]
-            enqueue = subprocess.run([PYTHON, "-m", "graph.batch", str(tasks), "--enqueue",
-                                      "--live", "--queue-db", pg.db], env=env,
-                                     capture_output=True, text=True, timeout=120)
-            assert enqueue.returncode == 0, enqueue.stderr
+            code, shown = _batch(monkeypatch, capsys, ours, str(tasks), "--enqueue", "--live",
+                                 "--queue-db", pg.db)
+            assert code == 0, shown
             worker = subprocess.Popen(
                 [PROCRASTINATE, "--app=graph.queue.app", "worker", "--name=wr",
                  "--concurrency=2"], env={**env, "GRAPH_QUEUE_DB": pg.db}, cwd=tmp_path,

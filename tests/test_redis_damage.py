@@ -12,10 +12,11 @@ zero requests at the fake MandAPI server; `graph.history` and `graph.verify` nev
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from itertools import count
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +79,112 @@ def client(server: RedisServer) -> Iterator[Any]:
         found.close()
 
 
-_IDS = count()
+@dataclass
+class Template:
+    """Threads built once per module; for each case their keys are restored byte for byte
+    (DUMP, RESTORE, after deleting whatever the last case left), so the state a case damages
+    is exactly what the steps stored, without running the steps again per case."""
+
+    threads: tuple[str, ...]
+    """The two threads a case damages and compares (A, B)."""
+    keys: dict[bytes, tuple[bytes, int]]
+    """Every key naming one of `names`: (DUMP, PTTL, -1 for none), by key."""
+    names: tuple[str, ...]
+    """The threads and request caps whose keys are restored (every such key names one)."""
+    out_dir: Path | None = None
+    """The writes folder the threads were created with (its path is stored in them)."""
+    files: dict[str, bytes] = field(default_factory=dict)
+    """Its files as the threads left them, restored too."""
+    model: Any = None
+    """The scripted model that made the threads (the case's run may not ask it anything)."""
+
+    def restore(self, client: Any) -> None:
+        _forget(client, *self.names)
+        if self.out_dir is not None:
+            for path in self.out_dir.iterdir():
+                path.unlink()
+            for name, data in self.files.items():
+                (self.out_dir / name).write_bytes(data)
+        pipe = client.pipeline(transaction=False)
+        for key, (dumped, pttl) in self.keys.items():
+            pipe.restore(key, max(pttl, 0), dumped)
+        pipe.execute()
+
+
+def _template(client: Any, threads: tuple[str, ...], history: Callable[[str], str], *,
+              caps: tuple[str, ...] = (), out_dir: Path | None = None, model: Any = None
+              ) -> Template:
+    """Snapshots the keys of `threads` and `caps` (and the writes folder), then deletes them.
+
+    Checks once that a restore reads back as built: `graph.history` of each thread, which
+    also lists by LangGraph's search index (RESTORE indexes the documents again).
+    """
+    names = (*threads, *caps)
+    found = [key for name in names for key in client.scan_iter(match=f"*{name}*", count=1000)]
+    template = Template(threads, {key: (client.dump(key), client.pttl(key)) for key in found},
+                        names, out_dir,
+                        {p.name: p.read_bytes() for p in out_dir.iterdir()} if out_dir else {},
+                        model)
+    built = [history(t) for t in threads]
+    template.restore(client)
+    assert [history(t) for t in threads] == built, "a restored thread reads back otherwise"
+    _forget(client, *names)
+    return template
+
+
+@pytest.fixture(scope="module")
+def templates(server: RedisServer, fake: FakeMandApi,
+              tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Template]]:
+    """`live`: thread A two steps in, B one step in (`_step`); `writer`: A and B paused for
+    review (`_writer`); `caps`: A two steps and B one step in batches under request caps
+    (`graph.batch --max-requests` 9 for A's, 5 for B's)."""
+    import redis
+
+    from graph.batch import main as batch
+    from graph.history import main as history_main
+
+    folder = tmp_path_factory.mktemp("templates")
+    out_dir = folder / "out"
+    out_dir.mkdir()
+    (out_dir / "log.txt").write_text("start\n")
+    client = redis.Redis.from_url(server.url)
+    db = server.url
+
+    def history(thread_id: str) -> str:
+        shown = io.StringIO()
+        with contextlib.redirect_stdout(shown):
+            assert history_main(["--db", db, "--thread", thread_id, "--json"]) == 0
+        return shown.getvalue()
+
+    def batch_step(thread_id: str, cap: str, maximum: str) -> None:
+        tasks = folder / f"{thread_id}.jsonl"
+        tasks.write_text(json.dumps({"thread_id": thread_id, "task": f"[{thread_id}] {TASK}"})
+                         + "\n")
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert batch([str(tasks), "--once", "--live", "--max-requests", maximum,
+                          "--batch-id", cap, "--db", db, "--json"]) == 0
+
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.chdir(folder)
+            mp.setenv("MANDAPI_API_KEY", "sk-redis-damage")
+            mp.setenv("MANDAPI_BASE_URL", fake.base_url)
+            _step(db, "rd-live-a", 2)
+            _step(db, "rd-live-b", 1)
+            live = _template(client, ("rd-live-a", "rd-live-b"), history)
+            model = _writer(db, "rd-writer-a", out_dir)
+            _writer(db, "rd-writer-b", out_dir)
+            writer = _template(client, ("rd-writer-a", "rd-writer-b"), history, out_dir=out_dir,
+                               model=model)
+            mp.setenv("MANDAPI_MODEL_ID", "mandapi-large")
+            for args in (("rd-capped-a", "rd-cap-a", "9"), ("rd-capped-a", "rd-cap-a", "9"),
+                         ("rd-capped-b", "rd-cap-b", "5")):
+                batch_step(*args)
+            caps = _template(client, ("rd-capped-a", "rd-capped-b"), history,
+                             caps=("rd-cap-a", "rd-cap-b"))
+        yield {"live": live, "writer": writer, "caps": caps}
+    finally:
+        client.close()
 
 
 def _step(db: str, thread_id: str, times: int) -> None:
@@ -247,24 +353,18 @@ CASES: dict[str, Case] = {
     pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=case.gap)) if case.gap
     else name for name, case in CASES.items()])
 def test_damaged_redis_key_is_refused_before_any_request_and_left_unchanged(
-    name: str, server: RedisServer, fake: FakeMandApi, client: Any, tmp_path: Path,
+    name: str, server: RedisServer, fake: FakeMandApi, client: Any, templates: dict[str, Template],
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
     request: pytest.FixtureRequest
 ) -> None:
-    case, n = CASES[name], next(_IDS)
-    db, a, b = server.url, f"t{n}a", f"t{n}b"
-    request.addfinalizer(lambda: _forget(client, a, b))
+    case = CASES[name]
+    template = templates["writer" if case.writer else "live"]
+    db, (a, b) = server.url, template.threads
+    request.addfinalizer(lambda: _forget(client, *template.names))
     monkeypatch.setenv("MANDAPI_API_KEY", "sk-redis-damage")
     monkeypatch.setenv("MANDAPI_BASE_URL", fake.base_url)
-    (tmp_path / "out").mkdir()
-    (tmp_path / "out" / "log.txt").write_text("start\n")
-    model = None
-    if case.writer:
-        model = _writer(db, a, tmp_path / "out")
-        _writer(db, b, tmp_path / "out")
-    else:
-        _step(db, a, 2)
-        _step(db, b, 1)
+    template.restore(client)
+    model = template.model
     case.damage(client, a, b)
     before, sent = _snapshot(client), len(fake.requests_for(f"[{a}]"))
     asked = len(model.requests) if model else 0
@@ -320,16 +420,17 @@ CAP_CASES: dict[str, tuple[Damage, str]] = {
 @pytest.mark.parametrize("name", list(CAP_CASES))
 def test_damaged_request_cap_is_refused_before_any_request_and_left_unchanged(
     name: str, server: RedisServer, fake: FakeMandApi, client: Any, tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-    request: pytest.FixtureRequest
+    templates: dict[str, Template], monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str], request: pytest.FixtureRequest
 ) -> None:
-    """A batch's request cap (`graph.batch --max-requests`), damaged after two steps."""
+    """A batch's request cap (`graph.batch --max-requests`), damaged after two steps
+    (`templates["caps"]`)."""
     from graph.batch import main as batch
 
     damage, code = CAP_CASES[name]
-    n = next(_IDS)
-    db, a, b, cap_a, cap_b = server.url, f"t{n}a", f"t{n}b", f"cap{n}a", f"cap{n}b"
-    request.addfinalizer(lambda: _forget(client, a, b, cap_a, cap_b))
+    template = templates["caps"]
+    db, (a, _), (cap_a, cap_b) = server.url, template.threads, template.names[2:]
+    request.addfinalizer(lambda: _forget(client, *template.names))
     monkeypatch.setenv("MANDAPI_API_KEY", "sk-redis-damage")
     monkeypatch.setenv("MANDAPI_MODEL_ID", "mandapi-large")
     monkeypatch.setenv("MANDAPI_BASE_URL", fake.base_url)
@@ -342,8 +443,7 @@ def test_damaged_request_cap_is_refused_before_any_request_and_left_unchanged(
                       cap, "--db", db, "--json"])
         return code, capsys.readouterr().out
 
-    assert [run(*args)[0] for args in ((a, cap_a, "9"), (a, cap_a, "9"), (b, cap_b, "5"))
-            ] == [0, 0, 0]
+    template.restore(client)
     damage(client, cap_a, cap_b)
     before, sent = _snapshot(client), len(fake.requests_for(f"[{a}]"))
     exit_code, out = run(a, cap_a, "9")

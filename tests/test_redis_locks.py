@@ -171,7 +171,11 @@ def test_a_killed_holders_lease_is_taken_over_after_it_runs_out_and_not_before(
     assert json.loads(holder.stdout.readline()) == {"ready": True}
     locks = RedisThreadLocks(client, redis_url, lease_ms=30_000)
     try:
-        time.sleep(2 * lease_ms / 1000)  # a live holder renews its lease past its length
+        # A live holder renews its lease past its length: wait until the lease it had when
+        # it said ready would have run out (the server's PTTL then), then it must still hold.
+        first_expiry = time.monotonic() + client.pttl(lock_key(thread_id)) / 1000
+        _until(lambda: time.monotonic() > first_expiry + 0.25, "the holder's first lease to end")
+        assert client.pttl(lock_key(thread_id)) > 0, "the live holder's lease ran out"
         with pytest.raises(BusyError), locks.hold(thread_id):
             pass
         holder.send_signal(signal.SIGKILL)

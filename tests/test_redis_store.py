@@ -33,16 +33,30 @@ def client(redis_url: str) -> Iterator[Any]:
     client.close()
 
 
-@pytest.fixture
-def own_url(tmp_path: Path) -> Iterator[str]:
-    """A server of the test's own, for a test that reads or changes every thread in the database
-    (listing, verify, prune, copy): the session server holds other tests' threads, some damaged on
-    purpose (their refusals are right there) or held by a killed process's lease."""
-    server = start_server(tmp_path / "own")
+@pytest.fixture(scope="module")
+def _module_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One server for this module's tests that need a database to themselves (`own_url`)."""
+    server = start_server(tmp_path_factory.mktemp("own"))
     try:
-        yield server.url
+        yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def own_url(_module_server: Any) -> str:
+    """An empty database of the test's own, for a test that reads or changes every thread in it
+    (listing, verify, prune, copy) or needs one never set up: the session server holds other
+    tests' threads, some damaged on purpose (their refusals are right there) or held by a killed
+    process's lease. The module's server, emptied first (`FLUSHALL` also drops RediSearch's
+    indexes: a database never set up), instead of a server started per test; the tests of a
+    module run one at a time in one process, also under xdist."""
+    import redis
+
+    with redis.Redis.from_url(_module_server.url) as admin:
+        admin.flushall()
+        assert admin.dbsize() == 0 and admin.execute_command("FT._LIST") == []
+    return str(_module_server.url)
 
 
 @pytest.fixture
@@ -230,13 +244,9 @@ def test_a_server_without_the_append_only_file_is_refused_before_anything_is_wri
 
 
 def test_resuming_on_a_database_never_set_up_is_refused(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    server = start_server(tmp_path / "empty")
-    try:
-        code, out = _run(capsys, "--db", server.url, "--thread", "t1", "--once")
-        assert code == 4 and out["error_code"] == "no_such_file"
-    finally:
-        server.stop()
+        own_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = _run(capsys, "--db", own_url, "--thread", "t1", "--once")
+    assert code == 4 and out["error_code"] == "no_such_file"
 
 
 def test_copy_moves_a_thread_from_sqlite_to_redis_and_back_with_its_budget(
@@ -289,12 +299,17 @@ def test_copy_to_redis_refuses_a_thread_whose_replies_predate_the_attempt_log(
     "redis://127.0.0.1:{port}/0?decode_responses=1", "redis://127.0.0.1:{port}/0?retry=1",
     "redis://127.0.0.1:1/0?password=hunter2"])
 def test_a_redis_url_the_client_would_misread_is_a_usage_error_and_writes_nothing(
-        url: str, own_url: str, own_client: Any, capsys: pytest.CaptureFixture[str]) -> None:
+        url: str, own_url: str, own_client: Any, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """Bad ports and query values were exit 1 (the client's ValueError or TypeError); a path
     or `?db=` naming another database (the first of two), `?port=`, or a URL with no host,
     reached another database or server than written (localhost:6379 among them), and a
     query password was shown. Only database 0 is taken: RediSearch's indexes span a
-    server's database numbers (`graph.redis_url.check_url`)."""
+    server's database numbers (`graph.redis_url.check_url`). `rediss://` to this plain
+    server is refused when its TLS handshake times out: after `CONNECT_TIMEOUT_S`, 1 s
+    here instead of 10 (`tests/test_redis_connect.py` shows it is not the 30 s command
+    timeout)."""
+    monkeypatch.setattr("graph.redis_conn.CONNECT_TIMEOUT_S", 1.0)
     url = url.replace("{port}", own_url.rsplit(":", 1)[1].split("/")[0])
     code, out = _run(capsys, "--db", url, "--thread", "u1", "--task", TASK, "--once")
     assert code == 2 and out["error_code"] in ("usage", "db_unreachable"), out
@@ -317,24 +332,20 @@ def test_a_server_without_the_search_and_json_modules_is_a_usage_error(
         server.stop()
 
 
-def test_first_runs_at_once_on_a_fresh_database_all_set_it_up_and_succeed(tmp_path: Path) -> None:
+def test_first_runs_at_once_on_a_fresh_database_all_set_it_up_and_succeed(own_url: str) -> None:
     import subprocess
     import sys
 
-    server = start_server(tmp_path / "fresh")
-    try:
-        runs = [subprocess.Popen([sys.executable, "-m", "graph.run", "--db", server.url, "--thread",
-                                  f"f{i}", "--task", TASK, "--once", "--json"],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-                for i in range(4)]
-        outputs = [run.communicate(timeout=120) for run in runs]
-        assert [run.returncode for run in runs] == [0, 0, 0, 0], outputs
-    finally:
-        server.stop()
+    runs = [subprocess.Popen([sys.executable, "-m", "graph.run", "--db", own_url, "--thread",
+                              f"f{i}", "--task", TASK, "--once", "--json"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            for i in range(4)]
+    outputs = [run.communicate(timeout=120) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0, 0, 0], outputs
 
 
 def test_steps_at_once_in_one_worker_on_a_fresh_database_all_succeed(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        own_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Eight job slots of one queue worker opening stores while one sets the database up:
     the module probe once read the set-up lock's key, a string meanwhile, and failed
     those steps `db_write_failed` (exit 6), ending their threads' job chains."""
@@ -343,19 +354,15 @@ def test_steps_at_once_in_one_worker_on_a_fresh_database_all_succeed(
     from graph.queue_worker import run_step
     from tests.fake_mandapi import FakeMandApi
 
-    server = start_server(tmp_path / "fresh-worker")
-    try:
-        with FakeMandApi(tmp_path / "requests.jsonl", hold_s=0.2) as fake:
-            monkeypatch.setenv("MANDAPI_API_KEY", "sk-worker")
-            monkeypatch.setenv("MANDAPI_MODEL_ID", "mandapi-worker")
-            monkeypatch.setenv("MANDAPI_BASE_URL", fake.base_url)
-            with ThreadPoolExecutor(8) as pool:
-                reports = list(pool.map(lambda i: run_step(
-                    server.url, f"w{i}", {"task": f"[w{i}] {TASK}"}, True, None), range(24)))
-        assert [r.result["exit_code"] for r in reports] == [0] * 24, [
-            r.result for r in reports if r.result["exit_code"]]
-    finally:
-        server.stop()
+    with FakeMandApi(tmp_path / "requests.jsonl", hold_s=0.2) as fake:
+        monkeypatch.setenv("MANDAPI_API_KEY", "sk-worker")
+        monkeypatch.setenv("MANDAPI_MODEL_ID", "mandapi-worker")
+        monkeypatch.setenv("MANDAPI_BASE_URL", fake.base_url)
+        with ThreadPoolExecutor(8) as pool:
+            reports = list(pool.map(lambda i: run_step(
+                own_url, f"w{i}", {"task": f"[w{i}] {TASK}"}, True, None), range(24)))
+    assert [r.result["exit_code"] for r in reports] == [0] * 24, [
+        r.result for r in reports if r.result["exit_code"]]
 
 
 def test_a_redis_server_lost_mid_step_exits_6_not_as_a_bug(

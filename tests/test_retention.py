@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
+import sqlite3
+import uuid
+from collections.abc import Iterator
+from contextlib import closing
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -37,8 +43,75 @@ def make_threads(backend) -> None:
         backdate(backend, name, days)
 
 
-def test_prune_deletes_only_what_the_rules_select(backend) -> None:
-    make_threads(backend)
+class Seeds:
+    """`make_threads` once per backend: the first test of a backend makes them in its own
+    database and keeps a copy; later tests get the copy in theirs. The same rows and keys
+    as made (SQLite: the file; PostgreSQL: `CREATE DATABASE ... TEMPLATE`; Redis: every key
+    by DUMP and RESTORE, TTLs kept), ages included: they are days, the copies seconds old."""
+
+    def __init__(self) -> None:
+        self.sources: dict[str, Any] = {}
+        self.fingerprints: dict[str, str] = {}
+        self.dropped: list[Any] = []
+
+    def __call__(self, backend: Any) -> None:
+        source = self.sources.get(backend.name)
+        if source is None:
+            make_threads(backend)
+            self.sources[backend.name] = self._keep(backend)
+            self.fingerprints[backend.name] = backend.fingerprint()
+            return
+        if backend.name == "sqlite":
+            shutil.copy2(source, backend.path)
+        elif backend.name == "postgres":
+            self._admin(f'DROP DATABASE "{backend.dbname}" WITH (FORCE)',
+                        f'CREATE DATABASE "{backend.dbname}" TEMPLATE "{source}"')
+        else:
+            with open_store(backend.db, create=True):  # the search indexes, as a first run sets up
+                pass
+            pipe = backend._client.pipeline(transaction=False)
+            for key, (dumped, pttl) in source.items():
+                pipe.restore(key, max(pttl, 0), dumped, replace=True)
+            pipe.execute()
+        assert backend.fingerprint() == self.fingerprints[backend.name], "an incomplete copy"
+
+    def _keep(self, backend: Any) -> Any:
+        if backend.name == "sqlite":  # SQLite's backup: what the -wal holds too (conftest's
+            kept = backend.path.with_name("retention-source.sqlite")  # helpers leave it there)
+            with closing(sqlite3.connect(backend.path)) as src, closing(sqlite3.connect(kept)) as dst:
+                src.backup(dst)
+            kept.chmod(backend.path.stat().st_mode)
+            return kept
+        if backend.name == "postgres":
+            name = f"mr_retention_{uuid.uuid4().hex[:12]}"
+            self._admin(f'CREATE DATABASE "{name}" TEMPLATE "{backend.dbname}"')
+            self.dropped.append(name)
+            return name
+        client = backend._client
+        return {key: (client.dump(key), client.pttl(key)) for key in client.scan_iter(count=1000)}
+
+    @staticmethod
+    def _admin(*statements: str) -> None:
+        import psycopg
+
+        from tests.conftest import postgres_admin_url
+
+        with psycopg.connect(postgres_admin_url(), autocommit=True) as conn:
+            for statement in statements:
+                conn.execute(statement)
+
+
+@pytest.fixture(scope="module")
+def seeded() -> Iterator[Seeds]:
+    """`seeded(backend)` puts `make_threads`'s six threads into the test's database."""
+    seeds = Seeds()
+    yield seeds
+    for name in seeds.dropped:
+        seeds._admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_prune_deletes_only_what_the_rules_select(backend, seeded: Seeds) -> None:
+    seeded(backend)
     with open_store(backend.db, create=False) as store:
         chosen, notes = select(store, completed=timedelta(hours=24), failed=timedelta(days=7))
         assert sorted(c.thread_id for c in chosen) == ["cancelled_old", "done_old", "exhausted_old"]
@@ -54,8 +127,8 @@ def test_prune_deletes_only_what_the_rules_select(backend) -> None:
     assert run_cli(["--thread", "ready_old", "--once", "--db", backend.db])["status"] == "done"
 
 
-def test_zero_age_selects_every_finished_thread_but_never_a_live_one(backend) -> None:
-    make_threads(backend)
+def test_zero_age_selects_every_finished_thread_but_never_a_live_one(backend, seeded: Seeds) -> None:
+    seeded(backend)
     before = {t: backend.ledger_row(t) for t in ("ready_old",)}
     assert prune_main(["--db", backend.db, "--completed", "0s", "--failed", "0s"]) == 0
     assert backend.ledger_row("ready_old") == before["ready_old"]
@@ -63,16 +136,17 @@ def test_zero_age_selects_every_finished_thread_but_never_a_live_one(backend) ->
         assert backend.ledger_row(gone) is None
 
 
-def test_dry_run_changes_nothing(backend, capsys) -> None:
-    make_threads(backend)
+def test_dry_run_changes_nothing(backend, seeded: Seeds, capsys) -> None:
+    seeded(backend)
     before = backend.fingerprint()
     assert prune_main(["--db", backend.db, "--completed", "0s", "--dry-run"]) == 0
     assert "would prune done_old" in capsys.readouterr().out
     assert backend.fingerprint() == before
 
 
-def test_a_crash_between_the_two_commits_leaves_the_thread_gone(backend, monkeypatch) -> None:
-    make_threads(backend)
+def test_a_crash_between_the_two_commits_leaves_the_thread_gone(backend, seeded: Seeds,
+                                                              monkeypatch) -> None:
+    seeded(backend)
     with open_store(backend.db, create=False) as store:
         chosen, _ = select(store, completed=timedelta(hours=24), failed=timedelta(days=7))
 
