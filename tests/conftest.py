@@ -21,6 +21,7 @@ import os
 import sqlite3
 import sys
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -210,7 +211,7 @@ class SqliteBackend:
         return digest.hexdigest()
 
     def execute(self, sql: str, params: tuple = ()) -> None:
-        with sqlite3.connect(self.path) as conn:
+        with closing(sqlite3.connect(self.path)) as conn, conn:
             conn.execute(sql, params)
 
     def update_ledger(self, thread_id: str, **columns: Any) -> None:
@@ -230,12 +231,12 @@ class SqliteBackend:
 
     def get_raw(self, thread_id: str, channel: str) -> tuple[str, bytes]:
         """The stored (type, bytes) holding `channel` (on SQLite: the whole checkpoint)."""
-        with sqlite3.connect(self.path) as conn:
+        with closing(sqlite3.connect(self.path)) as conn, conn:
             _, type_, blob = self._latest(conn, thread_id)
         return type_, bytes(blob)
 
     def set_raw(self, thread_id: str, channel: str, type_: str, data: bytes) -> None:
-        with sqlite3.connect(self.path) as conn:
+        with closing(sqlite3.connect(self.path)) as conn, conn:
             checkpoint_id, _, _ = self._latest(conn, thread_id)
             conn.execute("UPDATE checkpoints SET type = ?, checkpoint = ? WHERE thread_id = ? "
                          "AND checkpoint_id = ?", (type_, data, thread_id, checkpoint_id))

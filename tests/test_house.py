@@ -225,3 +225,11 @@ note = "the attempt_ledger row"
     bare = sorted(node.lineno for node in _bare_error_codes(tree, _takes_error_code([tree])))
     assert bare == [8, 9, 11, 12]
     assert list(_sql_naming(tree, {"attempt_ledger"})) == [(13, ["attempt_ledger"])]
+
+
+def test_the_tests_readme_lists_every_test_file_and_no_file_that_is_gone() -> None:
+    text = (ROOT / "tests" / "README.md").read_text()
+    listed = set(re.findall(r"\btest_[a-z0-9_]+\b", text))
+    files = {path.stem for path in (ROOT / "tests").glob("test_*.py")}
+    assert files - listed == set(), "test files tests/README.md does not place"
+    assert listed - files == set(), "tests/README.md names test files that are gone"
