@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from typing import Any
 
 KILL_POINTS = ("before_count", "after_count", "after_claim", "after_answer")
@@ -41,12 +42,28 @@ HANG_DUMP_S = 40.0
 each period), so a hang in CI says where it waits."""
 
 LEASE_ENV = "TEST_REDIS_LEASE_MS"
-"""When set, a Redis writer lease of that many milliseconds (a killed holder blocks less)."""
+"""When set, a Redis writer lease of that many milliseconds (a killed holder blocks less),
+and a set-up lock of `SHORT_SETUP_S` (`graph.redis_store.SETUP_TIMEOUT_S`)."""
+
+SHORT_SETUP_S = 5.0
+"""The Redis set-up lock's lease in children with a short writer lease. Every open that may
+write takes it around `RedisSaver.setup()` (milliseconds once the indexes exist), so a child
+killed inside it made the next run wait out the default 60 s; a live holder is never near 5 s,
+and two set-ups at once only both find the indexes there."""
 
 PRELOAD = ["graph.run", "graph.step", "graph.approvals", "graph.storage", "graph.sqlite_store",
            "graph.postgres_store", "nodes.mandapi", "langgraph.checkpoint.sqlite",
            "langgraph.checkpoint.postgres", "psycopg", "graph.redis_store", "graph.prune",
-           "langgraph.checkpoint.redis", "redis", "httpx", "tests.crash_child"]
+           "langgraph.checkpoint.redis", "redis", "httpx", "tests.crash_child",
+           # imported on first use inside a run: without them every child imports them again
+           # (about 0.2 s of a SQLite cycle's 0.45 s on a loaded 2-core host)
+           "graph.api", "graph.verification", "graph.redis_saver", "redis.commands.json",
+           "httpcore", "h11", "langchain_core.tracers.stdout",
+           "langchain_core.tracers.run_collector", "langchain_core.tracers.context",
+           "encodings.unicode_escape", "snowballstemmer", "nodes.demo_model",
+           "graph.interrupted", "tests.redis_child"]
+"""Modules the forkserver imports once, so that a child forked from it imports nothing a
+run needs (checked with `sys.modules` before and after `graph.run.main` on each backend)."""
 
 
 def _die() -> None:
@@ -191,24 +208,29 @@ def _patch_redis(kill_at: str) -> None:
 
 
 def _short_lease(lease_ms: str | None) -> None:
-    """A Redis writer lease of `lease_ms` for every lock this process takes."""
+    """A Redis writer lease of `lease_ms` for every lock this process takes, and a set-up
+    lock of `SHORT_SETUP_S`."""
     if lease_ms:
+        import graph.redis_store
         from graph.redis_locks import RedisThreadLocks
 
         defaults = RedisThreadLocks.__init__.__kwdefaults__ or {}
         defaults["lease_ms"] = int(lease_ms)
+        graph.redis_store.SETUP_TIMEOUT_S = SHORT_SETUP_S
 
 
 def child_main(argv: list[str], kill_at: str | None, env: dict[str, str], cwd: str,
-               out_path: str, entry: str = "graph.run") -> None:
+               out_path: str, entry: str = "graph.run", err_path: str | None = None) -> None:
     """Process target: runs `main(argv)` of `entry` (`graph.run`, `graph.prune`) with stdout
-    in `out_path`."""
+    in `out_path`, and stderr there too unless `err_path` names a file of its own."""
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
     fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(fd, 1)
-    os.dup2(fd, 2)
+    err = fd if err_path is None else os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                                              0o600)
+    os.dup2(err, 2)
     _short_lease(env.get(LEASE_ENV))
     import faulthandler
 
@@ -220,5 +242,7 @@ def child_main(argv: list[str], kill_at: str | None, env: dict[str, str], cwd: s
     import importlib
 
     code = importlib.import_module(entry).main(argv)
+    sys.stdout.flush()
+    sys.stderr.flush()
     os.fsync(1)
     os._exit(code)

@@ -49,6 +49,8 @@ class FakeMandApi:
         self.status = status
         self.never_finish = never_finish
         self._lock = threading.Lock()
+        self._tasks: list[str] = []
+        """The task of each request logged so far, in arrival order (what `count_for` reads)."""
         self._hold_marker: str | None = None
         self._released = threading.Event()
         server = self
@@ -88,6 +90,7 @@ class FakeMandApi:
             fh.write(line + "\n")
             fh.flush()
             os.fsync(fh.fileno())
+            self._tasks.append(task_of(json.loads(body)))
 
     def hold(self, marker: str) -> None:
         """Holds the next request whose task contains `marker` until `release()` (60 s at most)."""
@@ -104,6 +107,15 @@ class FakeMandApi:
         if marker is not None and marker in task_of(body):
             self._hold_marker = None
             self._released.wait(60)
+
+    def count_for(self, marker: str) -> int:
+        """How many requests whose task contains `marker` are logged (fsync'd) so far.
+
+        The same number as `len(requests_for(marker))`, counted in memory instead of parsing
+        the whole log: cheap enough to poll while a child runs.
+        """
+        with self._lock:
+            return sum(marker in task for task in self._tasks)
 
     def requests_for(self, marker: str) -> list[dict[str, Any]]:
         """The requests whose task contains `marker`."""
