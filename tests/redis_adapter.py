@@ -47,6 +47,14 @@ class RedisBackend:
             return None
         return tuple(int(v) for v in values)  # type: ignore[return-value]
 
+    def lock_gone(self, thread_id: str) -> bool:
+        """True when nobody holds the thread's writer lease (none taken, released or run out)."""
+        return not self._client.exists(redis_keys.lock_key(thread_id))
+
+    def no_lock_left(self) -> bool:
+        """True when no thread's writer lease is held (every one released or run out)."""
+        return not self._client.keys(redis_keys.pattern(redis_keys.LOCK))
+
     def _items(self) -> Iterator[tuple[bytes, bytes]]:
         """(key, canonical value) of every key, sorted by key."""
         client = self._client
