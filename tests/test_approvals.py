@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from graph.history import main as history_main
 from graph.storage import open_store
 from nodes.context import ModelReply
 from tests.conftest import run_cli, subprocess_env
@@ -90,7 +91,8 @@ def test_waiting_thread_exits_7_and_never_requests(backend, out_dir: Path) -> No
     assert not (out_dir / "report.md").exists()
 
 
-def test_approved_writes_are_applied_once_with_the_approved_text(backend, out_dir: Path) -> None:
+def test_approved_writes_are_applied_once_with_the_approved_text(
+        backend, out_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     model, factory = waiting_thread(backend, out_dir)
     out = run_cli(["--thread", "w", "--approve", "w1", "--db", backend.db])
     assert (out["exit_code"], [c["decision"] for c in out["pending_calls"]]) == (7, ["approve", None])
@@ -106,11 +108,18 @@ def test_approved_writes_are_applied_once_with_the_approved_text(backend, out_di
     told = json.loads(out["answer"])
     assert told["w1"].startswith("Approved") and told["r1"].startswith("{")
     assert (out_dir / "log.txt").read_text() == "start\nreport written\n"
+    capsys.readouterr()
+    assert history_main(["--db", backend.db, "--thread", "w", "--json"]) == 0
+    decisions = json.loads(capsys.readouterr().out)["decisions"]
+    assert [(d["tool_call_id"], d["decision"], d["applied"]) for d in decisions] == [
+        ("w1", "approve", True), ("w2", "approve", True)]
 
 
 def test_rejected_write_is_never_done_and_the_model_is_told(backend, out_dir: Path) -> None:
     model, factory = waiting_thread(backend, out_dir)
     run_cli(["--thread", "w", "--reject", "w1", "--reason", "wrong title", "--db", backend.db])
+    again = run_cli(["--thread", "w", "--approve", "w1", "--db", backend.db])
+    assert again["exit_code"] == 2  # a rejected call is decided: approving it is refused
     out = run_cli(["--thread", "w", "--reject", "w2", "--db", backend.db])
     assert out["exit_code"] == 0
     out = run_cli(["--thread", "w", "--once", "--db", backend.db], model_factory=factory)
@@ -186,7 +195,8 @@ def test_without_allow_writes_no_write_tool_exists(backend) -> None:
 @pytest.mark.sql_only(
     "the kill points hook SQL savers and tables (tests/crash_child.py), and a killed holder's Redis "
     "lease keeps the thread busy until it runs out (graph.redis_locks, deliberate); Redis: tests/test"
-    "_redis_locks.py::test_a_killed_holders_lease_is_taken_over_after_it_runs_out_and_not_before, "
+    "_concurrency.py::test_a_killed_redis_holders_lease_is_taken_over_after_it_runs_out_and_not_"
+    "before, "
     "tests/test_redis_saver.py::test_a_put_killed_after_its_digest_leaves_the_thread_resumable")
 @pytest.mark.slow
 @pytest.mark.parametrize("kill_at", WRITE_KILL_POINTS)
