@@ -1,6 +1,12 @@
-"""The Redis ledger (`graph.redis_ledger`) on a real private server: the SQL ledger's rules,
-request caps charged with the claim, damaged keys refused, and a server that cannot fsync a
-claim refused before anything is counted."""
+"""What only the Redis ledger (`graph.redis_ledger`) can get wrong, on a real server: a damaged
+or retyped ledger key is refused and left unchanged, a server that cannot fsync a claim is
+refused before anything is counted, and an unreachable server is a usage error.
+
+Redis only: a SQL ledger row is typed and guarded by the table's CHECKs and triggers (its
+damage is in `tests/test_damage.py`), and its durability is the database's own. The rules
+every ledger keeps (count before claim, once each, never lowered, caps charged with the
+claim) run on the in-memory, SQL and Redis ledgers alike in `tests/test_ledger.py`.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +19,6 @@ import pytest
 
 from graph.errors import NotDurableError, RefusedError, UsageError
 from graph.exitcodes import ErrorCode, ExitCode
-from graph.ledger import LedgerRow
 from nodes.context import LedgerEntry
 from tests.redis_server import start_server
 
@@ -32,91 +37,6 @@ def ledger(client: Any, redis_url: str) -> Any:
 
 def _thread() -> str:
     return f"t-{uuid.uuid4().hex}"
-
-
-def _spend(ledger: Any, thread_id: str) -> LedgerEntry:
-    entry = ledger.count(thread_id)
-    assert ledger.claim(thread_id, entry.attempts)
-    return ledger.read(thread_id)
-
-
-def test_counts_then_claims_each_attempt_once_in_order(ledger: Any) -> None:
-    thread_id = _thread()
-    assert ledger.create(thread_id, 2) == LedgerEntry(0, 0, 2)
-    assert ledger.claim(thread_id, 1) is False  # not counted yet
-    assert ledger.count(thread_id) == LedgerEntry(1, 0, 2)
-    assert ledger.count(thread_id) == LedgerEntry(1, 0, 2)  # the unclaimed attempt is reused
-    assert ledger.claim(thread_id, 2) is False  # not the next one
-    assert ledger.claim(thread_id, 1) is True
-    assert ledger.claim(thread_id, 1) is False  # once only
-    assert _spend(ledger, thread_id) == LedgerEntry(2, 2, 2)
-    assert ledger.count(thread_id).spent
-
-
-def test_count_without_a_row_is_a_lookup_error(ledger: Any) -> None:
-    with pytest.raises(LookupError):
-        ledger.count(_thread())
-    assert ledger.claim(_thread(), 1) is False
-
-
-def test_no_operation_lowers_a_count_or_changes_a_maximum(ledger: Any) -> None:
-    thread_id = _thread()
-    ledger.create(thread_id, 3)
-    _spend(ledger, thread_id)
-    _spend(ledger, thread_id)
-    before = ledger.row(thread_id)
-    assert ledger.create(thread_id, 10) == LedgerEntry(2, 2, 3)  # kept as it is
-    assert ledger.claim(thread_id, 1) is False and ledger.claim(thread_id, 2) is False
-    with pytest.raises(RefusedError) as refused:
-        ledger.insert_row(LedgerRow(thread_id, 0, 0, 9, before.created_at, before.updated_at))
-    assert refused.value.error_code == ErrorCode.EXISTS
-    after = ledger.row(thread_id)
-    assert (after.attempts, after.claimed, after.max_attempts) == (2, 2, 3)
-    assert after.created_at == before.created_at
-
-
-def test_a_spent_thread_counts_no_more(ledger: Any) -> None:
-    thread_id = _thread()
-    ledger.create(thread_id, 1)
-    _spend(ledger, thread_id)
-    assert ledger.count(thread_id) == LedgerEntry(1, 1, 1)
-
-
-def test_a_claim_charges_its_request_cap_in_the_same_operation(ledger: Any) -> None:
-    cap_id, first, second = f"batch-{uuid.uuid4().hex}", _thread(), _thread()
-    assert ledger.ensure_cap(cap_id, 1) == (0, 1)
-    assert ledger.ensure_cap(cap_id, 5) == (0, 1)  # never reset or changed
-    for thread_id in (first, second):
-        ledger.create(thread_id, 4)
-        ledger.count(thread_id)
-    assert ledger.claim(first, 1, cap_id) is True
-    assert ledger.cap(cap_id) == (1, 1)
-    assert ledger.claim(second, 1, cap_id) is False  # the cap is full: nothing changes
-    assert ledger.read(second) == LedgerEntry(1, 0, 4)
-    assert ledger.cap(cap_id) == (1, 1)
-    assert ledger.claim(second, 1, f"missing-{uuid.uuid4().hex}") is False
-    assert ledger.read(second) == LedgerEntry(1, 0, 4)
-    assert ledger.claim(second, 1) is True  # without the cap it may go
-
-
-def test_caps_copied_from_elsewhere_keep_their_count(ledger: Any) -> None:
-    cap_id = f"batch-{uuid.uuid4().hex}"
-    ledger.insert_cap(cap_id, 3, 7)
-    assert ledger.cap(cap_id) == (3, 7)
-    assert ledger.caps()[cap_id] == (3, 7)
-    with pytest.raises(RefusedError):
-        ledger.insert_cap(cap_id, 0, 7)
-    assert ledger.cap(cap_id) == (3, 7)
-
-
-def test_a_row_copied_from_elsewhere_reads_back_whole(ledger: Any) -> None:
-    row = LedgerRow(_thread(), 2, 1, 4, "2026-01-01T00:00:00+00:00", "2026-01-02T00:00:00+00:00")
-    ledger.insert_row(row)
-    assert ledger.row(row.thread_id) == row
-    assert row.thread_id in ledger.thread_ids()
-    assert ledger.updated_at()[row.thread_id] == row.updated_at
-    ledger.delete(row.thread_id)
-    assert ledger.row(row.thread_id) is None
 
 
 @pytest.mark.parametrize(("field", "value"), [

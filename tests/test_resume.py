@@ -131,7 +131,7 @@ def test_a_call_left_unanswered_gets_a_not_executed_result_before_counting(backe
 
 @pytest.mark.sql_only(
     "SQL triggers refuse an UPDATE lowering the ledger; Redis has no write path but its scripts: "
-    "tests/test_redis_ledger.py::test_no_operation_lowers_a_count_or_changes_a_maximum")
+    "tests/test_ledger.py::test_no_operation_lowers_a_count_or_changes_a_maximum[redis]")
 def test_ledger_rows_refuse_to_decrease(backend) -> None:
     run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", backend.db])
     for sql in (
