@@ -42,7 +42,8 @@ def test_run_gives_the_outcome_the_cli_prints(backend: Any) -> None:
 
 def test_history_threads_prune_and_verify_read_like_the_commands(backend: Any) -> None:
     with open_database(backend.db, create=True) as db:
-        db.run("t1", task=TASK, once=False)
+        outcome = db.run("t1", task=TASK, once=False)
+        assert (outcome.status, outcome.attempts) == ("done", 2)
         history = db.history("t1")
         listed = db.threads()
         assert db.verify() == []

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from graph.batch import main as batch_main
+from graph.storage import open_store
 from tests.conftest import subprocess_env
 from tests.fakes import NeverFinishes
 from tests.forked import ForkedProcess, forkserver
@@ -58,6 +59,8 @@ def test_max_requests_stops_the_batch_with_exit_8_and_is_never_reset(backend, tm
     assert claimed == 3
     assert batch_main([str(path), "--db", backend.db, "--max-requests", "3"]) == 8
     assert sum((backend.ledger_row(f"c{i}") or (0, 0, 0))[1] for i in range(4)) == 3
+    with open_store(backend.db, create=False, read_only=True) as store:
+        assert list(store.ledger.caps().values()) == [(3, 3)]  # full, never reset
     assert batch_main([str(path), "--db", backend.db, "--max-requests", "9", "--json"]) == 4
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from graph.copy import main as copy_main
+from graph.history import main as history_main
 from graph.prune import main as prune_main
 from graph.storage import is_redis, open_store
 from graph.thread_history import thread_history
@@ -132,6 +133,14 @@ def test_the_default_window_is_the_documented_one(backend) -> None:
             model_factory=_factory(model))
     assert len(stored(backend, "default")["checkpoints"]) == DEFAULT_KEEP_CHECKPOINTS
     assert f"default {DEFAULT_KEEP_CHECKPOINTS}" in (ROOT / "README.md").read_text()
+
+
+def test_the_window_given_on_the_command_line_is_what_history_shows(backend, capsys) -> None:
+    for argv in (["--task", TASK, "--keep-checkpoints", "2"], []):
+        assert run_cli(["--thread", "t", "--once", "--db", backend.db, *argv])["exit_code"] == 0
+    capsys.readouterr()
+    assert history_main(["--db", backend.db, "--thread", "t", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["checkpoints_total"] == 2
 
 
 @pytest.mark.parametrize(("created", "given"), [("10", "3"), ("10", "all"), ("all", "10")])
@@ -256,7 +265,8 @@ def forkserver() -> Any:
 @pytest.mark.sql_only(
     "the kill point hooks the SQL trim statements (tests/crash_child.py), and a killed holder's Redis"
     " lease keeps the thread busy until it runs out (deliberate); Redis window: "
-    "tests/test_redis_store.py::test_the_checkpoint_window_is_kept_on_redis")
+    "tests/test_checkpoint_window.py::test_the_window_given_on_the_command_line_is_what_history_"
+    "shows[redis]")
 @pytest.mark.slow
 @pytest.mark.parametrize("keep", ["1", "2"])
 def test_a_sigkill_during_the_trim_leaves_a_loadable_thread_whose_budget_holds(

@@ -1,28 +1,48 @@
-"""graph.copy moves threads between backends intact; existing target threads are refused."""
+"""graph.copy moves threads between backends intact; existing target threads are refused.
+
+Each test copies from a SQLite file to a fresh PostgreSQL database and to a flushed Redis
+database (and, where it says so, back to a new SQLite file).
+"""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from graph.copy import main as copy_main
 from graph.storage import open_store
 from graph.thread_history import thread_history
+from graph.verify import verify
 from tests.conftest import PostgresBackend, SqliteBackend, postgres_admin_url, run_cli
 
 TASK = "How long does shipping take at the demo shop?"
-pytestmark = pytest.mark.postgres
 
 
-@pytest.fixture
-def pair(tmp_path):
+@pytest.fixture(params=[pytest.param("postgres", marks=pytest.mark.postgres),
+                        pytest.param("redis", marks=pytest.mark.redis)])
+def pair(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[SqliteBackend, Any]]:
+    """(a SQLite source, a PostgreSQL or Redis target)."""
+    src = SqliteBackend(tmp_path / "src.sqlite")
+    if request.param == "redis":
+        from tests.redis_adapter import RedisBackend
+
+        rb = RedisBackend(request.getfixturevalue("redis_url"))
+        try:
+            yield src, rb
+        finally:
+            rb.close()
+        return
     pg = PostgresBackend(postgres_admin_url())
     try:
-        yield SqliteBackend(tmp_path / "src.sqlite"), pg
+        yield src, pg
     finally:
         pg.drop()
 
 
-def test_copied_thread_resumes_exactly_where_it_stopped(pair) -> None:
+def test_copied_thread_resumes_exactly_where_it_stopped(pair, tmp_path: Path) -> None:
     src, dst = pair
     run_cli(["--thread", "a", "--task", TASK, "--once", "--db", src.db])
     run_cli(["--thread", "b", "--task", TASK, "--db", src.db])
@@ -33,8 +53,14 @@ def test_copied_thread_resumes_exactly_where_it_stopped(pair) -> None:
         before, after = thread_history(s, "b"), thread_history(d, "b")
     assert after["steps"] == before["steps"] and after["header"] == before["header"]
     out = run_cli(["--thread", "a", "--once", "--db", dst.db])
-    assert (out["status"], out["attempts"]) == ("done", 2)
+    assert (out["status"], out["attempts"]) == ("done", 2)  # resumed: attempt 1 not repeated
     assert src.ledger_row("a") == (1, 1, 4), "the source is not changed"
+    back = str(tmp_path / "back.sqlite")  # and back again, with its budget
+    assert copy_main(["--from", dst.db, "--to", back, "--thread", "a"]) == 0
+    with open_store(back, create=False, read_only=True) as store:
+        header = thread_history(store, "a")["header"]
+    assert (header["status"], header["attempts"]) == ("done", 2)
+    assert verify(back) == []
 
 
 def test_copy_refuses_threads_that_exist_at_the_target(pair) -> None:

@@ -10,6 +10,7 @@ import pytest
 from graph.history import main as history_main
 from graph.storage import open_store
 from graph.thread_history import list_threads, thread_history
+from graph.verify import main as verify_main
 from tests.conftest import run_cli
 from tests.fakes import ScriptedModel, answer_reply, timeout_error, tool_call_reply
 
@@ -103,6 +104,19 @@ def test_reading_history_and_listing_never_change_the_database(backend, capsys) 
     assert [(t["thread_id"], t["status"], t["attempts"]) for t in listed] == [
         ("h1", "done", 3), ("live", "ready", 1)]
     assert backend.fingerprint() == before
+
+
+def test_history_and_verify_read_a_thread_run_to_done(backend, capsys) -> None:
+    run_cli(["--thread", "d1", "--task", TASK, "--db", backend.db])
+    capsys.readouterr()
+    assert history_main(["--db", backend.db, "--thread", "d1", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["header"]["status"] == "done" and [s["step"] for s in shown["steps"]] == [1, 2]
+    assert shown["checkpoints_total"] == len(shown["checkpoints"]) > 0
+    assert history_main(["--db", backend.db, "--list"]) == 0
+    assert "d1" in capsys.readouterr().out
+    assert verify_main(["--db", backend.db]) == 0
+    assert "every thread reads back intact" in capsys.readouterr().out
 
 
 def test_history_of_a_missing_thread_is_refused(backend, capsys) -> None:

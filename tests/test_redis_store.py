@@ -1,8 +1,16 @@
-"""`--db redis://` end to end on a private server (`graph.redis_store`): the offline demo thread
-runs to done with every attempt counted and claimed, a held thread is busy (exit 5), history and
-verify read it, prune buries it under a tombstone (exit 4 `pruned` after), a crash mid-bury leaves
-the thread gone, damaged keys are refused, and a server without the AOF is refused before
-anything is written."""
+"""What only `--db redis://` (`graph.redis_store`) asks of its server, URL and keys, on a real
+private server: prune leaves nothing of a buried thread but its tombstone, and burying needs
+the thread's lease; damaged keys of a thread are refused; a server without the append-only
+file or without the search and JSON modules, a URL the client would misread, and a database
+never set up are refused before anything is written; a SQL thread older than the attempt log
+is not copied to Redis; eight job slots of one worker set a fresh database up together; and a
+server lost mid-step exits 6, not as a bug.
+
+Redis only: each concerns keys, leases, servers or URLs that a SQL database has no
+counterpart for. The behaviour every backend shares (the demo thread run to done, a busy
+thread, history and verify, the checkpoint window, a crash mid-prune, copying, the Python
+API, batch caps, first runs at once on a fresh database) runs on SQLite, PostgreSQL and
+Redis alike in the behaviour's own test file (see `tests/MERGED.md`)."""
 
 from __future__ import annotations
 
@@ -14,8 +22,6 @@ from typing import Any
 
 import pytest
 
-from graph.exitcodes import ExitCode
-from graph.history import main as history_main
 from graph.prune import main as prune_main
 from graph.run import main as run_main
 from graph.verify import main as verify_main
@@ -92,62 +98,6 @@ def _keys(client: Any, thread_id: str) -> set[bytes]:
     return {key for key in client.scan_iter(match=f"*{thread_id}*".encode()) if b"lock:" not in key}
 
 
-def test_the_demo_thread_runs_to_done_with_every_attempt_claimed(
-        redis_url: str, client: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    from graph.redis_ledger import RedisLedger
-    from graph.redis_tables import RedisAttemptLog
-
-    thread_id = _thread()
-    out = _to_done(capsys, redis_url, thread_id)
-    assert out["status"] == "done" and out["attempts"] == 2
-    row = RedisLedger(client, redis_url).row(thread_id)
-    assert row is not None and (row.attempts, row.claimed, row.max_attempts) == (2, 2, 4)
-    reasons = [r for r in RedisAttemptLog(client, redis_url).rows(thread_id) if r["kind"] == "reason"]
-    assert [r["attempt"] for r in reasons] == [1, 2]
-    assert RedisAttemptLog(client, redis_url).used_tokens(thread_id) == out["usage"]["total_tokens"]
-    again = _run(capsys, "--db", redis_url, "--thread", thread_id, "--once")
-    assert again[0] == 0 and again[1]["attempts"] == 2  # a done thread is never advanced
-    assert RedisLedger(client, redis_url).row(thread_id) == row
-
-
-def test_a_thread_held_by_another_writer_exits_busy_without_counting(
-        redis_url: str, client: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    from graph.redis_ledger import RedisLedger
-    from graph.redis_locks import RedisThreadLocks
-
-    thread_id = _thread()
-    assert _run(capsys, "--db", redis_url, "--thread", thread_id, "--task", TASK, "--once")[0] == 0
-    before = RedisLedger(client, redis_url).row(thread_id)
-    with RedisThreadLocks(client, redis_url).hold(thread_id):
-        code, out = _run(capsys, "--db", redis_url, "--thread", thread_id, "--once")
-    assert code == ExitCode.BUSY == 5 and out["error_code"] == "busy"
-    assert RedisLedger(client, redis_url).row(thread_id) == before
-
-
-def test_history_and_verify_read_a_redis_thread(
-        own_url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    thread_id = _thread()
-    _to_done(capsys, own_url, thread_id)
-    capsys.readouterr()
-    assert history_main(["--db", own_url, "--thread", thread_id, "--json"]) == 0
-    shown = json.loads(capsys.readouterr().out)
-    assert shown["header"]["status"] == "done" and [s["step"] for s in shown["steps"]] == [1, 2]
-    assert shown["checkpoints_total"] == len(shown["checkpoints"]) > 0
-    assert history_main(["--db", own_url, "--list"]) == 0
-    assert thread_id in capsys.readouterr().out
-    assert verify_main(["--db", own_url]) == 0
-    assert "every thread reads back intact" in capsys.readouterr().out
-
-
-def test_the_checkpoint_window_is_kept_on_redis(
-        redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    thread_id = _thread()
-    _to_done(capsys, redis_url, thread_id, "--keep-checkpoints", "2")
-    capsys.readouterr()
-    assert history_main(["--db", redis_url, "--thread", thread_id, "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["checkpoints_total"] == 2
-
-
 def test_prune_buries_a_done_thread_and_a_later_task_is_refused_as_pruned(
         own_url: str, own_client: Any, capsys: pytest.CaptureFixture[str]) -> None:
     from graph import redis_keys
@@ -167,30 +117,6 @@ def test_prune_buries_a_done_thread_and_a_later_task_is_refused_as_pruned(
     assert redis_keys.tombstone_key(thread_id) not in _keys(client, thread_id)
 
 
-def test_a_crash_between_burying_and_deleting_checkpoints_leaves_the_thread_gone(
-        redis_url: str, client: Any, capsys: pytest.CaptureFixture[str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    from graph.redis_backend import RedisBackend
-    from graph.storage import open_store
-    from graph.tombstones import Tombstone
-
-    thread_id = _thread()
-    _to_done(capsys, redis_url, thread_id)
-    with open_store(redis_url, create=False) as store:
-        monkeypatch.setattr(store.checkpointer, "delete_thread", _killed)
-        with pytest.raises(KeyboardInterrupt), store.locks.hold(thread_id):
-            store.bury(Tombstone(thread_id, "done", "2026-01-01T00:00:00+00:00"))
-        assert store.ledger.row(thread_id) is None and store.log.rows(thread_id) == []
-        assert store.count_checkpoints(thread_id) > 0
-        assert thread_id in RedisBackend.buried_with_checkpoints(store.backend)  # type: ignore[arg-type]
-    code, out = _run(capsys, "--db", redis_url, "--thread", thread_id, "--once")
-    assert code == 4 and out["error_code"] == "pruned"
-    monkeypatch.undo()
-    with open_store(redis_url, create=False) as store:
-        assert store.sweep_buried() >= 1
-        assert store.count_checkpoints(thread_id) == 0
-
-
 def test_burying_without_the_threads_lease_is_refused_and_changes_nothing(
         redis_url: str, client: Any, capsys: pytest.CaptureFixture[str]) -> None:
     from graph.errors import BusyError
@@ -207,10 +133,6 @@ def test_burying_without_the_threads_lease_is_refused_and_changes_nothing(
         with RedisThreadLocks(client, redis_url).hold(thread_id), pytest.raises(BusyError):
             store.bury(Tombstone(thread_id, "done", "2026-01-01T00:00:00+00:00"))
     assert _keys(client, thread_id) == before
-
-
-def _killed(thread_id: str) -> None:
-    raise KeyboardInterrupt(thread_id)
 
 
 @pytest.mark.parametrize(("key", "value"), [("tombstone", b"not a hash"), ("log", b"[not json")])
@@ -247,23 +169,6 @@ def test_resuming_on_a_database_never_set_up_is_refused(
         own_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out = _run(capsys, "--db", own_url, "--thread", "t1", "--once")
     assert code == 4 and out["error_code"] == "no_such_file"
-
-
-def test_copy_moves_a_thread_from_sqlite_to_redis_and_back_with_its_budget(
-        own_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from graph.copy import main as copy_main
-
-    thread_id, first, back = _thread(), str(tmp_path / "a.sqlite"), str(tmp_path / "b.sqlite")
-    assert _run(capsys, "--db", first, "--thread", thread_id, "--task", TASK, "--once")[0] == 0
-    assert copy_main(["--from", first, "--to", own_url, "--thread", thread_id]) == 0
-    out = _to_done(capsys, own_url, thread_id)
-    assert (out["status"], out["attempts"]) == ("done", 2)  # resumed: attempt 1 was not repeated
-    assert copy_main(["--from", own_url, "--to", back, "--thread", thread_id]) == 0
-    capsys.readouterr()
-    assert history_main(["--db", back, "--thread", thread_id, "--json"]) == 0
-    header = json.loads(capsys.readouterr().out)["header"]
-    assert (header["status"], header["attempts"]) == ("done", 2)
-    assert verify_main(["--db", back]) == 0
 
 
 def test_copy_to_redis_refuses_a_thread_whose_replies_predate_the_attempt_log(
@@ -332,18 +237,6 @@ def test_a_server_without_the_search_and_json_modules_is_a_usage_error(
         server.stop()
 
 
-def test_first_runs_at_once_on_a_fresh_database_all_set_it_up_and_succeed(own_url: str) -> None:
-    import subprocess
-    import sys
-
-    runs = [subprocess.Popen([sys.executable, "-m", "graph.run", "--db", own_url, "--thread",
-                              f"f{i}", "--task", TASK, "--once", "--json"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            for i in range(4)]
-    outputs = [run.communicate(timeout=120) for run in runs]
-    assert [run.returncode for run in runs] == [0, 0, 0, 0], outputs
-
-
 def test_steps_at_once_in_one_worker_on_a_fresh_database_all_succeed(
         own_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Eight job slots of one queue worker opening stores while one sets the database up:
@@ -379,31 +272,3 @@ def test_a_redis_server_lost_mid_step_exits_6_not_as_a_bug(
     monkeypatch.setattr(RedisSaver, "put", lost)
     code, out = _run(capsys, "--db", redis_url, "--thread", thread_id, "--once")
     assert code == 6 and out["error_code"] == "db_lost"
-
-
-def test_the_python_api_runs_a_thread_to_done_on_redis(own_url: str) -> None:
-    from graph.api import open_database
-
-    thread_id = _thread()
-    with open_database(own_url, create=True) as db:
-        outcome = db.run(thread_id, task=TASK, once=False)
-        assert (outcome.status, outcome.attempts) == ("done", 2)
-        assert db.history(thread_id)["header"]["status"] == "done"
-        assert thread_id in {row["thread_id"] for row in db.threads()}
-
-
-def test_a_batch_request_cap_stops_a_redis_batch_and_is_never_reset(
-        redis_url: str, client: Any, tmp_path: Path) -> None:
-    from graph.batch import main as batch_main
-    from graph.redis_ledger import RedisLedger
-
-    tasks, cap = tmp_path / "tasks.jsonl", f"cap-{uuid.uuid4().hex[:8]}"
-    first, second = _thread(), _thread()
-    tasks.write_text(f'{{"thread_id": "{first}", "task": "{TASK}"}}\n'
-                     f'{{"thread_id": "{second}", "task": "{TASK}"}}\n')
-    argv = [str(tasks), "--db", redis_url, "--max-requests", "3", "--batch-id", cap]
-    assert batch_main(argv) == 8
-    assert batch_main(argv) == 8
-    assert RedisLedger(client, redis_url).cap(cap) == (3, 3)
-    entries = [RedisLedger(client, redis_url).read(t) for t in (first, second)]
-    assert sum(e.claimed for e in entries if e is not None) == 3

@@ -156,12 +156,22 @@ def test_a_crash_between_the_two_commits_leaves_the_thread_gone(backend, seeded:
         monkeypatch.setattr(store.checkpointer, "delete_thread", crash)
         with pytest.raises(KeyboardInterrupt):
             prune(store, chosen[:1])
-    gone = chosen[0].thread_id
+        gone = chosen[0].thread_id
+        # Buried: its ledger row and log are gone with the tombstone; its checkpoints wait.
+        assert store.ledger.row(gone) is None and store.log.rows(gone) == []
+        assert store.count_checkpoints(gone) > 0
+        if backend.name == "redis":  # the backend's own record, under the TTL layer's
+            from graph.redis_backend import RedisBackend
+
+            assert gone in RedisBackend.buried_with_checkpoints(store.backend)  # type: ignore[arg-type]
+        else:
+            assert gone in store.backend.buried_with_checkpoints()
     out = run_cli(["--thread", gone, "--db", backend.db])
     assert (out["exit_code"], out["error_code"]) == (4, "pruned")
     monkeypatch.undo()
     with open_store(backend.db, create=False) as store:
         assert prune(store, [])["swept"] == 1
+        assert store.count_checkpoints(gone) == 0
 
 
 def test_restart_pruned_starts_anew_on_purpose_only(backend) -> None:

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from graph.exitcodes import ExitCode
+from graph.storage import open_store
 from tests.conftest import SqliteBackend, run_cli
 from tests.fakes import NeverFinishes, ScriptedModel, answer_reply, timeout_error, tool_call_reply
 
@@ -24,6 +26,22 @@ def test_demo_task_is_done_in_two_once_invocations(backend) -> None:
     assert (second["status"], second["attempts"], second["exit_code"]) == ("done", 2, 0)
     assert "[ship-01]" in second["answer"] and second["review_required"] is True
     assert backend.ledger_row("t1") == (2, 2, 4)
+    with open_store(backend.db, create=False, read_only=True) as store:
+        reasons = [r for r in store.log.rows("t1") if r["kind"] == "reason"]
+        assert [r["attempt"] for r in reasons] == [1, 2]
+        assert store.log.used_tokens("t1") == second["usage"]["total_tokens"]
+    again = run_cli(["--thread", "t1", "--once", "--db", backend.db])
+    assert again["exit_code"] == 0 and again["attempts"] == 2  # a done thread is never advanced
+    assert backend.ledger_row("t1") == (2, 2, 4)
+
+
+def test_a_thread_held_by_another_writer_exits_busy_without_counting(backend) -> None:
+    assert run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", backend.db])["exit_code"] == 0
+    before = backend.ledger_row("t1")
+    with open_store(backend.db, create=False) as other, other.locks.hold("t1"):
+        out = run_cli(["--thread", "t1", "--once", "--db", backend.db])
+    assert out["exit_code"] == ExitCode.BUSY == 5 and out["error_code"] == "busy"
+    assert backend.ledger_row("t1") == before
 
 
 def test_without_once_steps_until_done(backend) -> None:
