@@ -8,6 +8,10 @@ is one step in) on a private server, then: the next `graph.run --once --live` ex
 (`damaged`, or `pruned` for a tombstone; a foreign writer lock is `busy`, exit 5) with
 zero requests at the fake MandAPI server; `graph.history` and `graph.verify` never exit
 1, and one of them refuses or lists the damage; and every key's DUMP is unchanged.
+
+Redis only: these are the key kinds of `graph.redis_keys`, a layout a SQL database does not
+have; damage to SQL rows and files, and to stored values on every backend, is in
+`tests/test_damage.py` and `tests/test_damage_corpus.py`.
 """
 
 from __future__ import annotations

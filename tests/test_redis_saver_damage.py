@@ -5,6 +5,10 @@ latest checkpoint's RedisJSON document, an older checkpoint's pending-write docu
 this project's digest hash beside them), then loads the thread the way LangGraph does
 (`get_state` reads through `get_tuple`, `get_state_history` through `list`): the load
 raises `CheckpointIntegrityError` (`damaged`) and every key's bytes are unchanged.
+
+Redis only: the parts damaged here (RedisJSON document fields, pending-write documents,
+digest hashes) exist only in `RedisSaver`'s layout; checksummed SQL values are damaged in
+`tests/test_damage.py`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,11 @@
 """Retention by TTL on Redis (`graph.redis_ttl`, `graph.redis_expiring`): a finished thread's keys
 all expire, a thread that can continue never does, and an expired thread (wholly or in part) is
-refused as `pruned` (exit 4) without counting an attempt, unless restarted on purpose."""
+refused as `pruned` (exit 4) without counting an attempt, unless restarted on purpose.
+
+Redis only: a SQL database has no key expiry; `graph.prune` applies the same retention
+rules on every backend (`tests/test_retention.py`), and these tests hold the TTLs, the
+expiring marks and the partly expired threads that only Redis can have to them.
+"""
 
 from __future__ import annotations
 
