@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 from typing import Any
 
 KILL_POINTS = ("before_count", "after_count", "after_claim", "after_answer")
@@ -220,17 +219,15 @@ def _short_lease(lease_ms: str | None) -> None:
 
 
 def child_main(argv: list[str], kill_at: str | None, env: dict[str, str], cwd: str,
-               out_path: str, entry: str = "graph.run", err_path: str | None = None) -> None:
+               out_path: str, entry: str = "graph.run") -> None:
     """Process target: runs `main(argv)` of `entry` (`graph.run`, `graph.prune`) with stdout
-    in `out_path`, and stderr there too unless `err_path` names a file of its own."""
+    in `out_path`."""
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
     fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(fd, 1)
-    err = fd if err_path is None else os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
-                                              0o600)
-    os.dup2(err, 2)
+    os.dup2(fd, 2)
     _short_lease(env.get(LEASE_ENV))
     import faulthandler
 
@@ -242,7 +239,5 @@ def child_main(argv: list[str], kill_at: str | None, env: dict[str, str], cwd: s
     import importlib
 
     code = importlib.import_module(entry).main(argv)
-    sys.stdout.flush()
-    sys.stderr.flush()
     os.fsync(1)
     os._exit(code)

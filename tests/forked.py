@@ -82,6 +82,10 @@ class ForkedProcess:
         self.pid: int = self._process.pid
         self.returncode: int | None = None
 
+    def poll(self) -> int | None:
+        """The exit code once the process has ended, else None (as `Popen.poll`)."""
+        return self._process.exitcode
+
     def send_signal(self, sig: int) -> None:
         """Sends `sig` to the process (unless it already ended)."""
         if self.returncode is None and self._process.exitcode is None:

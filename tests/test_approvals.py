@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import multiprocessing
 import signal
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,8 @@ from graph.history import main as history_main
 from graph.storage import open_store
 from nodes.context import ModelReply
 from tests.conftest import run_cli, subprocess_env
-from tests.crash_child import PRELOAD, WRITE_KILL_POINTS, child_main
+from tests.crash_child import WRITE_KILL_POINTS, child_main
+from tests.forked import forkserver
 
 TASK = "Write the shipping summary to report.md and log it."
 
@@ -205,8 +205,7 @@ def test_sigkill_during_an_approved_write_applies_it_exactly_once(
 ) -> None:
     waiting_thread(backend, out_dir)
     run_cli(["--thread", "w", "--approve", "w1", "--db", backend.db])
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(PRELOAD)
+    ctx = forkserver()
     proc = ctx.Process(target=child_main, args=(
         ["--thread", "w", "--approve", "w2", "--db", backend.db, "--json"], kill_at,
         subprocess_env(), str(tmp_path), str(tmp_path / "child.txt")))
@@ -296,8 +295,7 @@ def test_a_lost_wal_after_a_killed_approved_append_never_applies_it_twice(
     out = run_cli(["--thread", "w", "--task", TASK, "--allow-writes", str(out_dir), "--once",
                    "--db", str(sqlite_db)], model_factory=lambda m, s: model)
     assert out["exit_code"] == 7, out
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(PRELOAD)
+    ctx = forkserver()
     proc = ctx.Process(target=child_main, args=(
         ["--thread", "w", "--approve", "a1", "--db", str(sqlite_db), "--json"], kill_at,
         subprocess_env(), str(tmp_path), str(tmp_path / "child.txt")))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import multiprocessing
 import signal
 import sqlite3
 from pathlib import Path
@@ -20,8 +19,9 @@ from graph.verify import verify
 from nodes.context import NoAttemptLog, StepContext
 from nodes.state import DEFAULT_KEEP_CHECKPOINTS, SCHEMA_VERSION
 from tests.conftest import ROOT, SqliteBackend, run_cli, subprocess_env
-from tests.crash_child import PRELOAD, child_main
+from tests.crash_child import child_main
 from tests.fakes import NeverFinishes, ScriptedModel, answer_reply, tool_call_reply
+from tests.forked import forkserver as preloaded_forkserver
 
 TASK = "How long does shipping take at the demo shop?"
 _WRITES = {"sqlite": "writes", "postgres": "checkpoint_writes"}
@@ -257,9 +257,7 @@ def test_a_v5_thread_with_many_checkpoints_is_trimmed_by_prune_or_by_its_next_st
 
 @pytest.fixture(scope="module")
 def forkserver() -> Any:
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(PRELOAD)
-    return ctx
+    return preloaded_forkserver()
 
 
 @pytest.mark.sql_only(

@@ -1,10 +1,11 @@
 """One writer per thread across real processes; many threads share one database (I8).
 
-The `graph.run` tests run on SQLite, PostgreSQL and Redis, each child a real process forked
-from a preloaded forkserver (`tests.crash_child`), so a run costs no interpreter start.
-Where the backends differ, the test says so: a SQL lock dies with its process, so after
-`kill -9` of the holder the thread resumes at once; a Redis writer lease outlives a killed
-holder until it runs out (`graph.redis_locks`, deliberate), so the thread stays busy.
+The `graph.run` tests run on SQLite, PostgreSQL and Redis, each `python -m graph.run` a real
+process forked from a preloaded forkserver (`tests/forked.py`), so a run costs no
+interpreter start. Where the backends differ, the test says so: a SQL lock dies with its
+process, so after `kill -9` of the holder the thread resumes at once; a Redis writer lease
+outlives a killed holder until it runs out (`graph.redis_locks`, deliberate), so the
+thread stays busy.
 
 The lease tests at the end are Redis only, because only Redis has leases: real processes
 (`tests.redis_child`, forked from the same forkserver) on one thread of the session's server
@@ -16,10 +17,8 @@ past its lease (SIGSTOP, SIGCONT) can never count or claim.
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import signal
-import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -29,9 +28,9 @@ import pytest
 
 from graph.errors import BusyError
 from nodes.context import LedgerEntry
-from tests.conftest import PYTHON, subprocess_env
-from tests.crash_child import PRELOAD, child_main
+from tests.conftest import subprocess_env
 from tests.fake_mandapi import FakeMandApi
+from tests.forked import ForkedProcess, forkserver
 
 pytestmark = pytest.mark.slow
 
@@ -40,14 +39,18 @@ _WAIT_S = 60.0
 """Upper bound on any wait for a process or a key (seconds); never an expectation."""
 
 
-def start(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen:
-    """`python -m graph.run ARGV --json` as a subprocess (for tests/test_signals.py)."""
-    return subprocess.Popen([PYTHON, "-m", "graph.run", *argv, "--json"], env=env, cwd=cwd,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+@pytest.fixture(scope="module")
+def server() -> Any:
+    return forkserver()
 
 
-def outcome(proc: subprocess.Popen) -> dict:
-    """The one JSON line a `start`ed process printed, with its stderr as `_stderr`."""
+def start(server: Any, argv: list[str], env: dict[str, str], cwd: Path) -> ForkedProcess:
+    """`python -m graph.run ARGV --json`, forked from the preloaded forkserver."""
+    return ForkedProcess(server, "graph.run", [*argv, "--json"], env, cwd)
+
+
+def outcome(proc: Any) -> dict:
+    """The one JSON line a process printed, with its stderr as `_stderr`."""
     out, err = proc.communicate(timeout=120)
     lines = out.strip().splitlines()
     assert len(lines) == 1, (out, err)
@@ -61,67 +64,30 @@ def wait_for(predicate, timeout: float = 60.0) -> None:
         time.sleep(0.01)
 
 
-@pytest.fixture(scope="session")
-def forkserver() -> Any:
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(PRELOAD)
-    return ctx
-
-
-class Run:
-    """`graph.run ARGV --json` in a child process forked from the preloaded forkserver."""
-
-    _n = 0
-
-    def __init__(self, ctx: Any, argv: list[str], env: dict[str, str], cwd: Path) -> None:
-        Run._n += 1
-        self.out, self.err = cwd / f"run-{Run._n}.out", cwd / f"run-{Run._n}.err"
-        self.proc = ctx.Process(target=child_main, args=(
-            [*argv, "--json"], None, env, str(cwd), str(self.out), "graph.run", str(self.err)))
-        self.proc.start()
-
-    @property
-    def pid(self) -> int:
-        return int(self.proc.pid)
-
-    def running(self) -> bool:
-        return self.proc.exitcode is None
-
-    def outcome(self) -> dict:
-        """Waits for the child; its one stdout line as JSON, stderr as `_stderr`, exit code as
-        `_returncode`."""
-        self.proc.join(120)
-        assert self.proc.exitcode is not None, "child hung"
-        out, err = self.out.read_text(), self.err.read_text()
-        lines = out.strip().splitlines()
-        assert len(lines) == 1, (out, err)
-        return {**json.loads(lines[0]), "_stderr": err, "_returncode": self.proc.exitcode}
-
-
 def test_eight_processes_on_one_thread_send_one_request_and_seven_exit_busy(
-    backend, tmp_path: Path, forkserver: Any
+    backend, tmp_path: Path, server: Any
 ) -> None:
     with FakeMandApi(tmp_path / "requests.jsonl") as fake:
         env = subprocess_env(MANDAPI_API_KEY="sk-test", MANDAPI_MODEL_ID="mandapi-x",
                              MANDAPI_BASE_URL=fake.base_url)
         argv = ["--thread", "shared", "--task", TASK, "--db", backend.db, "--live", "--once"]
         # Create the thread first, so all eight race on an existing thread.
-        assert Run(forkserver, argv, env, tmp_path).outcome()["attempts"] == 1
+        assert outcome(start(server, argv, env, tmp_path))["attempts"] == 1
         fake.hold("shipping")
-        runs = [Run(forkserver, argv, env, tmp_path) for _ in range(8)]
-        wait_for(lambda: sum(not r.running() for r in runs) == 7)
-        (holder,) = [r for r in runs if r.running()]
-        busy = [r.outcome() for r in runs if r is not holder]
+        procs = [start(server, argv, env, tmp_path) for _ in range(8)]
+        wait_for(lambda: sum(p.poll() is not None for p in procs) == 7)
+        (holder,) = [p for p in procs if p.poll() is None]
+        busy = [outcome(p) for p in procs if p is not holder]
         assert [(o["exit_code"], o["error_code"]) for o in busy] == [(5, "busy")] * 7
         assert all("shared" in o["error"] for o in busy)
         wait_for(lambda: len(fake.requests()) == 2)
         assert backend.ledger_row("shared") == (2, 2, 4)
         # kill -9 the holder while the server still holds its request.
-        os.kill(holder.pid, signal.SIGKILL)
-        holder.proc.join(30)
-        assert holder.proc.exitcode == -signal.SIGKILL
+        holder.send_signal(signal.SIGKILL)
+        holder.communicate(timeout=30)
+        assert holder.returncode == -signal.SIGKILL
         fake.release()
-        after = Run(forkserver, argv, env, tmp_path).outcome()
+        after = outcome(start(server, argv, env, tmp_path))
         if backend.name == "redis":
             # The killed holder's lease is still running: busy, nothing counted or sent.
             assert (after["exit_code"], after["error_code"]) == (5, "busy")
@@ -133,35 +99,36 @@ def test_eight_processes_on_one_thread_send_one_request_and_seven_exit_busy(
 
 
 def test_eight_processes_on_eight_threads_share_one_database(
-    backend, tmp_path: Path, forkserver: Any
+    backend, tmp_path: Path, server: Any
 ) -> None:
-    """On PostgreSQL the database starts empty: eight concurrent schema set-ups too."""
+    """The database starts empty (a new SQLite file, a new PostgreSQL database, a flushed
+    Redis one without its search indexes): eight concurrent set-ups too."""
     env = subprocess_env()
-    runs = [Run(forkserver, ["--thread", f"p{i}", "--task", f"{TASK} ({i})", "--db", backend.db],
-                env, tmp_path) for i in range(8)]
-    results = [r.outcome() for r in runs]
+    procs = [start(server, ["--thread", f"p{i}", "--task", f"{TASK} ({i})", "--db", backend.db],
+                   env, tmp_path) for i in range(8)]
+    results = [outcome(p) for p in procs]
     assert [(r["status"], r["attempts"], r["exit_code"]) for r in results] == [("done", 2, 0)] * 8
     assert not any("locked" in r["_stderr"] for r in results)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_sigterm_or_ctrl_c_mid_request_stops_cleanly_and_keeps_the_count(
-    backend, tmp_path: Path, sig: signal.Signals, forkserver: Any
+    backend, tmp_path: Path, sig: signal.Signals, server: Any
 ) -> None:
     with FakeMandApi(tmp_path / "requests.jsonl") as fake:
         env = subprocess_env(MANDAPI_API_KEY="sk-test", MANDAPI_MODEL_ID="mandapi-x",
                              MANDAPI_BASE_URL=fake.base_url)
         argv = ["--thread", "t1", "--task", TASK, "--db", backend.db, "--live", "--once"]
         fake.hold("shipping")
-        run = Run(forkserver, argv, env, tmp_path)
+        proc = start(server, argv, env, tmp_path)
         wait_for(lambda: len(fake.requests()) == 1)
-        os.kill(run.pid, sig)
-        result = run.outcome()
+        proc.send_signal(sig)
+        result = outcome(proc)
         fake.release()
-        assert (result["_returncode"], result["error_code"]) == (130, "interrupted")
+        assert (proc.returncode, result["error_code"]) == (130, "interrupted")
         assert backend.ledger_row("t1") == (1, 1, 4)
         # The lock was released: the next call is not busy and counts a new attempt.
-        nxt = Run(forkserver, argv, env, tmp_path).outcome()
+        nxt = outcome(start(server, argv, env, tmp_path))
         assert nxt["exit_code"] == 0 and nxt["attempts"] == 2
         assert len(fake.requests()) == 2
 
@@ -246,10 +213,10 @@ def _release_together(client: Any, start: str, racers: int) -> None:
 
 
 def test_eight_racing_processes_count_and_claim_exactly_the_maximum_on_redis(
-        client: Any, ledger: Any, redis_url: str, forkserver: Any) -> None:
+        client: Any, ledger: Any, redis_url: str, server: Any) -> None:
     thread_id, start = f"t-{uuid.uuid4().hex}", f"start-{uuid.uuid4().hex}"
     ledger.create(thread_id, 4)
-    racers = [_Child(forkserver, "race", redis_url, thread_id, start) for _ in range(8)]
+    racers = [_Child(server, "race", redis_url, thread_id, start) for _ in range(8)]
     _release_together(client, start, 8)
     claims = []
     for racer in racers:
@@ -260,11 +227,11 @@ def test_eight_racing_processes_count_and_claim_exactly_the_maximum_on_redis(
 
 
 def test_eight_processes_on_one_redis_thread_one_holds_its_lease_the_others_exit_busy(
-        client: Any, ledger: Any, redis_url: str, forkserver: Any) -> None:
+        client: Any, ledger: Any, redis_url: str, server: Any) -> None:
     thread_id = f"t-{uuid.uuid4().hex}"
     start, done = f"start-{uuid.uuid4().hex}", f"done-{uuid.uuid4().hex}"
     ledger.create(thread_id, 4)
-    children = [_Child(forkserver, "hold", redis_url, thread_id, "5000", start, done)
+    children = [_Child(server, "hold", redis_url, thread_id, "5000", start, done)
                 for _ in range(8)]
     _release_together(client, start, 8)
     _until(lambda: sum(c.poll() is not None for c in children) >= 7, "seven to give up")
@@ -280,13 +247,13 @@ def test_eight_processes_on_one_redis_thread_one_holds_its_lease_the_others_exit
 @pytest.mark.parametrize("operation", ["claim", "count"])
 def test_a_redis_holder_paused_past_its_lease_can_never_count_or_claim(
         client: Any, ledger: Any, redis_url: str, operation: str, taken_over: bool,
-        forkserver: Any) -> None:
+        server: Any) -> None:
     from graph.redis_keys import lock_key
     from graph.redis_locks import RedisThreadLocks
 
     thread_id = f"t-{uuid.uuid4().hex}"
     ledger.create(thread_id, 4)
-    paused = _Child(forkserver, "pause", redis_url, thread_id, "1000", operation)
+    paused = _Child(server, "pause", redis_url, thread_id, "1000", operation)
     try:
         assert paused.next_event() == {"ready": 1}
         os.kill(paused.pid, signal.SIGSTOP)
@@ -311,14 +278,14 @@ class _nothing:  # noqa: N801 - reads as a context manager at its one use
 
 
 def test_the_new_redis_holder_uses_the_paused_holders_counted_attempt_once(
-        ledger: Any, client: Any, redis_url: str, forkserver: Any) -> None:
+        ledger: Any, client: Any, redis_url: str, server: Any) -> None:
     from graph.redis_keys import lock_key
     from graph.redis_ledger import RedisLedger
     from graph.redis_locks import RedisThreadLocks
 
     thread_id = f"t-{uuid.uuid4().hex}"
     ledger.create(thread_id, 4)
-    paused = _Child(forkserver, "pause", redis_url, thread_id, "1000", "claim")
+    paused = _Child(server, "pause", redis_url, thread_id, "1000", "claim")
     try:
         assert paused.next_event() == {"ready": 1}
         os.kill(paused.pid, signal.SIGSTOP)
@@ -337,12 +304,12 @@ def test_the_new_redis_holder_uses_the_paused_holders_counted_attempt_once(
 
 
 def test_a_killed_redis_holders_lease_is_taken_over_after_it_runs_out_and_not_before(
-        client: Any, redis_url: str, forkserver: Any) -> None:
+        client: Any, redis_url: str, server: Any) -> None:
     from graph.redis_keys import lock_key
     from graph.redis_locks import RedisThreadLocks
 
     thread_id, lease_ms = f"t-{uuid.uuid4().hex}", 4000
-    holder = _Child(forkserver, "keep", redis_url, thread_id, str(lease_ms))
+    holder = _Child(server, "keep", redis_url, thread_id, str(lease_ms))
     locks = RedisThreadLocks(client, redis_url, lease_ms=30_000)
     try:
         assert holder.next_event() == {"ready": True}

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import multiprocessing
 import os
 import random
 import signal
@@ -34,14 +33,9 @@ from graph.factory import build_graph
 from graph.storage import open_store
 from graph.verify import verify
 from tests.conftest import SqliteBackend, subprocess_env
-from tests.crash_child import (
-    KILL_POINTS,
-    LEASE_ENV,
-    NODE_WRITES_KILL_POINTS,
-    PRELOAD,
-    child_main,
-)
+from tests.crash_child import KILL_POINTS, LEASE_ENV, NODE_WRITES_KILL_POINTS, child_main
 from tests.fake_mandapi import FakeMandApi
+from tests.forked import forkserver as preloaded_forkserver
 
 pytestmark = pytest.mark.slow
 
@@ -62,9 +56,7 @@ BURY_KILLS = 4
 
 @pytest.fixture(scope="session")
 def forkserver() -> Any:
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(PRELOAD)
-    return ctx
+    return preloaded_forkserver()
 
 
 def wait_for(predicate, timeout: float = 30.0) -> bool:
