@@ -55,14 +55,16 @@ PRELOAD = ["graph.run", "graph.step", "graph.approvals", "graph.storage", "graph
            "langgraph.checkpoint.postgres", "psycopg", "graph.redis_store", "graph.prune",
            "langgraph.checkpoint.redis", "redis", "httpx", "tests.crash_child",
            # imported on first use inside a run: without them every child imports them again
-           # (about 0.2 s of a SQLite cycle's 0.45 s on a loaded 2-core host)
+           # (about 0.1 s per child, 0.2 s on a loaded 2-core host)
            "graph.api", "graph.verification", "graph.redis_saver", "redis.commands.json",
            "httpcore", "h11", "langchain_core.tracers.stdout",
            "langchain_core.tracers.run_collector", "langchain_core.tracers.context",
            "encodings.unicode_escape", "snowballstemmer", "nodes.demo_model",
            "graph.interrupted", "tests.redis_child"]
 """Modules the forkserver imports once, so that a child forked from it imports nothing a
-run needs (checked with `sys.modules` before and after `graph.run.main` on each backend)."""
+run needs (checked with `sys.modules` before and after `graph.run.main` on each backend),
+but `rank_bm25` and numpy, which a run that ranks imports: a forkserver holding numpy (and
+its BLAS threads) made every child slower, not faster."""
 
 
 def _die() -> None:
