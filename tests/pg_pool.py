@@ -69,30 +69,58 @@ class PostgresPool:
         """
         if self._free:
             dbname = self._free.pop()
-            self._empty(dbname)
+            try:
+                if self._empty(dbname):
+                    return dbname
+            except self._psycopg.Error:
+                pass  # a borrower left it unable to be emptied (read-only, closed): made anew
+            self._create(dbname)
             return dbname
         dbname = f"{_PREFIX}{_run_token()}_{worker_id()}_{len(self._all)}"
+        self._create(dbname)
+        self._all.append(dbname)
+        return dbname
+
+    def _create(self, dbname: str) -> None:
+        """Creates `dbname` anew (dropping any database of that name)."""
         with self._admin() as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
             conn.execute(f'CREATE DATABASE "{dbname}"')
             conn.execute(f"COMMENT ON DATABASE \"{dbname}\" IS 'pytest {_HOST} {os.getpid()}'")
             conn.execute(f'ALTER DATABASE "{dbname}" SET synchronous_commit = off')
-        self._all.append(dbname)
-        return dbname
 
     def release(self, dbname: str) -> None:
         """Takes a database back; the next `lease` empties it."""
         if dbname in self._all and dbname not in self._free:
             self._free.append(dbname)
 
-    def _empty(self, dbname: str) -> None:
-        """Ends every other connection to `dbname`, then drops every schema that is not the server's."""
+    def _empty(self, dbname: str) -> bool:
+        """Ends every other connection to `dbname`, then drops every schema that is not the server's.
+
+        Returns:
+            False when the database holds what dropping schemas does not reach (its own
+            connection settings or per-role settings, large objects, event triggers,
+            publications, foreign servers, default privileges): the caller makes it anew.
+        """
         with self._admin() as conn:
+            row = conn.execute(
+                "SELECT d.datallowconn AND d.datconnlimit = -1 AND d.datacl IS NULL AND NOT EXISTS "
+                "(SELECT 1 FROM pg_db_role_setting s WHERE s.setdatabase = d.oid AND s.setrole <> 0) "
+                "FROM pg_database d WHERE d.datname = %s", (dbname,)).fetchone()
+            if row is None or not row[0]:
+                return False
             conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                          "WHERE datname = %s AND pid <> pg_backend_pid()", (dbname,))
             conn.execute(f'ALTER DATABASE "{dbname}" RESET ALL')
             conn.execute(f'ALTER DATABASE "{dbname}" SET synchronous_commit = off')
         with self._psycopg.connect(self.url(dbname), autocommit=True) as conn:
+            extra = conn.execute(
+                "SELECT (SELECT count(*) FROM pg_largeobject_metadata) + (SELECT count(*) FROM "
+                "pg_event_trigger) + (SELECT count(*) FROM pg_publication) + (SELECT count(*) FROM "
+                "pg_foreign_server) + (SELECT count(*) FROM pg_foreign_data_wrapper) + "
+                "(SELECT count(*) FROM pg_default_acl)").fetchone()[0]
+            if extra:
+                return False
             schemas = [row[0] for row in conn.execute(
                 "SELECT nspname FROM pg_namespace WHERE nspname NOT LIKE 'pg\\_%' "
                 "AND nspname <> 'information_schema'")]
@@ -101,6 +129,7 @@ class PostgresPool:
                     conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
                 conn.execute("CREATE SCHEMA public AUTHORIZATION pg_database_owner")
                 conn.execute("GRANT USAGE ON SCHEMA public TO PUBLIC")
+        return True
 
     def close(self) -> None:
         """Drops every database of the pool (the end of the session)."""

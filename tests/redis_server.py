@@ -113,6 +113,8 @@ class _Lent:
     server: RedisServer
     settings: tuple[bool, str, bool]
     out: bool = True
+    config: dict[str, str] | None = None
+    """`CONFIG GET *` as started; a loan finds it unchanged or replaces the server."""
 
 
 class _Pool:
@@ -122,9 +124,10 @@ class _Pool:
     server of their own (one that holds only their threads, or one with other
     persistence settings) borrow one instead. A loan empties it (`FLUSHALL`, which drops
     RediSearch's indexes too, as a new server has none), ends the connections a killed
-    or lingering client left, and checks its settings are still the ones it was started
-    with; a server a test reconfigured (`CONFIG SET appendonly no`, an eviction policy)
-    or stopped is replaced by a new one. Two loans at once get two servers.
+    or lingering client left (pubsub ones too), flushes scripts and functions, and checks
+    its whole configuration and its ACL users are still as started; a server a test
+    reconfigured (`CONFIG SET appendonly no`, an eviction policy, `maxmemory`) or stopped
+    is replaced by a new one. Two loans at once get two servers.
     """
 
     def __init__(self) -> None:
@@ -146,7 +149,7 @@ class _Pool:
         appendonly, appendfsync, modules = settings
         folder = self.root / f"server-{len(self._servers)}-{os.getpid()}-{_free_port()}"
         server = _start(folder, appendonly=appendonly, appendfsync=appendfsync, modules=modules)
-        lent = _Lent(server, settings)
+        lent = _Lent(server, settings, config=_config(server.url))
         self._servers.append(lent)
         return self._handle(lent)
 
@@ -165,15 +168,15 @@ class _Pool:
 
         if lent.server.process.poll() is not None:
             return False
-        appendonly, appendfsync, _ = lent.settings
         client = redis.Redis.from_url(lent.server.url, socket_timeout=10, decode_responses=True)
         try:
-            config = client.config_get("*")
-            if (config.get("appendonly") != ("yes" if appendonly else "no")
-                    or config.get("appendfsync") != appendfsync
-                    or config.get("maxmemory-policy") != "noeviction"):
+            client.execute_command("CLIENT", "UNPAUSE")
+            if client.config_get("*") != lent.config or len(client.acl_list()) != 1:
                 return False
-            client.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+            for kind in ("normal", "pubsub"):
+                client.execute_command("CLIENT", "KILL", "TYPE", kind, "SKIPME", "yes")
+            client.script_flush()
+            client.function_flush()
             client.flushall()
             return True
         except redis.RedisError:
@@ -185,6 +188,14 @@ class _Pool:
         for lent in self._servers:
             lent.server.stop()
         self._servers.clear()
+
+
+def _config(url: str) -> dict[str, str]:
+    """A server's whole configuration (`CONFIG GET *`)."""
+    import redis
+
+    with redis.Redis.from_url(url, socket_timeout=10, decode_responses=True) as client:
+        return dict(client.config_get("*"))
 
 
 POOL = _Pool()
