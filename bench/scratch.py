@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -63,6 +64,7 @@ def fresh_database(admin_url: str, tag: str) -> Iterator[str]:
     name = f"{run_prefix()}{tag}_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
+        conn.execute(f"COMMENT ON DATABASE \"{name}\" IS '{_owner()}'")
     try:
         yield _server_url(admin_url, name)
     finally:
@@ -80,16 +82,41 @@ def bench_databases(admin_url: str, prefix: str = DATABASE_PREFIX) -> list[str]:
     return sorted(name for (name,) in rows)
 
 
+def _owner() -> str:
+    """The comment a benchmark database carries: `bench <host> <pid>` of the process that made it."""
+    return f"bench {socket.gethostname()} {os.getpid()}"
+
+
+def _owner_alive(comment: str | None) -> bool:
+    """True when `comment` names a process of this host that is still running."""
+    parts = (comment or "").split()
+    if len(parts) != 3 or parts[0] != "bench" or parts[1] != socket.gethostname():
+        return False
+    try:
+        os.kill(int(parts[2]), 0)
+    except (ProcessLookupError, ValueError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def drop_leftover_databases(admin_url: str) -> list[str]:
     """Drops the `bench_*` databases no session is using (left by killed runs); returns their names.
 
-    A database in use belongs to a run still going (another worktree's, say) and is kept.
+    A database in use, or made by a process of this host that still runs (a run going on
+    in another worktree or test worker, between two of its connections), is kept.
     """
     import psycopg
 
     dropped = []
     with psycopg.connect(admin_url, autocommit=True) as conn:
+        owners = dict(conn.execute(
+            "SELECT datname, shobj_description(oid, 'pg_database') FROM pg_database "
+            "WHERE starts_with(datname, %s)", (DATABASE_PREFIX,)).fetchall())
         for name in bench_databases(admin_url):
+            if _owner_alive(owners.get(name)):
+                continue  # a live run's database between two of its connections
             try:
                 conn.execute(f'DROP DATABASE IF EXISTS "{name}"')  # no FORCE: refused when in use
             except psycopg.errors.ObjectInUse:

@@ -107,7 +107,8 @@ def test_eight_processes_on_eight_threads_share_one_database(
     procs = [start(server, ["--thread", f"p{i}", "--task", f"{TASK} ({i})", "--db", backend.db],
                    env, tmp_path) for i in range(8)]
     results = [outcome(p) for p in procs]
-    assert [(r["status"], r["attempts"], r["exit_code"]) for r in results] == [("done", 2, 0)] * 8
+    assert [(r["status"], r["attempts"], r["exit_code"]) for r in results] == [("done", 2, 0)] * 8, [
+        (r.get("error_code"), r.get("error"), r["_stderr"][-300:]) for r in results if r["exit_code"]]
     assert not any("locked" in r["_stderr"] for r in results)
 
 
