@@ -18,6 +18,7 @@ per step fewer; every other commit keeps `synchronous=FULL`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -75,17 +76,34 @@ class SqliteLedger(SqlLedger):
         Args:
             what: The start of the refusal message, naming what is not durable yet.
 
+        Another process's checkpoint holds SQLite's checkpoint lock, and SQLite then
+        returns busy at once without calling the busy handler ("Even if there is a
+        busy-handler configured, it will not be invoked in this case":
+        `sqlite3_wal_checkpoint_v2`); so that case is waited out here, up to the
+        connection's busy timeout, polling as SQLite's own busy handler does. Waiting
+        for readers is left to the busy handler.
+
         Raises:
             NotDurableError: The checkpoint could not finish within the busy timeout
-                (another process kept reading an older snapshot); the effect must not
-                happen (exit 6, `wal_busy`).
+                (another process kept reading an older snapshot, or kept checkpointing);
+                the effect must not happen (exit 6, `wal_busy`).
         """
         assert isinstance(self._db, SqliteSql)
-        with self._db.lock:  # no background save may open a transaction in between
-            self._db.commit()  # what was kept back for a later commit goes with it
-            busy, in_log, copied = self._run("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        deadline: float | None = None
+        pause = 0.001
+        while True:
+            with self._db.lock:  # no background save may open a transaction in between
+                self._db.commit()  # what was kept back for a later commit goes with it
+                busy, in_log, copied = self._run("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                if busy and in_log == -1 and deadline is None:  # checkpoint lock held
+                    timeout_ms = self._run("PRAGMA busy_timeout").fetchone()[0]
+                    deadline = time.monotonic() + timeout_ms / 1000
+            if not (busy and in_log == -1) or deadline is None or time.monotonic() >= deadline:
+                break
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
         if busy or in_log != copied:
             raise NotDurableError(
                 f"{what} the database could not copy it from its -wal into the main file "
-                "(another process kept reading for the whole busy timeout); nothing was sent "
-                "or written; run again")
+                "(another process kept reading or checkpointing for the whole busy timeout); "
+                "nothing was sent or written; run again")

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from graph.database import Store
+from graph.errors import NotDurableError
 from tests.conftest import SqliteBackend, run_cli
 from tests.fakes import tool_call_reply
 from tests.wal_damage import DAMAGE, FRAME_HEADER, HEADER
@@ -183,3 +184,86 @@ def test_a_claim_that_cannot_reach_the_database_file_is_spent_and_not_sent(
     out = step()  # the next run counts a new attempt and sends it
     assert out["exit_code"] == 0 and len(sent) == 2
     assert SqliteBackend(db).ledger_row("t1")[:2] == (3, 3)
+
+
+class CheckpointLockHolder:
+    """Another process holding SQLite's WAL checkpoint lock, as its own checkpoint does.
+
+    SQLite's unix VFS takes that lock as a write lock on byte 121 of the `-shm` file
+    (`UNIX_SHM_BASE` 120 + `WAL_CKPT_LOCK` 1, sqlite3.c); the process releases it when
+    told to, by exiting.
+    """
+
+    CODE = ("import fcntl, os, sys\n"
+            "fd = os.open(sys.argv[1], os.O_RDWR)\n"
+            "fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 121)\n"
+            "print('held', flush=True)\n"
+            "sys.stdin.readline()\n")
+
+    def __init__(self, shm: Path) -> None:
+        import subprocess
+        import sys
+
+        self.proc = subprocess.Popen([sys.executable, "-c", self.CODE, str(shm)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None and self.proc.stdout.readline() == "held\n"
+
+    def release(self) -> None:
+        self.proc.communicate(timeout=30)  # closes its stdin: it exits, and the lock goes
+        assert self.proc.returncode == 0
+
+
+def _claim_in_an_open_database(db: Path, holder_started: Callable[[Path], Any]) -> Any:
+    from graph.sqlite_store import open_sqlite
+
+    with open_sqlite(db, create=True) as store:
+        store.ledger.create("t1", 4)
+        store.ledger.count("t1")
+        holder = holder_started(db.with_name(db.name + "-shm"))
+        try:
+            return store.ledger.claim("t1", 1), holder
+        finally:
+            if holder.proc.poll() is None:
+                holder.release()
+
+
+def test_a_claim_waits_for_another_process_checkpoint_then_reaches_the_database_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Eight processes' claims at once once failed with `wal_busy` at random: SQLite
+    returns busy at once, without its busy handler, while another checkpoint runs."""
+    import time
+
+    db = tmp_path / "c.sqlite"
+    pauses: list[float] = []
+    holders: list[CheckpointLockHolder] = []
+
+    def pause(seconds: float) -> None:  # the first wait ends the other checkpoint
+        pauses.append(seconds)
+        if len(pauses) == 1:
+            holders[0].release()
+
+    def start(shm: Path) -> CheckpointLockHolder:
+        holders.append(CheckpointLockHolder(shm))
+        return holders[-1]
+
+    monkeypatch.setattr(time, "sleep", pause)  # the ledger's wait between checkpoints
+    claimed, _ = _claim_in_an_open_database(db, start)
+    assert claimed and len(pauses) == 1
+    wal = db.with_name(db.name + "-wal")
+    assert not wal.exists() or wal.stat().st_size == 0
+    assert SqliteBackend(db).ledger_row("t1")[:2] == (1, 1)
+
+
+def test_a_claim_refused_while_another_process_checkpoints_past_the_busy_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import graph.sqlite_store
+
+    monkeypatch.setattr(graph.sqlite_store, "_PRAGMAS", ("PRAGMA busy_timeout = 50",
+                                                         "PRAGMA journal_mode = WAL",
+                                                         "PRAGMA synchronous = FULL"))
+    db = tmp_path / "c.sqlite"
+    with pytest.raises(NotDurableError, match="reading or checkpointing for the whole busy"):
+        _claim_in_an_open_database(db, CheckpointLockHolder)
+    assert SqliteBackend(db).ledger_row("t1")[:2] == (1, 1)  # spent, never uncounted
