@@ -124,9 +124,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     config.stash[_PG_DESELECTED] = len(deselected)
 
 
+_LEFT_OUT = {"pg_deselected": _PG_DESELECTED, "sql_only_dropped": _SQL_ONLY_DROPPED}
+"""The counts of left-out tests, by the name an xdist worker sends them under."""
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """xdist's controller collects nothing: it takes the counts a worker left out."""
+    output = getattr(node, "workeroutput", {})
+    for name, key in _LEFT_OUT.items():
+        if name in output:
+            node.config.stash[key] = max(output[name], node.config.stash.get(key, 0))
+
+
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     """Says once how many PostgreSQL tests did not run, and how to run them; and how many
-    SQL-only cases were left out of Redis (without xdist: its workers collect)."""
+    SQL-only cases were left out of Redis (with xdist, as its workers counted them)."""
     count = config.stash.get(_PG_DESELECTED, 0)
     if count:
         terminalreporter.write_line(f"SKIPPED [{count}] PostgreSQL tests deselected: {_PG_HOWTO}")
@@ -165,7 +178,13 @@ def _postgres_pool(admin_url: str) -> PostgresPool:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Drops this process's pooled PostgreSQL databases; the controller drops a killed run's."""
+    """Drops this process's pooled PostgreSQL databases; the controller drops a killed run's.
+
+    An xdist worker hands its counts of left-out tests to the controller's summary.
+    """
+    if hasattr(session.config, "workeroutput"):
+        for name, key in _LEFT_OUT.items():
+            session.config.workeroutput[name] = session.config.stash.get(key, 0)
     for pool in _PG_POOLS.values():
         pool.close()
     url = os.environ.get("GRAPH_TEST_POSTGRES_URL")

@@ -9,7 +9,8 @@ ended, then every schema of ours is dropped and `public` made again, so a borrow
 what a new database shows (no tables, no functions, no types, no settings of ours). A
 test that needs two databases at once borrows two. Every database of the pool is dropped
 at the end of the session (`close`); one left by a killed run is dropped by the next run
-that finds its process gone (`drop_abandoned`).
+that finds its process gone (`drop_abandoned`). Tests that copy a database (`TEMPLATE`)
+make it with `create_database`, so a killed run's copies are found the same way.
 
 Commits in these databases skip the wait for their WAL flush (the database's default
 `synchronous_commit = off`): the tests kill clients, never the server, and a committed
@@ -36,6 +37,32 @@ def _run_token() -> str:
     """Eight characters naming this test run (shared by its workers), so two runs never meet."""
     token = os.environ.get("PYTEST_XDIST_TESTRUNUID")
     return token[:8] if token else f"p{os.getpid()}"
+
+
+def own_name(kind: str) -> str:
+    """A new database name of this test process, outside its pool (`mr_<run>_<worker>_<kind>_<hex>`)."""
+    import uuid
+
+    return f"{_PREFIX}{_run_token()}_{worker_id()}_{kind}_{uuid.uuid4().hex[:8]}"
+
+
+def create_database(conn: Any, dbname: str, template: str | None = None) -> None:
+    """Creates `dbname` anew, as every test database is made, so `drop_abandoned` finds it.
+
+    Any database of that name is dropped first. The new one carries the comment
+    `pytest <host> <pid>` (its maker, for `drop_abandoned` after a killed run) and
+    `synchronous_commit = off` (see the module docstring).
+
+    Args:
+        conn: An autocommit connection to the server's maintenance database.
+        dbname: The database to make; `own_name` for one outside the pool.
+        template: The database to copy (`CREATE DATABASE ... TEMPLATE`), or None for an
+            empty one.
+    """
+    conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+    conn.execute(f'CREATE DATABASE "{dbname}"' + (f' TEMPLATE "{template}"' if template else ""))
+    conn.execute(f"COMMENT ON DATABASE \"{dbname}\" IS 'pytest {_HOST} {os.getpid()}'")
+    conn.execute(f'ALTER DATABASE "{dbname}" SET synchronous_commit = off')
 
 
 class PostgresPool:
@@ -84,10 +111,7 @@ class PostgresPool:
     def _create(self, dbname: str) -> None:
         """Creates `dbname` anew (dropping any database of that name)."""
         with self._admin() as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
-            conn.execute(f'CREATE DATABASE "{dbname}"')
-            conn.execute(f"COMMENT ON DATABASE \"{dbname}\" IS 'pytest {_HOST} {os.getpid()}'")
-            conn.execute(f'ALTER DATABASE "{dbname}" SET synchronous_commit = off')
+            create_database(conn, dbname)
 
     def release(self, dbname: str) -> None:
         """Takes a database back; the next `lease` empties it."""

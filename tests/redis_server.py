@@ -226,6 +226,33 @@ def start_server(folder: Path, *, appendonly: bool = True, appendfsync: str = "a
     return POOL.lend((appendonly, appendfsync, modules))
 
 
+_PR_SET_PDEATHSIG = 1
+"""prctl(2): the signal a process gets when the thread that started it ends."""
+
+
+def _dies_with(parent: int) -> Callable[[], None] | None:
+    """A `preexec_fn` that makes a server die with this test process, even if killed (Linux).
+
+    A test worker killed with SIGKILL (a cancelled CI run) would otherwise leave its
+    servers running for good. The servers are started from the worker's main thread, so
+    the parent thread's end is the worker's. None where prctl is not available.
+    """
+    import ctypes
+    import signal
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork
+    except (OSError, AttributeError):
+        return None
+
+    def arm() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the worker died before the signal was armed
+            os._exit(1)
+
+    return arm
+
+
 def _start(folder: Path, *, appendonly: bool, appendfsync: str, modules: bool) -> RedisServer:
     """Starts valkey-server in `folder` on a free port of 127.0.0.1 and waits until it answers."""
     binary = valkey_server()
@@ -243,7 +270,8 @@ def _start(folder: Path, *, appendonly: bool, appendfsync: str, modules: bool) -
         for path in paths or []:
             args += ["--loadmodule", str(path)]
         process = subprocess.Popen(args, cwd=folder, stdin=subprocess.DEVNULL,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   preexec_fn=_dies_with(os.getpid()))
         server = RedisServer(f"redis://127.0.0.1:{port}/0", folder, process)
         if _answers(server):
             return server

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from graph.errors import RefusedError
 from graph.serde import MAGIC, make_serde
 from tests.conftest import PostgresBackend, SqliteBackend, postgres_admin_url, run_cli
 from tests.fake_mandapi import FakeMandApi
+from tests.pg_pool import create_database, own_name
 from tests.sealing import checksummed_dumps
 from tests.test_approvals import Writer
 from tests.test_damage import FILE_CASES
@@ -480,11 +480,9 @@ class PostgresCase(_Damage, PostgresBackend):
 
         self._psycopg = psycopg
         self.admin_url = admin_url
-        self.dbname = f"mr_case_{uuid.uuid4().hex[:12]}"
+        self.dbname = own_name("case")
         with psycopg.connect(admin_url, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{self.dbname}" TEMPLATE "{template}"')
-            # Durability of commits is not what this corpus tests; fsyncs would dominate.
-            conn.execute(f'ALTER DATABASE "{self.dbname}" SET synchronous_commit = off')
+            create_database(conn, self.dbname, template)  # synchronous_commit off: see pg_pool
         self.db = f"{admin_url.rsplit('/', 1)[0]}/{self.dbname}"
         with self._read_conn() as conn:
             conn.execute("CREATE SCHEMA pristine")

@@ -15,7 +15,6 @@ import shutil
 import sqlite3
 import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -99,17 +98,29 @@ class Db:
             yield
 
 
-def _pg_admin(statement: str) -> None:
+def _pg_create(template: str | None = None) -> str:
+    """A new database of this test process (`tests.pg_pool.create_database`), maybe a copy."""
     import psycopg
 
+    from tests.pg_pool import create_database, own_name
+
+    name = own_name("poll")
     with psycopg.connect(postgres_admin_url(), autocommit=True) as conn:
         for _ in range(50):  # a template is refused while a session is still closing on it
             try:
-                conn.execute(statement)
-                return
+                create_database(conn, name, template)
+                return name
             except psycopg.errors.ObjectInUse:
                 time.sleep(0.1)
-        conn.execute(statement)
+        create_database(conn, name, template)
+    return name
+
+
+def _pg_drop(name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(postgres_admin_url(), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture(scope="module",
@@ -127,14 +138,13 @@ def template(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
             _threads(made.db)
             yield made
             return
-        name = f"mr_test_poll_{uuid.uuid4().hex[:8]}"
-        _pg_admin(f'CREATE DATABASE "{name}"')
+        name = _pg_create()
         try:
             made = Db("postgres", postgres_admin_url().rsplit("/", 1)[0] + "/" + name)
             _threads(made.db)
             yield made
         finally:
-            _pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            _pg_drop(name)
 
 
 @pytest.fixture
@@ -146,12 +156,11 @@ def db(template: Db, tmp_path: Path) -> Iterator[Db]:
         yield Db("sqlite", str(path))
         return
     source = template.db.rsplit("/", 1)[1]
-    name = f"mr_test_poll_{uuid.uuid4().hex[:8]}"
-    _pg_admin(f'CREATE DATABASE "{name}" TEMPLATE "{source}"')
+    name = _pg_create(source)
     try:
         yield Db("postgres", template.db.rsplit("/", 1)[0] + "/" + name)
     finally:
-        _pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        _pg_drop(name)
 
 
 @contextmanager

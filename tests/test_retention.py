@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
-import uuid
 from collections.abc import Iterator
 from contextlib import closing
 from datetime import UTC, datetime, timedelta
@@ -18,6 +17,7 @@ from graph.retention import parse_age, prune, select
 from graph.storage import open_store
 from tests.conftest import run_cli
 from tests.fakes import NeverFinishes
+from tests.pg_pool import create_database, own_name
 
 TASK = "How long does shipping take at the demo shop?"
 
@@ -64,8 +64,7 @@ class Seeds:
         if backend.name == "sqlite":
             shutil.copy2(source, backend.path)
         elif backend.name == "postgres":
-            self._admin(f'DROP DATABASE "{backend.dbname}" WITH (FORCE)',
-                        f'CREATE DATABASE "{backend.dbname}" TEMPLATE "{source}"')
+            self._admin(backend.dbname, source)  # the pool's database, anew as a copy
         else:
             with open_store(backend.db, create=True):  # the search indexes, as a first run sets up
                 pass
@@ -83,22 +82,25 @@ class Seeds:
             kept.chmod(backend.path.stat().st_mode)
             return kept
         if backend.name == "postgres":
-            name = f"mr_retention_{uuid.uuid4().hex[:12]}"
-            self._admin(f'CREATE DATABASE "{name}" TEMPLATE "{backend.dbname}"')
+            name = own_name("retention")
+            self._admin(name, backend.dbname)
             self.dropped.append(name)
             return name
         client = backend._client
         return {key: (client.dump(key), client.pttl(key)) for key in client.scan_iter(count=1000)}
 
     @staticmethod
-    def _admin(*statements: str) -> None:
+    def _admin(dbname: str, template: str | None = None, *, drop: bool = False) -> None:
+        """Makes `dbname` anew as a copy of `template` (`tests.pg_pool.create_database`), or drops it."""
         import psycopg
 
         from tests.conftest import postgres_admin_url
 
         with psycopg.connect(postgres_admin_url(), autocommit=True) as conn:
-            for statement in statements:
-                conn.execute(statement)
+            if drop:
+                conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+            else:
+                create_database(conn, dbname, template)
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +109,7 @@ def seeded() -> Iterator[Seeds]:
     seeds = Seeds()
     yield seeds
     for name in seeds.dropped:
-        seeds._admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        seeds._admin(name, drop=True)
 
 
 def test_prune_deletes_only_what_the_rules_select(backend, seeded: Seeds) -> None:
