@@ -9,7 +9,7 @@ mandapi-resume with pytest can write::
 
 It adds nothing else to a test run: no marker, no autouse fixture, one ini option
 (`mandapi_replay_match`, the default comparison: `exact` or `messages_and_tools`).
-Nothing of `graph` is imported until a test uses the fixture. See `graph.replay_session`
+Nothing of `graph` is imported until a test uses the fixture. See `graph.replay.session`
 for what a replay checks and `graph.replay` for how a recording is made.
 
 Why a top-level module with its own name: the package's modules live under `graph`,
@@ -83,9 +83,9 @@ def mandapi_replay(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
         if shadow is not None:
             pytest.fail(_shadowed_message(shadow), pytrace=False)
         from graph.errors import RunError
-        from graph.replay_format import load_recording
-        from graph.replay_session import ReplayFailure
-        from graph.replay_session import replay as run_replay
+        from graph.replay.format import load_recording
+        from graph.replay.session import ReplayFailure
+        from graph.replay.session import replay as run_replay
 
         number = next(counter)
         try:

@@ -2,10 +2,10 @@
 
 Two ways to advance a thread by one step (at most one model request):
 
-- `OurStore`: `graph.step.advance` on a store from `graph.storage.open_store`, the path
+- `OurStore`: `graph.step.advance` on a store from `graph.store.open_store`, the path
   `graph.run`, `graph.batch` and the queue take (lock, load-time checks, ledger,
   attempt log, `durability="sync"`), with the thread's defaults unless told otherwise.
-- `BareThreads`: the same compiled graph (`graph.factory.build_graph`) invoked on a
+- `BareThreads`: the same compiled graph (`graph.agent.build_graph`) invoked on a
   LangGraph checkpointer with an in-memory ledger: no lock, no checks, no attempt log.
 
 If the project's modules move, this module is the one to change.
@@ -62,10 +62,10 @@ def _without_claim_checkpoint() -> Iterator[None]:
     """Opens SQLite stores whose ledger leaves each claim in the `-wal` (before issue 12)."""
     from unittest import mock
 
-    import graph.sqlite_store
-    from graph.ledger import SqlLedger
+    import graph.store.sqlite.open
+    from graph.store.sql.ledger import SqlLedger
 
-    with mock.patch.object(graph.sqlite_store, "SqliteLedger", SqlLedger):
+    with mock.patch.object(graph.store.sqlite.open, "SqliteLedger", SqlLedger):
         yield
 
 
@@ -83,7 +83,7 @@ class OurStore:
     def __init__(self, db: str, model: Any, *, claim_checkpoint: bool = True,
                  max_attempts: int | None = MAX_ATTEMPTS, context_tokens: int | None = None) -> None:
         from graph.settings import Settings
-        from graph.storage import open_store
+        from graph.store import open_store
 
         self._stack = ExitStack()
         with ExitStack() as opening:
@@ -96,8 +96,8 @@ class OurStore:
 
     def step(self, thread_id: str = "t", task: str = "bench") -> None:
         """Advances `thread_id` by one graph invocation (creating it on first use)."""
-        from graph.spec import ThreadSpec
-        from graph.step import StepRequest, advance
+        from graph.settings_spec import ThreadSpec
+        from graph.step.advance import StepRequest, advance
 
         new = thread_id not in self._started
         self._started.add(thread_id)
@@ -127,7 +127,7 @@ class BareThreads:
 
     def __init__(self, checkpointer: Any, model: Any, *, durability: str = "sync",
                  context_tokens: int | None = None, max_attempts: int = MAX_ATTEMPTS) -> None:
-        from graph.factory import build_graph
+        from graph.agent import build_graph
         from tests.memory_ledger import MemoryLedger
 
         self.compiled = build_graph(checkpointer)
@@ -139,7 +139,7 @@ class BareThreads:
 
     def step(self, thread_id: str = "t", task: str = "bench") -> bool:
         """Invokes the graph once on `thread_id`; returns False (invoking nothing) when done."""
-        from graph.state import initial_state
+        from graph.agent_state import initial_state
         from nodes.context import StepContext
 
         config = {"configurable": {"thread_id": thread_id}}

@@ -30,7 +30,7 @@ from bench.scratch import run_prefix, workdir
 LANGGRAPH_PREFIXES = ("checkpoint", "checkpoint_latest", "checkpoint_write", "write_keys_zset")
 """The key prefixes of LangGraph's `RedisSaver`, each followed by `:<thread id>:`."""
 OURS = "mandapi-resume:"
-"""The prefix of this project's keys (`graph.redis_keys.PREFIX`)."""
+"""The prefix of this project's keys (`graph.store.redis.keys.PREFIX`)."""
 LOG = "log"
 """Our attempt log's key kind (`mandapi-resume:log:<thread id>`)."""
 

@@ -6,7 +6,7 @@ Whole processes, one of each per round (the order rotating), in two passes (`--p
 `python -c pass`, `python -c "import langgraph.graph"` (the import floor), a plain
 JSON-file step (load, count, write a temporary file, fsync, rename), ours with
 `--once` on a new thread (the offline demo model), and ours on a thread that is done
-(nothing to do: the quick answer of `graph.poll`, and the full path forced by
+(nothing to do: the quick answer of `graph.store.poll`, and the full path forced by
 `--task`). With `--postgres` (a URL whose user may create databases), the same two
 polls of a done thread in a fresh PostgreSQL database (dropped at the end), and
 `python -c "import psycopg"` (the driver's own import, which the quick answer pays

@@ -57,9 +57,9 @@ def ours(db: str, keep: str, steps: list[int], thread: str = "t",
     """
     from bench.redis_db import AofMeter, thread_sizes
     from graph.settings import Settings
-    from graph.spec import ThreadSpec
-    from graph.step import StepRequest, advance
-    from graph.storage import is_redis, open_store
+    from graph.settings_spec import ThreadSpec
+    from graph.step.advance import StepRequest, advance
+    from graph.store import is_redis, open_store
 
     sizes, done, model = [], 0, ToolLoopModel()
     spec = ThreadSpec(thread, task=TASK, max_attempts=10**6,
@@ -97,8 +97,8 @@ def bare(db: str, steps: list[int]) -> list[int]:
     """Bare LangGraph: `SqliteSaver`, every checkpoint with the whole (uncompacted) list."""
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    from graph.factory import build_graph
-    from graph.state import initial_state
+    from graph.agent import build_graph
+    from graph.agent_state import initial_state
     from nodes.context import StepContext
     from tests.memory_ledger import MemoryLedger
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from graph.cli import Parser, emit, guard, whole_number
 from graph.errors import error_line
-from graph.terminal_text import without_key
+from graph.text import without_key
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,15 +70,15 @@ def main(argv: list[str] | None = None) -> int:
 def _run(parser: Parser, argv: list[str], as_json: bool) -> int:
     args = parser.parse_args(argv)
     from graph.api import Database
-    from graph.batch_run import Progress
     from graph.cli import resolve_db
     from graph.errors import UsageError
+    from graph.fleet.batch import Progress
+    from graph.fleet.request_cap import check_cap_id, check_max_requests
+    from graph.fleet.tasks_file import read_tasks
     from graph.output_file import check_output_path, write_atomic
-    from graph.request_cap import check_cap_id, check_max_requests
     from graph.settings import resolve_settings, scrub_key
-    from graph.spec import check_thread_id
-    from graph.subtasks import parent_result
-    from graph.tasks_file import read_tasks
+    from graph.settings_spec import check_thread_id
+    from graph.threads.subtasks import parent_result
 
     if args.parent is not None:
         check_thread_id(args.parent)
@@ -134,7 +134,7 @@ def _summary(report: Any, progress: Any, cap_id: str, parent: dict[str, Any] | N
     if report.cap_reached:
         emit(f"stopped: request cap {cap_id!r} is full")
     if parent is not None:
-        from graph.subtasks import render_parent
+        from graph.threads.subtasks import render_parent
 
         emit("\n".join(["", *render_parent(parent)]))
     if report.failure is not None and report.exit_code != 0:  # as graph.run: one line on stderr
@@ -144,7 +144,7 @@ def _summary(report: Any, progress: Any, cap_id: str, parent: dict[str, Any] | N
 
 def _enqueue(args: Any, items: list[Any], settings: Any, cap_id: str, as_json: bool) -> int:
     """`--enqueue`: one step job per thread on the queue (`graph.queue.enqueue`); exit 0."""
-    from graph.queue_db import queue_db
+    from graph.fleet.queue_db import queue_db
 
     queue_url = queue_db(settings.db, args.queue_db)  # refused before anything is opened
     from graph.queue import enqueue

@@ -21,7 +21,7 @@ from typing import Any, NoReturn, TextIO
 
 from graph.errors import DatabaseLostError, RunError, SignalledError, UsageError, error_line
 from graph.exitcodes import ErrorCode
-from graph.terminal_text import escape_controls, without_key
+from graph.text import escape_controls, without_key
 
 PROGRAM = "mandapi-resume"
 """The distribution's name, its console script's name and the first word of `--version`."""
@@ -111,7 +111,7 @@ def whole_number(text: str) -> int:
 
     Python's `int()` also takes `1_0`, ` 5`, `+5` and other scripts' digits; a number
     flag takes exactly what a tasks line's JSON integer takes, so run and batch agree.
-    Bounds are `graph.spec.ThreadSpec`'s.
+    Bounds are `graph.settings_spec.ThreadSpec`'s.
 
     Raises:
         argparse.ArgumentTypeError: Anything else (argparse exits 2 with `usage`).
@@ -149,7 +149,7 @@ def resolve_db(flag: str | None, name: str = "--db") -> str:
 def emit(text: str, stream: TextIO | None = None) -> None:
     """Prints `text` and flushes; a closed pipe silences the stream instead of failing.
 
-    Control characters are written as escapes (`graph.terminal_text`): text from a
+    Control characters are written as escapes (`graph.text`): text from a
     reply or a database never drives the reader's terminal. `MANDAPI_API_KEY`'s value,
     wherever it comes from (an argument echoed back, a stored value), is printed as
     `[redacted: API key]` (INVARIANTS I9).
@@ -239,7 +239,7 @@ def known_error(exc: BaseException) -> RunError | None:
             "timeout; any attempt counted before stays counted and nothing was sent "
             "after it: free space or wait, then run the command again",
             error_code=ErrorCode.DB_WRITE_FAILED)
-    from graph.redis_conn import known_redis_error
+    from graph.store.redis.conn import known_redis_error
 
     return _lost_connection(exc) or known_redis_error(exc)
 

@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         from graph.api import Database
         from graph.settings import Settings, check_db_flag
-        from graph.spec import check_thread_id
+        from graph.settings_spec import check_thread_id
 
         check_db_flag(args.source, "--from")
         check_db_flag(args.target, "--to")

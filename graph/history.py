@@ -38,7 +38,7 @@ def _call(call: dict[str, Any]) -> str:
 
 
 def render(history: dict[str, Any]) -> str:
-    """The text report of `graph.thread_history.thread_history`."""
+    """The text report of `graph.threads.history.thread_history`."""
     h = history["header"]
     usage = h["usage"]
     lines = [
@@ -87,7 +87,7 @@ def render(history: dict[str, Any]) -> str:
                      f"{h['keep_checkpoints']} (--keep-checkpoints); the step log above has "
                      "every attempt")
     if history.get("parent_result"):
-        from graph.subtasks import render_parent
+        from graph.threads.subtasks import render_parent
 
         lines += ["", "subtasks of this thread", *render_parent(history["parent_result"])]
     return "\n".join(lines)
@@ -110,7 +110,7 @@ def render_list(threads: list[dict[str, Any]]) -> str:
 
 
 def _render_parent(data: dict[str, Any]) -> str:
-    from graph.subtasks import render_parent
+    from graph.threads.subtasks import render_parent
 
     result = data["parent_result"]
     lines = render_parent(result)
@@ -120,7 +120,7 @@ def _render_parent(data: dict[str, Any]) -> str:
 
 
 def _page(text: str) -> int:
-    from graph.api_store import MAX_CHECKPOINTS_PAGE
+    from graph.api._store import MAX_CHECKPOINTS_PAGE
 
     value = whole_number(text)
     if not 1 <= value <= MAX_CHECKPOINTS_PAGE:
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         from graph.api import Database
         from graph.settings import Settings
-        from graph.spec import check_thread_id
+        from graph.settings_spec import check_thread_id
 
         if args.thread is not None:
             check_thread_id(args.thread)

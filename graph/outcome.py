@@ -123,10 +123,10 @@ class Outcome:
 
         Control characters in values (C1 such as U+009B, bidirectional such as U+202E,
         which `json.dumps` leaves raw) are written as their JSON `\uXXXX` escapes
-        (`graph.terminal_text.escape_controls`): the text decodes to the same values and
+        (`graph.text.escape_controls`): the text decodes to the same values and
         never drives a terminal it is printed on.
         """
-        from graph.terminal_text import escape_controls
+        from graph.text import escape_controls
 
         data = asdict(self)
         data.pop("next_nodes")

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from graph.cli import Parser, emit, guard, resolve_db
 
 if TYPE_CHECKING:
-    from graph.retention import PruneReport
+    from graph.threads.retention import PruneReport
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,8 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         args = parser.parse_args(argv)
         from graph.api import Database
-        from graph.retention import parse_age
         from graph.settings import Settings
+        from graph.threads.retention import parse_age
 
         completed, failed = parse_age(args.completed), parse_age(args.failed)
         with Database(Settings(db=resolve_db(args.db)), source="flags") as db:

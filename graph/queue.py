@@ -16,7 +16,7 @@ whichever it is. A SQLite file is one machine's, so it takes no queue: run the b
 Each job advances its thread by one step through `graph.step.advance` (ledger, identity,
 one writer per thread) and, while the thread can continue, defers the next step. The
 task is async: the blocking step runs in a thread of our own on a store kept for the
-worker's next jobs (`graph.queue_worker`), so steps waiting on the model overlap. Jobs
+worker's next jobs (`graph.fleet.worker`), so steps waiting on the model overlap. Jobs
 carry a procrastinate `lock` keyed by thread id, so a thread's steps run one at a time,
 and a `queueing_lock`, so at most one step of a thread waits in the queue (enqueueing a
 thread twice makes one job chain). Procrastinate retries nothing (`retry=False`): the
@@ -24,7 +24,7 @@ ledger, not the queue, is the budget. A worker killed mid-step leaves its job `d
 which blocks the thread's later jobs until procrastinate's stalled-job recovery (worker
 heartbeats; `recover_stalled`, run every minute as a periodic job) requeues it; the
 requeued step cannot send an uncounted request, because the ledger decides. Job logs
-never show task text (`graph.queue_logs`). Importing this module connects to nothing.
+never show task text (`graph.fleet.queue_logs`). Importing this module connects to nothing.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from procrastinate import App, PsycopgConnector, exceptions
 from procrastinate.app import WorkerOptions
 from typing_extensions import Unpack
 
-from graph.queue_db import QUEUE_DB_ENV, check_worker, connect_queue, env_seconds, queue_db
+from graph.fleet.queue_db import QUEUE_DB_ENV, check_worker, connect_queue, env_seconds, queue_db
 
 HEARTBEAT_ENV, STALLED_ENV = "GRAPH_QUEUE_HEARTBEAT_S", "GRAPH_QUEUE_STALLED_S"
 """How often a worker reports it is alive (seconds, default 5), and how long a silent
@@ -73,9 +73,9 @@ class QueueApp(App):
         return super().open_async(pool)
 
     async def run_worker_async(self, **kwargs: Unpack[WorkerOptions]) -> None:
-        """Runs a worker (`App.run_worker_async`); see `graph.queue_logs` and `graph.queue_worker`."""
-        from graph.queue_logs import redact_procrastinate
-        from graph.queue_worker import close_pools, warm_up
+        """Runs a worker (`App.run_worker_async`); see `graph.fleet.queue_logs` and `graph.fleet.worker`."""
+        from graph.fleet.queue_logs import redact_procrastinate
+        from graph.fleet.worker import close_pools, warm_up
 
         check_worker(self.queue_url)  # before any job is taken
         warm_up()
@@ -93,9 +93,9 @@ def make_app(db: str | None = None) -> QueueApp:
     `db` defaults to `$GRAPH_QUEUE_DB`, else `$GRAPH_DB` (the checkpoints' database).
 
     Also keeps task text out of procrastinate's job records from here on
-    (`graph.queue_logs.redact_procrastinate`).
+    (`graph.fleet.queue_logs.redact_procrastinate`).
     """
-    from graph.queue_logs import ADVANCE_TASK, redact_procrastinate
+    from graph.fleet.queue_logs import ADVANCE_TASK, redact_procrastinate
 
     redact_procrastinate()
     url = db or os.environ.get(QUEUE_DB_ENV) or os.environ.get("GRAPH_DB", "")
@@ -123,15 +123,15 @@ def make_app(db: str | None = None) -> QueueApp:
 
 async def _advance(context: Any, thread_id: str, fields: dict[str, Any], live: bool,
                    cap_id: str | None, store_id: str | None) -> dict[str, Any]:
-    """One step of one thread in a step thread (`graph.queue_worker`); queues the next step.
+    """One step of one thread in a step thread (`graph.fleet.worker`); queues the next step.
 
     Returns:
-        The job's result (`graph.queue_worker.RESULT_KEYS` of the step's outcome).
+        The job's result (`graph.fleet.worker.RESULT_KEYS` of the step's outcome).
     """
     import time
 
-    from graph.queue_logs import log_step
-    from graph.queue_worker import STEP_THREADS, run_step
+    from graph.fleet.queue_logs import log_step
+    from graph.fleet.worker import STEP_THREADS, run_step
 
     start = time.monotonic()
     report = await asyncio.get_running_loop().run_in_executor(
@@ -155,7 +155,7 @@ def _next_step(app: App, thread_id: str, queue: str, delay_s: float = 0.0) -> An
     second job of the thread out of the queue while one waits (deferring it raises
     `AlreadyEnqueued`), so enqueueing a thread twice never makes two job chains.
     """
-    from graph.queue_logs import ADVANCE_TASK
+    from graph.fleet.queue_logs import ADVANCE_TASK
 
     return app.configure_task(ADVANCE_TASK, lock=thread_id, queueing_lock=f"thread:{thread_id}",
                               queue=queue, schedule_in={"seconds": delay_s} if delay_s else None)
@@ -205,7 +205,7 @@ def ensure_schema(db: str) -> None:
         UsageError: `db_unreachable` (exit 2): the queue's database cannot be reached, or
             its URL is not one psycopg can use.
     """
-    from graph.pg_locks import advisory_lock
+    from graph.store.postgres.locks import advisory_lock
 
     with connect_queue(db) as conn, advisory_lock(conn, _SCHEMA_LOCK, what="queue schema"):
         row = conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()
@@ -240,7 +240,7 @@ def enqueue(db: str, items: list[Any], *, live: bool, cap_id: str | None,
 
     Args:
         db: The checkpoint database (PostgreSQL or Redis).
-        items: The checked tasks lines (`graph.tasks_file.read_tasks`), one job each.
+        items: The checked tasks lines (`graph.fleet.tasks_file.read_tasks`), one job each.
         live: Whether the jobs may send paid requests (`--live`).
         cap_id: The batch's request cap (`--batch-id`), or None.
         max_requests: The cap's maximum (`--max-requests`), or None.
@@ -250,10 +250,10 @@ def enqueue(db: str, items: list[Any], *, live: bool, cap_id: str | None,
     Raises:
         graph.errors.UsageError: No PostgreSQL queue, or a SQLite `db` (`queue_db`).
         graph.errors.RefusedError: `identity_mismatch` when the cap exists with another
-            maximum (`graph.request_cap.open_cap`).
+            maximum (`graph.fleet.request_cap.open_cap`).
     """
-    from graph.request_cap import open_cap
-    from graph.storage import open_store
+    from graph.fleet.request_cap import open_cap
+    from graph.store import open_store
 
     url = queue_db(db, queue_url)
     connect_queue(url).close()  # reachable, before anything is written anywhere

@@ -35,7 +35,7 @@ from graph.outcome import Outcome
 
 if TYPE_CHECKING:
     from graph.settings import Settings
-    from graph.step import StepRequest
+    from graph.step.advance import StepRequest
 
 
 def _parser() -> Parser:
@@ -110,7 +110,7 @@ def run(argv: list[str] | None = None, **step_kwargs: Any) -> Outcome:
     try:
         parser = _parser()
         args = parser.parse_args(argv)
-        from graph.spec import check_thread_id
+        from graph.settings_spec import check_thread_id
 
         thread_id = check_thread_id(args.thread)
         quick = _quick_answer(parser, args, thread_id)
@@ -138,7 +138,7 @@ _QUICK_FLAGS = frozenset({"thread", "once", "json", "db", "timeout"})
 
 
 def _quick_answer(parser: Parser, args: argparse.Namespace, thread_id: str) -> Outcome | None:
-    """The answer of `graph.poll` (no LangGraph import), or None for the full path.
+    """The answer of `graph.store.poll` (no LangGraph import), or None for the full path.
 
     Only when every other flag is at its default: a task, model, limit, folder,
     `--live`, `--cancel` or a decision must be checked against the thread; and not for
@@ -149,8 +149,8 @@ def _quick_answer(parser: Parser, args: argparse.Namespace, thread_id: str) -> O
         return None
     if args.db and "://" in args.db and _has_password(args.db):
         return None
-    from graph.poll import quick_answer
     from graph.settings import resolve_settings
+    from graph.store.poll import quick_answer
 
     try:
         settings = resolve_settings(db=args.db, live=False, timeout_s=args.timeout)
@@ -163,11 +163,11 @@ def _request(args: argparse.Namespace) -> StepRequest:
     """The step request of the parsed flags: the thread's spec (checked) and the mode.
 
     Raises:
-        UsageError: An invalid setting (`graph.spec.ThreadSpec`), or flags that do not
+        UsageError: An invalid setting (`graph.settings_spec.ThreadSpec`), or flags that do not
             go together.
     """
-    from graph.spec import ThreadSpec
-    from graph.step import StepRequest
+    from graph.settings_spec import ThreadSpec
+    from graph.step.advance import StepRequest
 
     spec = ThreadSpec(thread_id=args.thread, task=args.task, model=args.model,
                       max_attempts=args.max_attempts, max_tokens=args.max_tokens,
@@ -192,8 +192,8 @@ def _settings(args: argparse.Namespace) -> Settings:
             `--live` when the SQLite file does not exist (before it is created).
     """
     from graph.settings import resolve_settings
-    from graph.spec import check_paid
-    from graph.storage import is_postgres, is_redis
+    from graph.settings_spec import check_paid
+    from graph.store import is_postgres, is_redis
     from nodes.demo_model import DEMO_MODEL_ID
 
     if args.db and "://" in args.db and _has_password(args.db):
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     except Finished as done:  # --version was printed
         return done.code
     except (KeyboardInterrupt, _Interrupted):
-        from graph.interrupted import interrupted_outcome
+        from graph.cli_interrupted import interrupted_outcome
 
         outcome = interrupted_outcome(argv, _thread_of(argv))  # the thread as it stands
     except Exception as exc:  # a bug: report it in the promised shape, then fail

@@ -2,7 +2,7 @@
 
 Nodes never read the environment; they get what this module resolved through the
 runtime context. A thread's own fixed settings (task, model, limits, folders) are
-`graph.spec.ThreadSpec`.
+`graph.settings_spec.ThreadSpec`.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from graph.errors import UsageError
-from graph.spec import Source, live_name, setting_name
+from graph.settings_spec import Source, live_name, setting_name
+from graph.settings_values import MODEL_ID_RE, check_model_id
 from graph.tracing import check_trace
-from graph.value_checks import MODEL_ID_RE, check_model_id
 from nodes.mandapi_defaults import DEFAULT_BASE_URL
 
 DB_ENV = "GRAPH_DB"

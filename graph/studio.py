@@ -33,16 +33,16 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
+from graph.checkpoints.updates import check_edited
 from graph.errors import RefusedError, UsageError
 from graph.exitcodes import ErrorCode
-from graph.state_updates import check_edited
 from nodes.context import LedgerEntry
 from nodes.request import PreparedRequests
 from nodes.state import ThreadState
 
 if TYPE_CHECKING:
-    from graph.database import Store
     from graph.settings import Settings
+    from graph.store.base import Store
     from nodes.context import ChatModel, NodeContext
 
 
@@ -98,7 +98,7 @@ class StudioContext:
     @contextmanager
     def store(self, *, create: bool = False) -> Iterator[Store]:
         """The ledger's database, open for one use."""
-        from graph.storage import open_store
+        from graph.store import open_store
 
         with open_store(self.settings.db, create=create) as store:
             yield store
@@ -139,8 +139,8 @@ class StudioContext:
 
     @cached_property
     def model(self) -> ChatModel:
-        """The thread's own model (`graph.models.make_model`)."""
-        from graph.models import make_model
+        """The thread's own model (`graph.step.models.make_model`)."""
+        from graph.step.models import make_model
 
         return make_model(self._bound()[1], self.settings)
 
@@ -237,8 +237,8 @@ def create_node(state: _CreateState, runtime: Runtime[StudioContext],
             `pruned`.
         UsageError: An invalid task or limit; a paid model without `live`.
     """
-    from graph.spec import ThreadSpec
-    from graph.thread_checks import check_unstarted
+    from graph.checkpoints.thread_checks import check_unstarted
+    from graph.settings_spec import ThreadSpec
 
     thread_id = config["configurable"]["thread_id"]
     context = runtime.context
@@ -254,7 +254,7 @@ def create_node(state: _CreateState, runtime: Runtime[StudioContext],
     created = spec.new_thread_state(context.settings,
                                     datetime.now(UTC).isoformat(timespec="seconds"))
     with context.store(create=True) as store:
-        from graph.thread_checks import check_tombstone
+        from graph.checkpoints.thread_checks import check_tombstone
 
         check_tombstone(store, thread_id, task=spec.task, restart=False)
         check_unstarted(store.ledger.read(thread_id), store.location, thread_id)
@@ -269,7 +269,7 @@ def studio_graph() -> Any:
     gets a `StudioContext` from its `context` (plain fields), which `Studio`'s
     assistant form shows from the graph's context schema.
     """
-    from graph.factory import build_graph
+    from graph.agent import build_graph
     from graph.studio_review import studio_tools_node
     from nodes.tools import tools_node
 

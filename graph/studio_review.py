@@ -4,7 +4,7 @@ In Studio the thread pauses in the tools node with one `interrupt()` listing eac
 call (id, tool, canonical arguments, hash), like the command line. The person resumes
 it with `{"approve": [CALL_ID, ...], "reject": [CALL_ID, ...], "reason": "..."}`,
 deciding every paused call at once. The decisions go through the same functions as
-`graph.run --approve/--reject` (`graph.approvals`): recorded with the argument hash in
+`graph.run --approve/--reject` (`graph.step.approvals`): recorded with the argument hash in
 the context's database, approved writes applied there at most once in effect, before
 the model sees their results. No model request is made by a resume.
 """
@@ -46,9 +46,9 @@ def studio_tools_node(state: ThreadState, runtime: Runtime[StudioContext]) -> Th
     node pauses again with the same calls and an `error` saying what was wrong.
 
     Raises:
-        RefusedError: `tampered`, `conflict` (as `graph.approvals`).
+        RefusedError: `tampered`, `conflict` (as `graph.step.approvals`).
     """
-    from graph.approvals import apply_approved, decide
+    from graph.step.approvals import apply_approved, decide
 
     ctx = runtime.context
     calls = open_calls_of_last(state["messages"])

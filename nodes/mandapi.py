@@ -1,7 +1,7 @@
 """The MandAPI chat-completions client (OpenAI-compatible), over an injected httpx client.
 
 One `complete` call is one HTTP request: no retries here (the injected client is built
-with `retries=0`, see `graph.models`), and every failure becomes a
+with `retries=0`, see `graph.step.models`), and every failure becomes a
 `ModelRequestError` whose message names the endpoint and status (with the server's own
 message, sanitized: `nodes.server_errors`), never the headers or the API key
 (INVARIANTS I3, I9).

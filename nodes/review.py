@@ -3,7 +3,7 @@
 The tools node never writes: a write call that could never be applied (bad or
 ambiguous arguments, a path outside the writable folder) is a tool error at once;
 the others pause the thread, and their results come from the reviewer's decisions
-(see `graph.approvals`).
+(see `graph.step.approvals`).
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def review(calls: list[dict[str, Any]]) -> dict[str, str]:
     One LangGraph `interrupt()` per assistant message, listing every write call with
     its id, tool, canonical arguments (exactly what the hash covers and what an
     approval applies) and argument hash. The resume value must decide exactly those
-    calls with exactly those hashes (see `graph.approvals`).
+    calls with exactly those hashes (see `graph.step.approvals`).
 
     Raises:
         ApprovalMismatch: The decisions name other calls or other hashes.

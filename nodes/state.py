@@ -18,7 +18,7 @@ SCHEMA_VERSION = 6
 History: v1 (first release); v2 adds `thread.graph`; v3 adds `thread.workspace`,
 `thread.max_tokens` and `thread.context_tokens`; v4 adds `thread.allow_writes`; v5 adds
 `thread.thread_id`, binding the stored state to its thread; v6 adds
-`thread.keep_checkpoints`. Older versions migrate on load (`graph.migrations`); each
+`thread.keep_checkpoints`. Older versions migrate on load (`graph.checkpoints.migrations`); each
 version has a fixture database in `tests/fixtures/`.
 """
 
@@ -127,7 +127,7 @@ def append_messages(left: list[Message], right: Any) -> list[Message]:
     New messages must be dicts with a text `role`: an update in another shape (LangGraph's
     `{"type": "human"}` messages, `["user", "..."]` pairs, a bare string, which would be
     split into characters) fails `update_state` and is not stored. The full check of
-    roles and pairing is `graph.integrity.check_messages`, run on load.
+    roles and pairing is `graph.checkpoints.integrity.check_messages`, run on load.
 
     Raises:
         ValueError: An `EDIT` piece names a slice the stored list does not have; a new

@@ -1,7 +1,7 @@
 """Write tools behind human review: specs, argument hashes, and the confined atomic write.
 
 The tools node never writes: it pauses the thread for review (`interrupt`), and only
-an approval (see `graph.approvals`) applies an approved call, through `apply_write`.
+an approval (see `graph.step.approvals`) applies an approved call, through `apply_write`.
 """
 
 from __future__ import annotations

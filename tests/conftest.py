@@ -262,7 +262,7 @@ class SqliteBackend:
 
     def edit_values(self, thread_id: str, edit: Any) -> None:
         """Applies `edit(channel_values)` to the latest checkpoint, with valid checksums."""
-        from graph.serde import make_serde
+        from graph.store.serde import make_serde
 
         serde = make_serde()
         checkpoint = serde.loads_typed(self.get_raw(thread_id, ""))
@@ -360,7 +360,7 @@ class PostgresBackend:
 
     def edit_values(self, thread_id: str, edit: Any) -> None:
         """Applies `edit(values)` to the latest channel blobs, with valid checksums."""
-        from graph.serde import make_serde
+        from graph.store.serde import make_serde
 
         serde = make_serde()
         channels = ("thread", "messages", "progress")

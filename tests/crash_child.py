@@ -42,7 +42,7 @@ each period), so a hang in CI says where it waits."""
 
 LEASE_ENV = "TEST_REDIS_LEASE_MS"
 """When set, a Redis writer lease of that many milliseconds (a killed holder blocks less),
-and a set-up lock of `SHORT_SETUP_S` (`graph.redis_store.SETUP_TIMEOUT_S`)."""
+and a set-up lock of `SHORT_SETUP_S` (`graph.store.redis.open.SETUP_TIMEOUT_S`)."""
 
 SHORT_SETUP_S = 5.0
 """The Redis set-up lock's lease in children with a short writer lease. Every open that may
@@ -50,17 +50,18 @@ write takes it around `RedisSaver.setup()` (milliseconds once the indexes exist)
 killed inside it made the next run wait out the default 60 s; a live holder is never near 5 s,
 and two set-ups at once only both find the indexes there."""
 
-PRELOAD = ["graph.run", "graph.step", "graph.approvals", "graph.storage", "graph.sqlite_store",
-           "graph.postgres_store", "nodes.mandapi", "langgraph.checkpoint.sqlite",
-           "langgraph.checkpoint.postgres", "psycopg", "graph.redis_store", "graph.prune",
+PRELOAD = ["graph.run", "graph.step.advance", "graph.step.approvals", "graph.store",
+           "graph.store.sqlite.open",
+           "graph.store.postgres.open", "nodes.mandapi", "langgraph.checkpoint.sqlite",
+           "langgraph.checkpoint.postgres", "psycopg", "graph.store.redis.open", "graph.prune",
            "langgraph.checkpoint.redis", "redis", "httpx", "tests.crash_child",
            # imported on first use inside a run: without them every child imports them again
            # (about 0.1 s per child, 0.2 s on a loaded 2-core host)
-           "graph.api", "graph.verification", "graph.redis_saver", "redis.commands.json",
+           "graph.api", "graph.threads.verification", "graph.store.redis.saver", "redis.commands.json",
            "httpcore", "h11", "langchain_core.tracers.stdout",
            "langchain_core.tracers.run_collector", "langchain_core.tracers.context",
            "encodings.unicode_escape", "snowballstemmer", "nodes.demo_model",
-           "graph.interrupted", "tests.redis_child"]
+           "graph.cli_interrupted", "tests.redis_child"]
 """Modules the forkserver imports once, so that a child forked from it imports nothing a
 run needs (checked with `sys.modules` before and after `graph.run.main` on each backend),
 but `rank_bm25` and numpy, which a run that ranks imports: a forkserver holding numpy (and
@@ -72,11 +73,11 @@ def _die() -> None:
 
 
 def _patch(kill_at: str) -> None:
-    from graph.ledger import SqlLedger
+    from graph.store.sql.ledger import SqlLedger
 
     ledgers: list[Any] = [SqlLedger]
     try:
-        from graph.redis_ledger import RedisLedger
+        from graph.store.redis.ledger import RedisLedger
 
         ledgers.append(RedisLedger)
     except ImportError:  # without the redis extra
@@ -151,7 +152,7 @@ def _patch_rest(kill_at: str, claimed: list[bool]) -> None:
 
             saver.put_writes, saver.put = put_writes, put  # type: ignore[method-assign]
 
-    import graph.checkpoint_window as window
+    import graph.store.sql.window as window
 
     execute = window.execute
 
@@ -164,7 +165,7 @@ def _patch_rest(kill_at: str, claimed: list[bool]) -> None:
 
     window.execute = patched_execute  # type: ignore[assignment]
 
-    import graph.approvals as approvals
+    import graph.step.approvals as approvals
 
     write, mark = approvals.atomic_write, approvals.SqlApprovals.mark_applied
 
@@ -188,7 +189,7 @@ def _patch_redis(kill_at: str) -> None:
     """The Redis-only kill points (`REDIS_KILL_POINTS`)."""
     import redis.connection
 
-    from graph.redis_ledger import RedisLedger
+    from graph.store.redis.ledger import RedisLedger
 
     send, make_durable = redis.connection.AbstractConnection.send_packed_command, \
         RedisLedger.make_durable
@@ -212,12 +213,12 @@ def _short_lease(lease_ms: str | None) -> None:
     """A Redis writer lease of `lease_ms` for every lock this process takes, and a set-up
     lock of `SHORT_SETUP_S`."""
     if lease_ms:
-        import graph.redis_store
-        from graph.redis_locks import RedisThreadLocks
+        import graph.store.redis.open
+        from graph.store.redis.locks import RedisThreadLocks
 
         defaults = RedisThreadLocks.__init__.__kwdefaults__ or {}
         defaults["lease_ms"] = int(lease_ms)
-        graph.redis_store.SETUP_TIMEOUT_S = SHORT_SETUP_S
+        graph.store.redis.open.SETUP_TIMEOUT_S = SHORT_SETUP_S
 
 
 def child_main(argv: list[str], kill_at: str | None, env: dict[str, str], cwd: str,

@@ -6,7 +6,7 @@ and a scripted model client (a queue of replies and a record of requests; a requ
 beyond the script fails the test). Every request is checked against the ledger as it
 is made: it must carry its own claimed attempt (INVARIANTS I1, I3).
 
-It drives the graph directly, the way `graph.step` does (`durability="sync"`, input
+It drives the graph directly, the way `graph.step.advance` does (`durability="sync"`, input
 only when the thread is created, `None` to continue), without the step's locks,
 load-time checks or attempt log. Use the CLI tests for those.
 """
@@ -18,8 +18,8 @@ from typing import Any
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.runtime import Runtime
 
-from graph.factory import build_graph
-from graph.state import initial_state
+from graph.agent import build_graph
+from graph.agent_state import initial_state
 from nodes.context import ChatModel, ModelReply, NoModel, StepContext
 from tests.fakes import RecordingLog, ScriptedModel
 from tests.memory_ledger import MemoryLedger
@@ -81,7 +81,7 @@ class GraphHarness:
         ledger: The in-memory attempt ledger.
         model: The scripted model client; add replies with `script`.
         log: The attempt log rows the nodes recorded.
-        graph: The compiled graph (`graph.factory.build_graph`).
+        graph: The compiled graph (`graph.agent.build_graph`).
     """
 
     def __init__(self, thread_id: str = "t1") -> None:

@@ -1,4 +1,4 @@
-"""An attempt ledger in memory, with the rules of the SQL ledger (`graph.ledger.SqlLedger`).
+"""An attempt ledger in memory, with the rules of the SQL ledger (`graph.store.sql.ledger.SqlLedger`).
 
 It satisfies the `AttemptLedger` protocol the nodes use through the runtime context
 (`nodes.context`), plus the few operations the step uses around it (`create`, `read`,

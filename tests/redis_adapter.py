@@ -3,7 +3,7 @@
 Tests run one at a time, so each Redis-param test gets a clean database by `FLUSHALL`
 on the session server (`tests.redis_server.redis_server`); the flush also drops
 LangGraph's search indexes, which the product's first writer sets up again
-(`graph.redis_store.open_redis`), as a new SQLite file or PostgreSQL database would be.
+(`graph.store.redis.open.open_redis`), as a new SQLite file or PostgreSQL database would be.
 The methods mirror `SqliteBackend` and `PostgresBackend` of `tests/conftest.py` over
 keys instead of rows: the ledger hash, every key and value, and the channel values
 inline in `RedisSaver`'s latest checkpoint document.
@@ -17,7 +17,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from graph import redis_keys
+from graph.store.redis import keys as redis_keys
 
 _UNCOUNTED = (redis_keys.FSYNC.encode(),)
 """Keys written by reads too (the durability probe's counter), left out of comparisons."""
@@ -29,7 +29,7 @@ class RedisBackend:
     name = "redis"
 
     def __init__(self, url: str) -> None:
-        from graph.redis_conn import connect
+        from graph.store.redis.conn import connect
 
         self.db = url
         self._client = connect(url)
@@ -104,7 +104,7 @@ class RedisBackend:
         self._client.delete(redis_keys.ledger_key(thread_id))
 
     def _saver(self) -> Any:
-        from graph.redis_saver import redis_saver
+        from graph.store.redis.saver import redis_saver
 
         return redis_saver(self._client)
 
@@ -147,8 +147,8 @@ def latest_key(client: Any, thread_id: str) -> bytes:
 
 def reseal_redis(client: Any, thread_id: str) -> None:
     """Sets the digest of `thread_id`'s latest checkpoint (on `client`) to what is stored now."""
-    from graph.digest import checkpoint_digest
-    from graph.redis_saver import redis_saver
+    from graph.store.digest import checkpoint_digest
+    from graph.store.redis.saver import redis_saver
 
     saver = redis_saver(client)
     key = latest_key(client, thread_id)

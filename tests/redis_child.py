@@ -29,9 +29,9 @@ from collections.abc import Callable
 from typing import Any
 
 from graph.errors import RunError
-from graph.redis_conn import connect
-from graph.redis_ledger import RedisLedger
-from graph.redis_locks import RedisThreadLocks
+from graph.store.redis.conn import connect
+from graph.store.redis.ledger import RedisLedger
+from graph.store.redis.locks import RedisThreadLocks
 
 Say = Callable[..., None]
 

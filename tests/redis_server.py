@@ -329,8 +329,8 @@ def redis_url(redis_server: RedisServer) -> str:
 
 @pytest.fixture
 def redis_client(redis_url: str) -> Iterator[Any]:
-    """A client of the session server (`graph.redis_conn.connect`), closed after the test."""
-    from graph.redis_conn import connect
+    """A client of the session server (`graph.store.redis.conn.connect`), closed after the test."""
+    from graph.store.redis.conn import connect
 
     client = connect(redis_url)
     yield client

@@ -12,13 +12,13 @@ from typing import Any
 
 def reseal(db: str, thread_id: str) -> None:
     """Sets the digest of `thread_id`'s latest checkpoint to match what is stored now."""
-    from graph.digest import SqlDigests, checkpoint_digest
-    from graph.serde import CheckpointIntegrityError, make_serde
-    from graph.sql import PostgresSql, SqliteSql
-    from graph.storage import is_postgres
+    from graph.store import is_postgres
+    from graph.store.digest import SqlDigests, checkpoint_digest
+    from graph.store.serde import CheckpointIntegrityError, make_serde
+    from graph.store.sql.conn import PostgresSql, SqliteSql
 
     if db.startswith(("redis://", "rediss://", "unix://")):
-        from graph.redis_conn import connect
+        from graph.store.redis.conn import connect
         from tests.redis_adapter import reseal_redis
 
         with connect(db) as client:
@@ -65,7 +65,7 @@ def checksummed_dumps(obj: Any) -> tuple[str, bytes]:
 
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-    from graph.serde import MAGIC
+    from graph.store.serde import MAGIC
 
     type_, data = JsonPlusSerializer(pickle_fallback=False).dumps_typed(obj)
     return type_, MAGIC + hashlib.sha256(type_.encode() + b"\0" + data).digest() + data

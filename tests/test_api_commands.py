@@ -11,8 +11,8 @@ import pytest
 
 from graph.api import Candidate, RefusedError, open_database, verify_database
 from graph.exitcodes import ErrorCode, ExitCode
+from graph.fleet.tasks_file import read_tasks
 from graph.prune import main as prune_main
-from graph.tasks_file import read_tasks
 from graph.verify import main as verify_main
 
 TASK = "How long does shipping take at the demo shop?"

@@ -20,10 +20,10 @@ import pytest
 from graph.api import Database, open_database, verify_database
 from graph.errors import UsageError
 from graph.exitcodes import ErrorCode, ExitCode
+from graph.fleet.tasks_file import BatchItem
 from graph.settings import Settings
-from graph.spec import ThreadSpec
-from graph.step import StepRequest
-from graph.tasks_file import BatchItem
+from graph.settings_spec import ThreadSpec
+from graph.step.advance import StepRequest
 
 TASK = "How long does shipping take at the demo shop?"
 

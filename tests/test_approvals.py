@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from graph.history import main as history_main
-from graph.storage import open_store
+from graph.store import open_store
 from nodes.context import ModelReply
 from tests.conftest import run_cli, subprocess_env
 from tests.crash_child import WRITE_KILL_POINTS, child_main
@@ -172,7 +172,7 @@ def test_paths_outside_the_writable_folder_are_never_touched(backend, out_dir: P
     assert out["exit_code"] == 0 and out["status"] != "awaiting_approval", out
     assert not (tmp_path / "escape.txt").exists() and not Path("/tmp/abs.txt").exists()
     with open_store(backend.db, create=False) as store:
-        from graph.factory import build_graph
+        from graph.agent import build_graph
 
         values = build_graph(store.checkpointer).get_state(
             {"configurable": {"thread_id": "e"}}).values
@@ -194,7 +194,7 @@ def test_without_allow_writes_no_write_tool_exists(backend) -> None:
 
 @pytest.mark.sql_only(
     "the kill points hook SQL savers and tables (tests/crash_child.py), and a killed holder's Redis "
-    "lease keeps the thread busy until it runs out (graph.redis_locks, deliberate); Redis: tests/test"
+    "lease keeps the thread busy until it runs out (graph.store.redis.locks, deliberate); Redis: tests/test"
     "_concurrency.py::test_a_killed_redis_holders_lease_is_taken_over_after_it_runs_out_and_not_"
     "before, "
     "tests/test_redis_saver.py::test_a_put_killed_after_its_digest_leaves_the_thread_resumable")
@@ -222,7 +222,7 @@ def test_sigkill_during_an_approved_write_applies_it_exactly_once(
 
 
 def test_history_shows_each_decision(backend, out_dir: Path) -> None:
-    from graph.thread_history import thread_history
+    from graph.threads.history import thread_history
 
     waiting_thread(backend, out_dir)
     run_cli(["--thread", "w", "--approve", "w1", "--db", backend.db])

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from graph.storage import open_store
-from graph.thread_history import thread_history
+from graph.store import open_store
+from graph.threads.history import thread_history
 from tests.conftest import run_cli
 from tests.test_approvals import TASK, Writer
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from graph.attempt_log import SqlAttemptLog
 from graph.errors import RefusedError
-from graph.storage import open_store
+from graph.store import open_store
+from graph.store.sql.attempt_log import SqlAttemptLog
 from tests.conftest import run_cli
 
 TASK = "How long does shipping take at the demo shop?"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from graph.batch import main as batch_main
-from graph.storage import open_store
+from graph.store import open_store
 from tests.conftest import subprocess_env
 from tests.fakes import NeverFinishes
 from tests.forked import ForkedProcess, forkserver
@@ -78,10 +78,10 @@ def test_subtasks_get_derived_ids_and_the_parent_lists_answers_in_order(backend,
 
 
 def test_parent_wide_cap_is_charged_for_every_subtask_request(backend, tmp_path) -> None:
-    from graph.batch_run import run_batch
+    from graph.fleet.batch import run_batch
+    from graph.fleet.tasks_file import read_tasks
     from graph.settings import resolve_settings
-    from graph.storage import open_store
-    from graph.tasks_file import read_tasks
+    from graph.store import open_store
 
     path = tasks_file(tmp_path, [{"task": TASK}] * 3, "sub.jsonl")
     model = NeverFinishes()

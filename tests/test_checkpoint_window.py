@@ -13,8 +13,8 @@ import pytest
 from graph.copy import main as copy_main
 from graph.history import main as history_main
 from graph.prune import main as prune_main
-from graph.storage import is_redis, open_store
-from graph.thread_history import thread_history
+from graph.store import is_redis, open_store
+from graph.threads.history import thread_history
 from graph.verify import verify
 from nodes.context import NoAttemptLog, StepContext
 from nodes.state import DEFAULT_KEEP_CHECKPOINTS, SCHEMA_VERSION
@@ -43,7 +43,7 @@ def _rows(backend: Any, sql: str, params: tuple = ()) -> list[tuple]:
 
 def _redis_stored(backend: Any, thread_id: str) -> dict[str, Any]:
     """`stored` on Redis: ids in the keys of LangGraph's documents and of our digest hashes."""
-    from graph.redis_conn import connect
+    from graph.store.redis.conn import connect
 
     def ids(pattern: str, cut: Any) -> set[str]:
         with connect(backend.db) as client:

@@ -1,6 +1,6 @@
 """The claim's own commit skips its `-wal` sync; every other commit keeps `synchronous=FULL`.
 
-The claim's `TRUNCATE` checkpoint (`graph.sqlite_ledger`) syncs the `-wal` and the
+The claim's `TRUNCATE` checkpoint (`graph.store.sqlite.ledger`) syncs the `-wal` and the
 database file before the request leaves, so the claim's commit needs no sync of its
 own; nothing else may ever commit with less than `FULL`.
 """
@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from graph.settings import Settings
-from graph.spec import ThreadSpec
-from graph.step import StepRequest, advance
-from graph.storage import open_store
+from graph.settings_spec import ThreadSpec
+from graph.step.advance import StepRequest, advance
+from graph.store import open_store
 from tests.fakes import NeverFinishes
 
 FULL = 2

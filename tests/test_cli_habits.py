@@ -97,7 +97,7 @@ class Terminal(io.StringIO):
 
 
 def test_batch_progress_has_rate_and_time_left_on_a_terminal_and_plain_lines_otherwise() -> None:
-    from graph.batch_run import Progress
+    from graph.fleet.batch import Progress
 
     outcomes = [Outcome(f"t{i}", status="done") for i in range(3)]
     terminal, plain, quiet = Terminal(), io.StringIO(), Terminal()

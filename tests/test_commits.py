@@ -2,7 +2,7 @@
 
 Commits are counted from the `-wal` file: each commit ends with a commit frame (a frame
 whose header names the database size after the commit). The claim's checkpoint
-(`graph.sqlite_ledger`) empties the `-wal`, so its commit frames are tallied just
+(`graph.store.sqlite.ledger`) empties the `-wal`, so its commit frames are tallied just
 before it; automatic checkpoints are switched off so nothing else rewinds the `-wal`.
 """
 
@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from graph.settings import Settings
-from graph.spec import ThreadSpec
-from graph.sqlite_ledger import SqliteLedger
-from graph.step import StepRequest, advance
-from graph.storage import open_store
+from graph.settings_spec import ThreadSpec
+from graph.step.advance import StepRequest, advance
+from graph.store import open_store
+from graph.store.sqlite.ledger import SqliteLedger
 from tests.fakes import NeverFinishes, ScriptedModel
 
 COMMITS_PER_STEP = 4
@@ -80,7 +80,7 @@ def test_a_step_commits_at_most_four_times_on_sqlite(tmp_path: Path,
         store.sql.run("PRAGMA wal_autocheckpoint = 0")
         counter = CommitCounter(store, db, monkeypatch)
         # A maximum above the steps measured: the step that ends a thread also writes its
-        # summary for the quick answer (graph.finished), one commit more, checked below.
+        # summary for the quick answer (graph.step.finished), one commit more, checked below.
         # `all`: no window trim either (a trimming step is measured below).
         _step(store, model, task="How long does shipping take?", max_attempts=5, keep="all")
         per_step = []

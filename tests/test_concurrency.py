@@ -4,7 +4,7 @@ The `graph.run` tests run on SQLite, PostgreSQL and Redis, each `python -m graph
 process forked from a preloaded forkserver (`tests/forked.py`), so a run costs no
 interpreter start. Where the backends differ, the test says so: a SQL lock dies with its
 process, so after `kill -9` of the holder the thread resumes at once; a Redis writer lease
-outlives a killed holder until it runs out (`graph.redis_locks`, deliberate), so the
+outlives a killed holder until it runs out (`graph.store.redis.locks`, deliberate), so the
 thread stays busy.
 
 The lease tests at the end are Redis only, because only Redis has leases: real processes
@@ -143,7 +143,7 @@ def client(redis_client: Any) -> Any:
 
 @pytest.fixture
 def ledger(client: Any, redis_url: str) -> Any:
-    from graph.redis_ledger import RedisLedger
+    from graph.store.redis.ledger import RedisLedger
 
     return RedisLedger(client, redis_url)
 
@@ -249,8 +249,8 @@ def test_eight_processes_on_one_redis_thread_one_holds_its_lease_the_others_exit
 def test_a_redis_holder_paused_past_its_lease_can_never_count_or_claim(
         client: Any, ledger: Any, redis_url: str, operation: str, taken_over: bool,
         server: Any) -> None:
-    from graph.redis_keys import lock_key
-    from graph.redis_locks import RedisThreadLocks
+    from graph.store.redis.keys import lock_key
+    from graph.store.redis.locks import RedisThreadLocks
 
     thread_id = f"t-{uuid.uuid4().hex}"
     ledger.create(thread_id, 4)
@@ -280,9 +280,9 @@ class _nothing:  # noqa: N801 - reads as a context manager at its one use
 
 def test_the_new_redis_holder_uses_the_paused_holders_counted_attempt_once(
         ledger: Any, client: Any, redis_url: str, server: Any) -> None:
-    from graph.redis_keys import lock_key
-    from graph.redis_ledger import RedisLedger
-    from graph.redis_locks import RedisThreadLocks
+    from graph.store.redis.keys import lock_key
+    from graph.store.redis.ledger import RedisLedger
+    from graph.store.redis.locks import RedisThreadLocks
 
     thread_id = f"t-{uuid.uuid4().hex}"
     ledger.create(thread_id, 4)
@@ -306,8 +306,8 @@ def test_the_new_redis_holder_uses_the_paused_holders_counted_attempt_once(
 
 def test_a_killed_redis_holders_lease_is_taken_over_after_it_runs_out_and_not_before(
         client: Any, redis_url: str, server: Any) -> None:
-    from graph.redis_keys import lock_key
-    from graph.redis_locks import RedisThreadLocks
+    from graph.store.redis.keys import lock_key
+    from graph.store.redis.locks import RedisThreadLocks
 
     thread_id, lease_ms = f"t-{uuid.uuid4().hex}", 4000
     holder = _Child(server, "keep", redis_url, thread_id, str(lease_ms))

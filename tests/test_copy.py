@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from graph.copy import main as copy_main
-from graph.storage import open_store
-from graph.thread_history import thread_history
+from graph.store import open_store
+from graph.threads.history import thread_history
 from graph.verify import verify
 from tests.conftest import PostgresBackend, SqliteBackend, postgres_admin_url, run_cli
 

@@ -8,7 +8,7 @@ Redis also mid-`WAITAOF`, and mid-bury during a prune), at random instants and w
 server holds their request, then run again until the thread is done or exhausted.
 
 Where the backends differ, the test says so: a SQL lock dies with its process, so the
-next run may go at once; a killed holder's Redis lease outlives it (`graph.redis_locks`,
+next run may go at once; a killed holder's Redis lease outlives it (`graph.store.redis.locks`,
 deliberate), so on Redis the lease is shortened in the children (`crash_child.LEASE_ENV`)
 and each run after a kill waits until the killed holder's lease has run out, as a
 scheduler's retry would.
@@ -29,8 +29,8 @@ from typing import Any
 
 import pytest
 
-from graph.factory import build_graph
-from graph.storage import open_store
+from graph.agent import build_graph
+from graph.store import open_store
 from graph.verify import verify
 from tests.conftest import SqliteBackend, subprocess_env
 from tests.crash_child import KILL_POINTS, LEASE_ENV, NODE_WRITES_KILL_POINTS, child_main
@@ -133,7 +133,7 @@ class RedisRunner(Runner):
     """`Runner`, waiting after a kill until the killed holder's lease has run out.
 
     A run may also end `busy` (exit 5) on its own: on a loaded host its lease ran out
-    before the renewal (`graph.redis_locks`), and fencing then refused its next write,
+    before the renewal (`graph.store.redis.locks`), and fencing then refused its next write,
     counting and sending nothing. That is the promise under test, not a failure; the
     loop runs the thread again.
     """

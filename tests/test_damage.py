@@ -19,8 +19,8 @@ import ormsgpack
 import pytest
 from langgraph.types import Send
 
-from graph.serde import MAGIC, ChecksummedSerializer
-from graph.storage import open_store
+from graph.store import open_store
+from graph.store.serde import MAGIC, ChecksummedSerializer
 from tests.conftest import run_cli
 from tests.fakes import ScriptedModel
 from tests.sealing import reseal
@@ -387,7 +387,7 @@ def test_a_checkpoint_copied_from_another_thread_is_refused(backend) -> None:
                                    Send("a", 1)],
                          ids=["top-level bytes", "datetime", "set", "Send"])
 def test_serializer_refuses_at_write_time_what_it_would_refuse_to_read(value: Any) -> None:
-    from graph.serde import StoredTypeError, make_serde
+    from graph.store.serde import StoredTypeError, make_serde
 
     with pytest.raises(StoredTypeError, match="refused when read back"):
         make_serde().dumps_typed(value)
@@ -396,7 +396,7 @@ def test_serializer_refuses_at_write_time_what_it_would_refuse_to_read(value: An
 def test_serializer_writes_what_it_reads_back() -> None:
     from langgraph.types import Interrupt
 
-    from graph.serde import make_serde
+    from graph.store.serde import make_serde
 
     serde = make_serde()
     for value in (None, {"a": [1, "x", None, 1.5]}, [Interrupt(value={"k": 1}, id="i")]):

@@ -21,7 +21,7 @@ import ormsgpack
 import pytest
 
 from graph.errors import RefusedError
-from graph.serde import MAGIC, make_serde
+from graph.store.serde import MAGIC, make_serde
 from tests.conftest import PostgresBackend, SqliteBackend, postgres_admin_url, run_cli
 from tests.fake_mandapi import FakeMandApi
 from tests.pg_pool import create_database, own_name
@@ -496,7 +496,7 @@ class PostgresCase(_Damage, PostgresBackend):
 
     def restore(self) -> None:
         """Puts every row back as built, and our triggers."""
-        from graph.schema import ddl
+        from graph.store.sql.schema import ddl
 
         with self._read_conn() as conn, conn.transaction():
             tables = self._tables(conn)

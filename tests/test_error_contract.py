@@ -60,7 +60,7 @@ def test_every_error_code_the_source_can_emit_is_in_the_enum() -> None:
     pattern = re.compile(r"""error_code\s*(?:=|==|:)\s*["'](\w+)["']|ModelRequestError\(\s*["'](\w+)["']"""
                          r"""|ErrorCode\.([A-Z_]+)""")
     found: set[str] = set()
-    for path in [*ROOT.glob("graph/*.py"), *ROOT.glob("nodes/*.py")]:
+    for path in [*ROOT.glob("graph/**/*.py"), *ROOT.glob("nodes/*.py")]:
         for literal, request, member in pattern.findall(path.read_text()):
             found.add(literal or request or getattr(ErrorCode, member).value)
     assert found, "the pattern found nothing: it is out of date"

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from graph.history import main as history_main
-from graph.storage import open_store
-from graph.thread_history import list_threads, thread_history
+from graph.store import open_store
+from graph.threads.history import list_threads, thread_history
 from graph.verify import main as verify_main
 from tests.conftest import run_cli
 from tests.fakes import ScriptedModel, answer_reply, timeout_error, tool_call_reply
@@ -148,7 +148,7 @@ def test_listing_shows_a_thread_with_a_damaged_ledger_row_as_unreadable(backend,
                                                                        damage: str) -> None:
     run_cli(["--thread", "ok", "--task", TASK, "--db", backend.db])
     # "hurt" can still continue: a finished thread missing its ledger on Redis reads as
-    # partly expired (pruned, graph.redis_expiring), as its TTL retention means it to.
+    # partly expired (pruned, graph.store.redis.expiring), as its TTL retention means it to.
     run_cli(["--thread", "hurt", "--task", TASK, "--once", "--db", backend.db])
     if damage == "deleted":
         backend.delete_ledger("hurt")

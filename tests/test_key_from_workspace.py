@@ -18,8 +18,8 @@ import pytest
 
 import graph.run
 from graph.history import main as history
-from graph.models import make_model
-from graph.replay import main as replay
+from graph.replay.__main__ import main as replay
+from graph.step.models import make_model
 from nodes.redaction import REDACTED
 from tests.fixtures.recordings.build import reply
 

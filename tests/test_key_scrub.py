@@ -2,7 +2,7 @@
 
 The key is removed where a paid reply enters (`nodes.redaction`, called by
 `nodes.mandapi`), so no stored byte, printed line or exported recording holds it; and
-every printed line has its control characters escaped (`graph.terminal_text`).
+every printed line has its control characters escaped (`graph.text`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 import graph.run
 from graph.history import main as history
-from graph.replay import main as replay
+from graph.replay.__main__ import main as replay
 from nodes.redaction import REDACTED, redact_value
 from tests.fixtures.recordings.build import reply, scripted
 

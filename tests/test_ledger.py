@@ -20,7 +20,7 @@ import pytest
 
 from graph.errors import RefusedError
 from graph.exitcodes import ErrorCode
-from graph.ledger import LedgerRow, SqlLedger
+from graph.store.sql.ledger import LedgerRow, SqlLedger
 from nodes.context import LedgerEntry
 from tests.memory_ledger import MemoryLedger
 
@@ -31,8 +31,8 @@ def _stored(request: pytest.FixtureRequest, kind: str) -> Iterator[Any]:
     """The SQL ledger on an in-memory SQLite database, or the Redis ledger on the flushed
     session server."""
     if kind == "redis":
-        from graph.redis_conn import connect
-        from graph.redis_ledger import RedisLedger
+        from graph.store.redis.conn import connect
+        from graph.store.redis.ledger import RedisLedger
 
         url = request.getfixturevalue("redis_url")
         client = connect(url)
@@ -42,9 +42,9 @@ def _stored(request: pytest.FixtureRequest, kind: str) -> Iterator[Any]:
         finally:
             client.close()
         return
-    from graph.digest import new_marker
-    from graph.schema import ddl
-    from graph.sql import SqliteSql
+    from graph.store.digest import new_marker
+    from graph.store.sql.conn import SqliteSql
+    from graph.store.sql.schema import ddl
 
     conn = sqlite3.connect(":memory:", isolation_level=None)
     conn.executescript(ddl("sqlite", new_marker()))

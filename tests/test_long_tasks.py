@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from graph.factory import build_graph
-from graph.storage import open_store
+from graph.agent import build_graph
+from graph.store import open_store
 from nodes.compaction import INDEX_PREFIX, STUB_PREFIX, estimate_tokens
 from nodes.context import ModelReply
 from nodes.pairing import check_request

@@ -7,7 +7,7 @@ import json
 import httpx
 import pytest
 
-from graph.models import make_model
+from graph.step.models import make_model
 from nodes.errors import ModelRequestError
 from nodes.mandapi import MandApiModel, parse_reply
 from nodes.prompts import SYSTEM_PROMPT

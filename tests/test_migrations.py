@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from graph.factory import build_graph
-from graph.loading import check_values
-from graph.storage import open_store
+from graph.agent import build_graph
+from graph.checkpoints.load import check_values
+from graph.store import open_store
 from nodes.state import SCHEMA_VERSION
 from tests.conftest import ROOT, SqliteBackend, run_cli
 from tests.fakes import ScriptedModel

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from graph.models import make_model
+from graph.step.models import make_model
 from nodes.errors import ModelRequestError
 from nodes.mandapi import MandApiModel
 from nodes.server_errors import MAX_MESSAGE_CHARS, sanitize
@@ -57,7 +57,7 @@ def test_a_model_that_does_not_exist_stops_the_thread_with_the_servers_message(
         "exhausted", "model_not_found", 3)
     assert len(calls) == 1, "a stopped thread never sends again"
     assert SqliteBackend(Path(db)).ledger_row("t1") == (1, 1, 4), "the attempt stays counted"
-    from graph.poll import quick_answer
+    from graph.store.poll import quick_answer
 
     polled = quick_answer(db, "t1")  # the summary of a finished thread, without LangGraph
     assert polled is not None

@@ -17,7 +17,7 @@ import pytest
 
 from graph.batch import main as batch_main
 from graph.output_file import check_output_path
-from graph.replay import main as replay_main
+from graph.replay.__main__ import main as replay_main
 from tests.conftest import run_cli
 
 TASK = "How long does shipping take at the demo shop?"

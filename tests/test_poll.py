@@ -1,6 +1,6 @@
 """A thread with nothing to do is answered without LangGraph, exactly as the full path answers it.
 
-`graph.poll` answers a finished (done, exhausted, cancelled), pruned or busy thread from
+`graph.store.poll` answers a finished (done, exhausted, cancelled), pruned or busy thread from
 our own rows, on a SQLite file and on PostgreSQL; anything unusual (a damaged or stale
 summary, any fingerprinted row changed, identity flags, a database from before
 summaries) takes the full path, which checks everything. `graph.run`'s process ends
@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from graph.poll import quick_answer
 from graph.prune import main as prune_main
+from graph.store.poll import quick_answer
 from tests.conftest import _CLEARED, PYTHON, postgres_admin_url, run_cli, subprocess_env
 from tests.fakes import NeverFinishes
 from tests.main_child import run_in_one_child
@@ -80,7 +80,7 @@ class Db:
     def held(self, thread_id: str) -> Iterator[None]:
         """Holds the thread's writer lock, as a process working on it does."""
         if self.backend == "sqlite":
-            from graph.locks import ThreadLocks
+            from graph.store.sqlite.locks import ThreadLocks
 
             locks = ThreadLocks(Path(self.db).resolve())
             try:
@@ -91,7 +91,7 @@ class Db:
             return
         import psycopg
 
-        from graph.pg_locks import AdvisoryThreadLocks
+        from graph.store.postgres.locks import AdvisoryThreadLocks
 
         with psycopg.connect(self.db, autocommit=True) as pg, \
                 AdvisoryThreadLocks(pg).hold(thread_id):
@@ -391,7 +391,7 @@ def test_a_password_in_the_db_flag_takes_the_full_path_which_warns(
 def test_a_writer_lock_is_seen_held_by_another_session_whatever_its_key(db: Db) -> None:
     import psycopg
 
-    from graph.pg_locks import held_elsewhere
+    from graph.store.postgres.locks import held_elsewhere
 
     with psycopg.connect(db.db, autocommit=True) as holder, \
             psycopg.connect(db.db, autocommit=True) as poller:
@@ -405,7 +405,8 @@ def test_a_writer_lock_is_seen_held_by_another_session_whatever_its_key(db: Db) 
 
 
 def test_graph_run_imports_no_langgraph_before_deciding() -> None:
-    code = ("import sys, graph.run, graph.poll, graph.poll_postgres, graph.settings, graph.spec; "
+    code = ("import sys, graph.run, graph.store.poll, graph.store.postgres.poll, graph.settings, "
+            "graph.settings_spec; "
             f"print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))")
     done = subprocess.run([PYTHON, "-c", code], env=subprocess_env(), capture_output=True,
                           text=True, timeout=120)
@@ -413,7 +414,7 @@ def test_graph_run_imports_no_langgraph_before_deciding() -> None:
 
 
 def test_the_quick_answer_imports_no_langgraph_on_either_backend(db: Db) -> None:
-    code = ("import sys; from graph.poll import quick_answer; "
+    code = ("import sys; from graph.store.poll import quick_answer; "
             f"print(quick_answer(sys.argv[1], 'd').status, "
             f"sorted({{m.split('.')[0] for m in sys.modules}} & {set(HEAVY)!r}))")
     done = subprocess.run([PYTHON, "-c", code, db.db], env=subprocess_env(),

@@ -84,8 +84,8 @@ def _batch(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], 
 
 
 def _statuses(db: str) -> dict[str, str]:
-    from graph.storage import open_store
-    from graph.thread_history import list_threads
+    from graph.store import open_store
+    from graph.threads.history import list_threads
 
     with open_store(db, create=False, read_only=True) as store:
         return {t["thread_id"]: t["status"] for t in list_threads(store)}
@@ -122,7 +122,7 @@ def _stop(workers: list[subprocess.Popen]) -> None:
 def test_procrastinate_job_records_show_our_jobs_by_thread_id_only(caplog) -> None:
     from procrastinate.jobs import Job
 
-    from graph.queue_logs import ADVANCE_TASK, redact_procrastinate
+    from graph.fleet.queue_logs import ADVANCE_TASK, redact_procrastinate
 
     redact_procrastinate("w-redact")
     job = Job(id=7, queue="default", lock="t1", queueing_lock="thread:t1", task_name=ADVANCE_TASK,
@@ -152,7 +152,7 @@ def test_procrastinate_job_records_show_our_jobs_by_thread_id_only(caplog) -> No
 @pytest.mark.postgres
 def test_running_jobs_never_share_a_store_so_the_thread_lock_excludes_the_second(pg) -> None:
     from graph.errors import BusyError
-    from graph.queue_worker import StorePool
+    from graph.fleet.worker import StorePool
 
     pool = StorePool(pg.db)
     with pool.lease() as first, pool.lease() as second:
@@ -176,7 +176,7 @@ def test_running_jobs_never_share_a_store_so_the_thread_lock_excludes_the_second
 def test_a_kept_store_whose_session_died_is_replaced_before_it_is_lent(pg) -> None:
     import psycopg
 
-    from graph.queue_worker import StorePool
+    from graph.fleet.worker import StorePool
 
     pool = StorePool(pg.db)
     with pool.lease() as store:
@@ -254,8 +254,8 @@ def test_one_worker_runs_steps_of_several_threads_at_once_one_per_thread_and_log
     task text."""
     import psycopg
 
+    from graph.fleet.queue_logs import ADVANCE_TASK
     from graph.queue import ensure_schema, make_app
-    from graph.queue_logs import ADVANCE_TASK
 
     ids = [f"c{i}" for i in range(8)]
     log = tmp_path / "worker-log.jsonl"
@@ -397,8 +397,7 @@ def test_a_redis_checkpoint_database_runs_its_queue_in_postgresql(
             assert drained.returncode == 0, drained.stderr[-2000:]
             import redis as redis_client
 
-            from graph import redis_keys as keys
-
+            from graph.store.redis import keys
             assert not redis_client.Redis.from_url(other.url).keys(f"{keys.PREFIX}ledger:*")
             assert fake.requests() == []
             with psycopg.connect(pg.db) as conn:
@@ -443,8 +442,8 @@ def test_a_misconfigured_worker_exits_2_naming_the_variable_and_takes_no_job(pg,
     without `GRAPH_DB`, or with one no step can open, took every job and ended each chain;
     an unreachable queue was exit 1 after procrastinate's 30 s pool timeout. Each now ends
     at once, exit 2, naming what is wrong."""
+    from graph.fleet.queue_logs import ADVANCE_TASK
     from graph.queue import ensure_schema, make_app
-    from graph.queue_logs import ADVANCE_TASK
 
     ensure_schema(pg.db)
     with make_app(pg.db).open() as app:

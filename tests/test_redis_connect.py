@@ -1,4 +1,4 @@
-"""Opening a Redis connection (`graph.redis_conn.connect`): the TCP connect and a `rediss://` TLS
+"""Opening a Redis connection (`graph.store.redis.conn.connect`): the TCP connect and a `rediss://` TLS
 handshake are bounded by `CONNECT_TIMEOUT_S`, commands then by `SOCKET_TIMEOUT_S`.
 
 The TLS server uses `tests/fixtures/tls/`: a self-signed certificate for 127.0.0.1 (valid
@@ -82,7 +82,7 @@ def test_a_rediss_url_naming_a_plain_server_is_refused_after_the_connect_timeout
     """A plain server waits for a line the TLS handshake never sends: the handshake ran under
     the 30 s command timeout, so the refusal took 30 s. It is bounded by the connect timeout
     (10 s; 0.5 s here, so the test does not wait it out), and the message says TLS."""
-    import graph.redis_conn as redis_conn
+    import graph.store.redis.conn as redis_conn
 
     monkeypatch.setattr(redis_conn, "CONNECT_TIMEOUT_S", 0.5)
     url = f"rediss://127.0.0.1:{_port(redis_url)}/0?ssl_cert_reqs=none"
@@ -97,7 +97,7 @@ def test_a_rediss_url_naming_a_plain_server_is_refused_after_the_connect_timeout
 
 def test_a_rediss_url_connects_to_a_tls_server_and_commands_keep_their_own_timeout(
         tls_server: tuple[str, Path]) -> None:
-    from graph.redis_conn import CONNECT_TIMEOUT_S, SOCKET_TIMEOUT_S, connect
+    from graph.store.redis.conn import CONNECT_TIMEOUT_S, SOCKET_TIMEOUT_S, connect
 
     url, cert = tls_server
     for query in ("ssl_cert_reqs=none", f"ssl_cert_reqs=required&ssl_ca_certs={cert}"):
@@ -115,7 +115,7 @@ def test_a_rediss_url_connects_to_a_tls_server_and_commands_keep_their_own_timeo
 
 
 def test_a_plain_connection_gets_the_command_timeout_once_open(redis_url: str) -> None:
-    from graph.redis_conn import SOCKET_TIMEOUT_S, connect
+    from graph.store.redis.conn import SOCKET_TIMEOUT_S, connect
 
     client = connect(redis_url)
     try:
@@ -130,7 +130,7 @@ def test_a_plain_connection_gets_the_command_timeout_once_open(redis_url: str) -
 
 def test_a_tls_server_with_an_untrusted_certificate_is_unreachable_not_a_bug(
         tls_server: tuple[str, Path]) -> None:
-    from graph.redis_conn import connect
+    from graph.store.redis.conn import connect
 
     url, _ = tls_server
     with pytest.raises(UsageError) as refused:

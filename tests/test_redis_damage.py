@@ -1,6 +1,6 @@
 """Damage to this project's own Redis keys is refused before any request, changing nothing.
 
-For every key kind `graph.redis_keys` names (ledger hash and each of its fields, attempt
+For every key kind `graph.store.redis.keys` names (ledger hash and each of its fields, attempt
 log, tombstone, decisions, digest hash and set, saved set, writer lock, request cap):
 values edited, a key or field deleted, a key retyped, and values copied from another
 thread. Each case damages a live thread (two steps in, one more to go; the other thread
@@ -9,7 +9,7 @@ is one step in) on a private server, then: the next `graph.run --once --live` ex
 zero requests at the fake MandAPI server; `graph.history` and `graph.verify` never exit
 1, and one of them refuses or lists the damage; and every key's DUMP is unchanged.
 
-Redis only: these are the key kinds of `graph.redis_keys`, a layout a SQL database does not
+Redis only: these are the key kinds of `graph.store.redis.keys`, a layout a SQL database does not
 have; damage to SQL rows and files, and to stored values on every backend, is in
 `tests/test_damage.py` and `tests/test_damage_corpus.py`.
 """
@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from graph import redis_keys as keys
+from graph.store.redis import keys
 from tests.conftest import run_cli
 from tests.fake_mandapi import FakeMandApi
 from tests.redis_server import RedisServer, start_server

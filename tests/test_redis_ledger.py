@@ -1,4 +1,4 @@
-"""What only the Redis ledger (`graph.redis_ledger`) can get wrong, on a real server: a damaged
+"""What only the Redis ledger (`graph.store.redis.ledger`) can get wrong, on a real server: a damaged
 or retyped ledger key is refused and left unchanged, a server that cannot fsync a claim is
 refused before anything is counted, and an unreachable server is a usage error.
 
@@ -30,7 +30,7 @@ def client(redis_client: Any) -> Any:
 
 @pytest.fixture
 def ledger(client: Any, redis_url: str) -> Any:
-    from graph.redis_ledger import RedisLedger
+    from graph.store.redis.ledger import RedisLedger
 
     return RedisLedger(client, redis_url)
 
@@ -45,7 +45,7 @@ def _thread() -> str:
 ])
 def test_a_damaged_row_is_refused_and_left_unchanged(ledger: Any, client: Any, field: str,
                                                       value: str) -> None:
-    from graph.redis_keys import ledger_key
+    from graph.store.redis.keys import ledger_key
 
     thread_id = _thread()
     ledger.create(thread_id, 4)
@@ -60,7 +60,7 @@ def test_a_damaged_row_is_refused_and_left_unchanged(ledger: Any, client: Any, f
 
 
 def test_a_ledger_key_of_another_type_is_refused_not_a_crash(ledger: Any, client: Any) -> None:
-    from graph.redis_keys import cap_key, ledger_key
+    from graph.store.redis.keys import cap_key, ledger_key
 
     thread_id, cap_id = _thread(), f"cap-{uuid.uuid4().hex}"
     client.set(ledger_key(thread_id), b"3")
@@ -96,8 +96,8 @@ def server_without(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[A
                          indirect=True, ids=["appendonly-no", "appendfsync-no", "allkeys-eviction"])
 def test_a_server_that_cannot_fsync_a_claim_is_refused_before_anything_is_counted(
         server_without: Any) -> None:
-    from graph.redis_conn import connect
-    from graph.redis_ledger import RedisLedger
+    from graph.store.redis.conn import connect
+    from graph.store.redis.ledger import RedisLedger
 
     client = connect(server_without.url)
     ledger = RedisLedger(client, server_without.url)
@@ -113,8 +113,8 @@ def test_a_server_that_cannot_fsync_a_claim_is_refused_before_anything_is_counte
 
 
 def test_a_claim_whose_fsync_cannot_be_confirmed_is_spent_and_not_sent(tmp_path: Path) -> None:
-    from graph.redis_conn import connect
-    from graph.redis_ledger import RedisLedger
+    from graph.store.redis.conn import connect
+    from graph.store.redis.ledger import RedisLedger
 
     server = start_server(tmp_path / "server", modules=False)
     try:
@@ -133,7 +133,7 @@ def test_a_claim_whose_fsync_cannot_be_confirmed_is_spent_and_not_sent(tmp_path:
 
 
 def test_an_unreachable_server_is_a_usage_error() -> None:
-    from graph.redis_conn import connect
+    from graph.store.redis.conn import connect
 
     with pytest.raises(UsageError) as refused:
         connect("redis://127.0.0.1:1/0")

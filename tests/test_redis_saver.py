@@ -1,4 +1,4 @@
-"""`graph.redis_saver.CheckedRedisSaver` (LangGraph's Redis checkpointer with our checks) runs
+"""`graph.store.redis.saver.CheckedRedisSaver` (LangGraph's Redis checkpointer with our checks) runs
 our graph on the private server: the same values and history as LangGraph's in-memory saver,
 resuming from a new saver, and deletion of a thread with its digests.
 
@@ -6,7 +6,7 @@ resuming from a new saver, and deletion of a thread with its digests.
 the digests kept beside it refuse an edited document, and the strict serializer refuses a
 LangChain constructor envelope. Damage to each part is in `tests/test_redis_saver_damage.py`.
 
-Redis only: the SQL savers store checksummed bytes (`graph.serde`), tested through every
+Redis only: the SQL savers store checksummed bytes (`graph.store.serde`), tested through every
 backend in `tests/test_damage.py`; a RedisJSON document has no checksum inside, which is why
 the digests beside it and these tests exist.
 """
@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
+from graph.agent import build_graph
+from graph.agent_state import initial_state
 from graph.exitcodes import ErrorCode
-from graph.factory import build_graph
-from graph.serde import CheckpointIntegrityError
-from graph.state import initial_state
+from graph.store.serde import CheckpointIntegrityError
 from nodes.context import LedgerEntry, StepContext
 from nodes.demo_model import DEMO_MODEL_ID, OfflineDemoModel
 from tests.memory_ledger import MemoryLedger
@@ -32,8 +32,8 @@ TASK = "How long does shipping take at the demo shop?"
 
 @pytest.fixture
 def saver(redis_url: str) -> Iterator[Any]:
-    from graph.redis_conn import connect
-    from graph.redis_saver import redis_saver
+    from graph.store.redis.conn import connect
+    from graph.store.redis.saver import redis_saver
 
     client = connect(redis_url)  # as the Redis store connects: bytes, no retries
     try:
@@ -95,7 +95,7 @@ def test_redis_saver_steps_our_graph_to_the_same_values_and_history_as_memory(sa
 def test_redis_saver_resumes_a_thread_from_a_new_saver(saver: Any, redis_url: str) -> None:
     import redis
 
-    from graph.redis_saver import redis_saver
+    from graph.store.redis.saver import redis_saver
 
     thread = _Thread(saver)
     assert thread.step(first=True)

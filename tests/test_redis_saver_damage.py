@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from graph.exitcodes import ErrorCode
-from graph.serde import CheckpointIntegrityError, StoredTypeError
+from graph.store.serde import CheckpointIntegrityError, StoredTypeError
 from tests.test_redis_saver import _Thread
 
 _CONSTRUCTOR = {"lc": 1, "type": "constructor", "id": ["os", "system"], "kwargs": {}}
@@ -29,7 +29,7 @@ _CONSTRUCTOR = {"lc": 1, "type": "constructor", "id": ["os", "system"], "kwargs"
 
 @pytest.fixture
 def client(redis_url: str) -> Iterator[Any]:
-    from graph.redis_conn import connect
+    from graph.store.redis.conn import connect
 
     with connect(redis_url) as client:
         yield client
@@ -38,7 +38,7 @@ def client(redis_url: str) -> Iterator[Any]:
 @pytest.fixture
 def thread(client: Any) -> _Thread:
     """A demo thread run to its end on a checked saver."""
-    from graph.redis_saver import redis_saver
+    from graph.store.redis.saver import redis_saver
 
     thread = _Thread(redis_saver(client))
     thread.run()
@@ -172,7 +172,7 @@ def test_an_undamaged_thread_loads_its_whole_history(client: Any, thread: _Threa
 def test_the_strict_serializer_revives_no_constructor_and_stores_nothing_it_cannot_load() -> None:
     from langgraph.types import Interrupt
 
-    from graph.redis_serde import StrictRedisSerializer
+    from graph.store.redis.serde import StrictRedisSerializer
 
     serde = StrictRedisSerializer()
     with pytest.raises(CheckpointIntegrityError, match="constructor envelope"):

@@ -1,4 +1,4 @@
-"""What only `--db redis://` (`graph.redis_store`) asks of its server, URL and keys, on a real
+"""What only `--db redis://` (`graph.store.redis.open`) asks of its server, URL and keys, on a real
 private server: prune leaves nothing of a buried thread but its tombstone, and burying needs
 the thread's lease; damaged keys of a thread are refused; a server without the append-only
 file or without the search and JSON modules, a URL the client would misread, and a database
@@ -32,7 +32,7 @@ TASK = "Find the capital of France"
 
 @pytest.fixture
 def client(redis_url: str) -> Iterator[Any]:
-    from graph.redis_conn import connect
+    from graph.store.redis.conn import connect
 
     client = connect(redis_url)
     yield client
@@ -67,7 +67,7 @@ def own_url(_module_server: Any) -> str:
 
 @pytest.fixture
 def own_client(own_url: str) -> Iterator[Any]:
-    from graph.redis_conn import connect
+    from graph.store.redis.conn import connect
 
     client = connect(own_url)
     yield client
@@ -100,8 +100,7 @@ def _keys(client: Any, thread_id: str) -> set[bytes]:
 
 def test_prune_buries_a_done_thread_and_a_later_task_is_refused_as_pruned(
         own_url: str, own_client: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    from graph import redis_keys
-
+    from graph.store.redis import keys as redis_keys
     client = own_client
     thread_id = _thread()
     _to_done(capsys, own_url, thread_id)
@@ -120,9 +119,9 @@ def test_prune_buries_a_done_thread_and_a_later_task_is_refused_as_pruned(
 def test_burying_without_the_threads_lease_is_refused_and_changes_nothing(
         redis_url: str, client: Any, capsys: pytest.CaptureFixture[str]) -> None:
     from graph.errors import BusyError
-    from graph.redis_locks import RedisThreadLocks
-    from graph.storage import open_store
-    from graph.tombstones import Tombstone
+    from graph.store import open_store
+    from graph.store.redis.locks import RedisThreadLocks
+    from graph.store.sql.tombstones import Tombstone
 
     thread_id = _thread()
     _to_done(capsys, redis_url, thread_id)
@@ -138,8 +137,7 @@ def test_burying_without_the_threads_lease_is_refused_and_changes_nothing(
 @pytest.mark.parametrize(("key", "value"), [("tombstone", b"not a hash"), ("log", b"[not json")])
 def test_damaged_keys_of_a_thread_are_refused(redis_url: str, client: Any, key: str, value: bytes,
                                               capsys: pytest.CaptureFixture[str]) -> None:
-    from graph import redis_keys
-
+    from graph.store.redis import keys as redis_keys
     thread_id = _thread()
     _to_done(capsys, redis_url, thread_id)
     if key == "tombstone":
@@ -210,11 +208,11 @@ def test_a_redis_url_the_client_would_misread_is_a_usage_error_and_writes_nothin
     or `?db=` naming another database (the first of two), `?port=`, or a URL with no host,
     reached another database or server than written (localhost:6379 among them), and a
     query password was shown. Only database 0 is taken: RediSearch's indexes span a
-    server's database numbers (`graph.redis_url.check_url`). `rediss://` to this plain
+    server's database numbers (`graph.store.redis.url.check_url`). `rediss://` to this plain
     server is refused when its TLS handshake times out: after `CONNECT_TIMEOUT_S`, 1 s
     here instead of 10 (`tests/test_redis_connect.py` shows it is not the 30 s command
     timeout)."""
-    monkeypatch.setattr("graph.redis_conn.CONNECT_TIMEOUT_S", 1.0)
+    monkeypatch.setattr("graph.store.redis.conn.CONNECT_TIMEOUT_S", 1.0)
     url = url.replace("{port}", own_url.rsplit(":", 1)[1].split("/")[0])
     code, out = _run(capsys, "--db", url, "--thread", "u1", "--task", TASK, "--once")
     assert code == 2 and out["error_code"] in ("usage", "db_unreachable"), out
@@ -244,7 +242,7 @@ def test_steps_at_once_in_one_worker_on_a_fresh_database_all_succeed(
     those steps `db_write_failed` (exit 6), ending their threads' job chains."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from graph.queue_worker import run_step
+    from graph.fleet.worker import run_step
     from tests.fake_mandapi import FakeMandApi
 
     with FakeMandApi(tmp_path / "requests.jsonl", hold_s=0.2) as fake:

@@ -1,4 +1,4 @@
-"""The Redis tables (`graph.redis_tables`, `graph.redis_approvals`) on a private server: the SQL
+"""The Redis tables (`graph.store.redis.tables`, `graph.store.redis.approvals`) on a private server: the SQL
 tables' rules for decisions on write calls (one per call, updates only in the state the SQL
 `UPDATE ... WHERE` allows, decision order), tombstones kept once, and damaged values refused.
 
@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from graph import redis_keys
-from graph.approvals_table import COLUMNS
 from graph.errors import RefusedError
-from graph.tombstones import Tombstone
+from graph.store.redis import keys as redis_keys
+from graph.store.sql.approvals import COLUMNS
+from graph.store.sql.tombstones import Tombstone
 
 
 @pytest.fixture
@@ -29,7 +29,7 @@ def client(redis_client: Any) -> Any:
 
 @pytest.fixture
 def approvals(client: Any, redis_url: str) -> Any:
-    from graph.redis_approvals import RedisApprovals
+    from graph.store.redis.approvals import RedisApprovals
 
     return RedisApprovals(client, redis_url)
 
@@ -87,7 +87,7 @@ def test_a_decision_under_another_calls_key_is_refused(approvals: Any, client: A
 
 
 def test_a_tombstone_is_kept_once_and_checked(client: Any, redis_url: str) -> None:
-    from graph.redis_tables import RedisTombstones
+    from graph.store.redis.tables import RedisTombstones
 
     tombstones, thread_id = RedisTombstones(client, redis_url), f"rt-{uuid.uuid4().hex}"
     first = Tombstone(thread_id, "done", "2026-01-01T00:00:00+00:00")
@@ -102,7 +102,7 @@ def test_a_tombstone_is_kept_once_and_checked(client: Any, redis_url: str) -> No
 
 
 def test_used_tokens_refuses_a_usage_that_is_not_a_whole_number(client: Any, redis_url: str) -> None:
-    from graph.redis_tables import RedisAttemptLog
+    from graph.store.redis.tables import RedisAttemptLog
 
     log, thread_id = RedisAttemptLog(client, redis_url), f"rl-{uuid.uuid4().hex}"
     payload = {"outcome": "answer", "tool_calls": [], "usage": {"total_tokens": 10}}
@@ -116,9 +116,9 @@ def test_used_tokens_refuses_a_usage_that_is_not_a_whole_number(client: Any, red
 
 def test_a_log_row_or_decision_that_cannot_be_fsynced_is_an_error(tmp_path: Any) -> None:
     from graph.errors import NotDurableError
-    from graph.redis_approvals import RedisApprovals
-    from graph.redis_conn import connect
-    from graph.redis_tables import RedisAttemptLog
+    from graph.store.redis.approvals import RedisApprovals
+    from graph.store.redis.conn import connect
+    from graph.store.redis.tables import RedisAttemptLog
     from tests.redis_server import start_server
 
     server = start_server(tmp_path / "aof-off-later")

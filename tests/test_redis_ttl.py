@@ -1,4 +1,4 @@
-"""Retention by TTL on Redis (`graph.redis_ttl`, `graph.redis_expiring`): a finished thread's keys
+"""Retention by TTL on Redis (`graph.store.redis.ttl`, `graph.store.redis.expiring`): a finished thread's keys
 all expire, a thread that can continue never does, and an expired thread (wholly or in part) is
 refused as `pruned` (exit 4) without counting an attempt, unless restarted on purpose.
 
@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from graph.prune import main as prune_main
-from graph.redis_ttl import COMPLETED_ENV, FAILED_ENV
 from graph.run import main as run_main
+from graph.store.redis.ttl import COMPLETED_ENV, FAILED_ENV
 from tests.redis_server import start_server
 
 TASK = "Find the capital of France"
@@ -28,7 +28,7 @@ DAY_MS = 24 * 3600 * 1000
 
 @pytest.fixture
 def client(redis_url: str) -> Iterator[Any]:
-    from graph.redis_conn import connect
+    from graph.store.redis.conn import connect
 
     client = connect(redis_url)
     yield client
@@ -39,7 +39,7 @@ def client(redis_url: str) -> Iterator[Any]:
 def own(tmp_path: Path) -> Iterator[tuple[str, Any]]:
     """A server of the test's own and a client of it, for a test that runs `graph.prune` (it
     reads and changes every thread; the session server holds other tests' threads)."""
-    from graph.redis_conn import connect
+    from graph.store.redis.conn import connect
 
     server = start_server(tmp_path / "own")
     client = connect(server.url)
@@ -92,14 +92,13 @@ def _expire_now(client: Any, keys: list[bytes]) -> None:
 
 
 def _attempts(client: Any, thread_id: str) -> bytes | None:
-    from graph import redis_keys
-
+    from graph.store.redis import keys as redis_keys
     value: bytes | None = client.hget(redis_keys.ledger_key(thread_id), "attempts")
     return value
 
 
 def _tombstoned(db: str) -> set[str]:
-    from graph.storage import open_store
+    from graph.store import open_store
 
     with open_store(db, create=False, read_only=True) as store:
         return store.tombstones.thread_ids()
@@ -107,8 +106,7 @@ def _tombstoned(db: str) -> set[str]:
 
 def test_every_key_of_a_done_thread_gets_a_ttl_of_24_hours(
         redis_url: str, client: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    from graph import redis_keys
-
+    from graph.store.redis import keys as redis_keys
     thread_id = _thread()
     _to_done(capsys, redis_url, thread_id)
     ttls = _thread_keys(client, thread_id)
@@ -145,7 +143,7 @@ def test_a_cancelled_thread_gets_the_failed_age_of_7_days(
 def test_the_ledger_row_of_an_expired_thread_is_never_created_again(
         redis_url: str, client: Any, capsys: pytest.CaptureFixture[str]) -> None:
     from graph.errors import RefusedError
-    from graph.storage import open_store
+    from graph.store import open_store
 
     thread_id = _thread()
     _to_done(capsys, redis_url, thread_id)
@@ -244,7 +242,7 @@ def test_prune_applies_the_same_rule_at_once_on_redis(
 
 def test_a_finished_threads_ttl_and_mark_survive_a_server_restart(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from graph.redis_conn import connect
+    from graph.store.redis.conn import connect
 
     server = start_server(tmp_path / "redis", private=True)
     thread_id = _thread()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from graph.replay_session import ReplayFailure, replay
+from graph.replay.session import ReplayFailure, replay
 from tests.conftest import ROOT
 
 RECORDINGS = ROOT / "tests/fixtures/recordings"
@@ -116,8 +116,8 @@ def test_a_recording_that_runs_out_fails_the_replay(tmp_path) -> None:
 
 
 def test_the_ledger_must_count_one_attempt_per_reply(tmp_path) -> None:
-    from graph.replay_drive import check_end
-    from graph.replay_format import load_recording
+    from graph.replay.drive import check_end
+    from graph.replay.format import load_recording
 
     result = replay(RECORDINGS / "shipping.json", db=str(tmp_path / "r.sqlite"))
     check_end(load_recording(RECORDINGS / "shipping.json"), result.db, result.outcomes, played=3)
@@ -146,7 +146,7 @@ def test_a_different_ending_fails_the_replay(tmp_path) -> None:
 
 
 def test_a_request_difference_the_rendering_hides_is_a_canonical_json_diff() -> None:
-    from graph.replay_diff import MAX_DIFF_LINES, difference
+    from graph.replay.diff import MAX_DIFF_LINES, difference
 
     call = {"id": "c1", "type": "function", "function": {"name": "search", "arguments": "{}"}}
     recorded = {"messages": [{"role": "assistant", "content": None, "tool_calls": [call]}]}
@@ -181,7 +181,7 @@ def test_replay_sends_no_real_key_and_leaves_recording_and_environment_as_they_w
     monkeypatch.setenv("MANDAPI_API_KEY", "sk-marker-real-key-91")
     before = (RECORDINGS / "shipping.json").read_bytes()
     sent_keys = []
-    import graph.replay_session as session
+    import graph.replay.session as session
 
     original = session._ReplayTransport.handle_request
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from graph.replay_session import ReplayFailure, replay
+from graph.replay.session import ReplayFailure, replay
 from tests.conftest import ROOT
 
 SOURCE = ROOT / "tests/fixtures/recordings/demo.json"

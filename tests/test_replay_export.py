@@ -10,8 +10,8 @@ import subprocess
 import httpx
 import pytest
 
-from graph.replay import main
-from graph.replay_session import replay
+from graph.replay.__main__ import main
+from graph.replay.session import replay
 from tests.conftest import PYTHON, ROOT, run_cli, subprocess_env
 from tests.fixtures.recordings.build import reply, scripted
 
@@ -82,7 +82,7 @@ def test_an_attempt_killed_mid_request_is_exported_as_a_connection_error(
         raise RuntimeError("the process died here")
 
     def via(handler):  # type: ignore[no-untyped-def]
-        from graph.models import make_model
+        from graph.step.models import make_model
 
         return lambda m, s: make_model(m, s, transport=httpx.MockTransport(handler))
 
@@ -153,7 +153,7 @@ def test_a_malformed_logged_usage_is_refused_not_a_crash(sqlite_db, tmp_path, ca
     def killed(request: httpx.Request) -> httpx.Response:
         raise RuntimeError("the process died here")
 
-    from graph.models import make_model
+    from graph.step.models import make_model
 
     monkeypatch.setenv("MANDAPI_API_KEY", KEY)
     with pytest.raises(RuntimeError):
@@ -200,7 +200,7 @@ def test_exported_requests_are_byte_for_byte_the_requests_sent(live_env, sqlite_
         return httpx.Response(item, json={}) if isinstance(item, int) else httpx.Response(200, json=item)
 
     def via(m, s):  # type: ignore[no-untyped-def]
-        from graph.models import make_model
+        from graph.step.models import make_model
 
         return make_model(m, s, transport=httpx.MockTransport(handler))
 
@@ -210,7 +210,7 @@ def test_exported_requests_are_byte_for_byte_the_requests_sent(live_env, sqlite_
         out = live(str(sqlite_db), "b1", via)
     assert out["status"] == "done" and not script
     assert export(str(sqlite_db), "b1", tmp_path / "b1.json") == 0
-    from graph.replay_format import deserialize
+    from graph.replay.format import deserialize
 
     recorded = [i["request"]["body"].encode() for i in deserialize((tmp_path / "b1.json").read_text())[
         "interactions"]]
@@ -220,7 +220,7 @@ def test_exported_requests_are_byte_for_byte_the_requests_sent(live_env, sqlite_
 
 def test_export_opens_the_database_through_graph_api_and_prints_as_before(
         sqlite_db, tmp_path, capsys, monkeypatch) -> None:
-    from graph.api_base import DatabaseBase
+    from graph.api._base import DatabaseBase
 
     run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", str(sqlite_db)])
     opened: list[str] = []

@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from graph.models import make_model
-from graph.storage import open_store
-from graph.thread_history import step_log
+from graph.step.models import make_model
+from graph.store import open_store
+from graph.threads.history import step_log
 from nodes.errors import ModelRequestError
 from nodes.replies import (
     MAX_NAME_CHARS,

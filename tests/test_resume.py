@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from graph.factory import build_graph
+from graph.agent import build_graph
 from graph.settings import Settings
-from graph.storage import open_store
+from graph.store import open_store
 from nodes.context import StepContext
 from nodes.pairing import UnsafeHistoryError
 from tests.conftest import run_cli

@@ -13,8 +13,8 @@ import pytest
 
 from graph.errors import UsageError
 from graph.prune import main as prune_main
-from graph.retention import parse_age, prune, select
-from graph.storage import open_store
+from graph.store import open_store
+from graph.threads.retention import parse_age, prune, select
 from tests.conftest import run_cli
 from tests.fakes import NeverFinishes
 from tests.pg_pool import create_database, own_name
@@ -163,7 +163,7 @@ def test_a_crash_between_the_two_commits_leaves_the_thread_gone(backend, seeded:
         assert store.ledger.row(gone) is None and store.log.rows(gone) == []
         assert store.count_checkpoints(gone) > 0
         if backend.name == "redis":  # the backend's own record, under the TTL layer's
-            from graph.redis_backend import RedisBackend
+            from graph.store.redis.backend import RedisBackend
 
             assert gone in RedisBackend.buried_with_checkpoints(store.backend)  # type: ignore[arg-type]
         else:
@@ -199,7 +199,7 @@ def test_cancel_stops_the_thread_for_good(backend, at: str) -> None:
     row = backend.ledger_row("t1")
     assert backend.fingerprint() == before and row[1] == 1
     # Even the graph invoked directly (as from a notebook) never counts again.
-    from graph.factory import build_graph
+    from graph.agent import build_graph
     from nodes.context import StepContext
     from tests.fakes import ScriptedModel
 

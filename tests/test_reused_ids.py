@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from graph.storage import open_store
-from graph.thread_history import thread_history
+from graph.store import open_store
+from graph.threads.history import thread_history
 from nodes.compaction import STUB_PREFIX, compact
 from nodes.context import ModelReply, StepContext
 from nodes.pairing import UnsafeHistoryError, not_executed_results, open_calls

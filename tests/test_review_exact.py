@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from graph.history import render
-from graph.storage import open_store
-from graph.thread_history import thread_history
+from graph.store import open_store
+from graph.threads.history import thread_history
 from nodes.arguments import ArgumentsError, parse_arguments
 from nodes.context import ModelReply
 from nodes.prompts import TOOL_ERROR_PREFIX
@@ -198,14 +198,14 @@ def test_an_approved_write_that_can_no_longer_be_applied_goes_back_to_the_model(
 def test_a_write_the_file_system_refuses_goes_back_to_the_model(
     backend, out_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import graph.approvals
+    import graph.step.approvals
 
     def disk_full(path: Path, data: bytes) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
     model = TwoWrites("a.txt", "b.txt")
     start(backend, out_dir, model)
-    monkeypatch.setattr(graph.approvals, "atomic_write", disk_full)
+    monkeypatch.setattr(graph.step.approvals, "atomic_write", disk_full)
     out = run_cli(["--thread", "x", "--approve", "w1", "--approve", "w2", "--db", backend.db])
     assert (out["exit_code"], out["status"]) == (0, "ready"), out
     monkeypatch.undo()

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from graph.names import NameSlot
-from graph.storage import open_store
+from graph.store import open_store
+from graph.store.sqlite.names import NameSlot
 from tests.conftest import ROOT, SqliteBackend, run_cli, subprocess_env
 from tests.fakes import tool_call_reply
 

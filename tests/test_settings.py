@@ -67,7 +67,7 @@ def test_explicit_model_wins_over_the_environment_on_resume(sqlite_db: Path, mon
 
 
 def test_every_path_to_the_database_meets_the_same_writer_lock(sqlite_db: Path) -> None:
-    from graph.storage import open_store
+    from graph.store import open_store
 
     run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", str(sqlite_db)])
     symlink, dotted = sqlite_db.parent / "alias.sqlite", sqlite_db.parent / "." / sqlite_db.name
@@ -131,7 +131,7 @@ def test_postgres_resume_and_reads_never_create_tables_in_a_foreign_database() -
 
 
 def test_postgres_passwords_are_redacted_everywhere() -> None:
-    from graph.postgres_store import redact
+    from graph.store.postgres.open import redact
 
     assert "s3cret" not in redact("postgresql://u:s3cret@h:5432/db")
     assert "s3cret" not in redact("postgresql://u@h:5432/db?sslmode=require&password=s3cret")

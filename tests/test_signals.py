@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from graph.interrupted import interrupted_outcome
+from graph.cli_interrupted import interrupted_outcome
 from tests.conftest import run_cli, subprocess_env
 from tests.fake_mandapi import FakeMandApi
 from tests.forked import ForkedProcess, forkserver
@@ -100,7 +100,7 @@ def test_a_batch_interrupted_mid_request_exits_130_in_one_json_object(
 
 
 def test_the_interrupted_report_reads_the_thread_through_graph_api(backend, monkeypatch) -> None:
-    from graph.api_base import DatabaseBase
+    from graph.api._base import DatabaseBase
 
     run_cli(["--thread", "t1", "--task", "How long does shipping take?", "--once", "--db", backend.db])
     opened: list[str] = []

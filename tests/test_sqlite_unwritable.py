@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import graph.sqlite_store as sqlite_store
+import graph.store.sqlite.open as sqlite_store
 from tests.conftest import SqliteBackend, run_cli
 
 TASK = "How long does shipping take at the demo shop?"

@@ -1,4 +1,4 @@
-"""The main job in-process: budget, failures, identity, resume (graph.step via graph.run)."""
+"""The main job in-process: budget, failures, identity, resume (graph.step.advance via graph.run)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from graph.exitcodes import ExitCode
-from graph.storage import open_store
+from graph.store import open_store
 from tests.conftest import SqliteBackend, run_cli
 from tests.fakes import NeverFinishes, ScriptedModel, answer_reply, timeout_error, tool_call_reply
 

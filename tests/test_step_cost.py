@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from graph.checked_saver import CheckedSaver
-from graph.ledger import SqlLedger
 from graph.settings import Settings
-from graph.spec import ThreadSpec
-from graph.step import StepRequest, advance
-from graph.storage import open_store
+from graph.settings_spec import ThreadSpec
+from graph.step.advance import StepRequest, advance
+from graph.store import open_store
+from graph.store.saver import CheckedSaver
+from graph.store.sql.ledger import SqlLedger
 from nodes.compaction import compact, edit_script
 from nodes.state import EDIT, append_messages
 from tests.fakes import NeverFinishes
@@ -106,8 +106,8 @@ def test_writes_saved_late_for_a_checkpoint_out_of_the_window_go_with_it(tmp_pat
 
 
 def test_a_compacting_reply_whose_routing_failed_is_kept_exactly(backend, monkeypatch) -> None:
-    import graph.factory
-    import graph.routers
+    import graph.agent
+    import graph.agent_routers
     from nodes.request import prepare_request
     from tests.conftest import run_cli
     from tests.test_routing_failures import _flaky
@@ -120,8 +120,8 @@ def test_a_compacting_reply_whose_routing_failed_is_kept_exactly(backend, monkey
         assert run_cli(argv, model_factory=lambda m, s: model)["exit_code"] == 0
     with open_store(backend.db, create=False, read_only=True) as store:
         before = store.graph.get_state({"configurable": {"thread_id": "t"}}).values
-    monkeypatch.setattr(graph.factory, "route_after_reason",
-                        _flaky(graph.routers.route_after_reason))
+    monkeypatch.setattr(graph.agent, "route_after_reason",
+                        _flaky(graph.agent_routers.route_after_reason))
     out = run_cli(argv, model_factory=lambda m, s: model)  # tools, budget, reason: its router fails
     assert (out["exit_code"], out["error_code"], out["_next"]) == (6, "step_failed", ["tools"])
     with open_store(backend.db, create=False, read_only=True) as store:

@@ -127,7 +127,7 @@ def test_an_approval_interrupt_is_resumed_with_decisions_and_applies_the_write(
     out, model = tmp_path / "out", Writer()
     out.mkdir()
     (out / "log.txt").write_text("start\n")
-    monkeypatch.setattr("graph.models.make_model", lambda model_id, settings: model)
+    monkeypatch.setattr("graph.step.models.make_model", lambda model_id, settings: model)
     db, graph = tmp_path / "studio.sqlite", served()
     context = {"db": str(db)}
     graph.invoke({"task": "Write the report.", "allow_writes": str(out)}, config(),

@@ -1,6 +1,6 @@
 """State edits through the server's `update_state` (Studio, `POST /threads/{id}/state`).
 
-The server applies updates with its own checkpointer, past `graph.state_updates`; the
+The server applies updates with its own checkpointer, past `graph.checkpoints.updates`; the
 `messages` reducer refuses new messages that are not wire dicts, and every Studio node
 refuses loaded messages in a shape it cannot use, before anything is counted or sent.
 """
@@ -15,7 +15,7 @@ import pytest
 
 from graph.errors import RefusedError
 from graph.exitcodes import ErrorCode
-from graph.schema import LOG
+from graph.store.sql.schema import LOG
 from tests.test_studio import TASK, config, ledger, served
 
 LANGGRAPH_SHAPES = [

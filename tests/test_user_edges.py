@@ -32,7 +32,7 @@ def test_batch_out_that_cannot_be_written_is_refused_before_anything_runs(tmp_pa
 @pytest.mark.parametrize("value", ["abc", "-1", "0", "nan", "inf", "1e999"])
 def test_a_queue_timing_setting_that_is_not_a_positive_number_is_a_usage_error(monkeypatch, value):
     pytest.importorskip("procrastinate")
-    from graph.queue_db import env_seconds
+    from graph.fleet.queue_db import env_seconds
 
     monkeypatch.setenv("GRAPH_QUEUE_HEARTBEAT_S", value)
     with pytest.raises(UsageError) as caught:
@@ -42,7 +42,7 @@ def test_a_queue_timing_setting_that_is_not_a_positive_number_is_a_usage_error(m
 
 def test_queue_timing_settings_default_when_unset_and_read_when_set(monkeypatch) -> None:
     pytest.importorskip("procrastinate")
-    from graph.queue_db import env_seconds
+    from graph.fleet.queue_db import env_seconds
 
     monkeypatch.delenv("GRAPH_QUEUE_STALLED_S", raising=False)
     assert env_seconds("GRAPH_QUEUE_STALLED_S", 30) == 30
@@ -106,9 +106,9 @@ def test_a_number_flag_takes_only_ascii_digits_like_a_tasks_line(tmp_path, capsy
 def test_a_summary_with_a_lone_surrogate_is_left_to_the_full_path(tmp_path, capsys) -> None:
     import sqlite3
 
-    from graph.poll import quick_answer
-    from graph.sql import SqliteSql
-    from graph.summaries import SqlSummaries
+    from graph.store.poll import quick_answer
+    from graph.store.sql.conn import SqliteSql
+    from graph.store.sql.summaries import SqlSummaries
 
     db = tmp_path / "c.sqlite"
     for _ in range(2):

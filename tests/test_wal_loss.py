@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from graph.database import Store
 from graph.errors import NotDurableError
+from graph.store.base import Store
 from tests.conftest import SqliteBackend, run_cli
 from tests.fakes import tool_call_reply
 from tests.wal_damage import DAMAGE, FRAME_HEADER, HEADER
@@ -120,10 +120,10 @@ def test_without_the_claim_checkpoint_a_deleted_wal_loses_the_claim(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The scenario above is real: with the plain shared ledger, the server gets more."""
-    import graph.sqlite_store
-    from graph.ledger import SqlLedger
+    import graph.store.sqlite.open
+    from graph.store.sql.ledger import SqlLedger
 
-    monkeypatch.setattr(graph.sqlite_store, "SqliteLedger", SqlLedger)
+    monkeypatch.setattr(graph.store.sqlite.open, "SqliteLedger", SqlLedger)
     received, (attempts, claimed, _) = _crash_damage_resume(tmp_path, monkeypatch,
                                                             "during_request", DAMAGE["deleted"])
     assert received > claimed
@@ -151,10 +151,10 @@ def test_claim_is_in_the_database_file_before_the_request_leaves(tmp_path: Path)
 def test_a_claim_that_cannot_reach_the_database_file_is_spent_and_not_sent(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import graph.sqlite_store
+    import graph.store.sqlite.open
 
-    monkeypatch.setattr(graph.sqlite_store, "BUSY_TIMEOUT_MS", 50)
-    monkeypatch.setattr(graph.sqlite_store, "_PRAGMAS", ("PRAGMA busy_timeout = 50",
+    monkeypatch.setattr(graph.store.sqlite.open, "BUSY_TIMEOUT_MS", 50)
+    monkeypatch.setattr(graph.store.sqlite.open, "_PRAGMAS", ("PRAGMA busy_timeout = 50",
                                                          "PRAGMA journal_mode = WAL",
                                                          "PRAGMA synchronous = FULL"))
     db = tmp_path / "c.sqlite"
@@ -214,7 +214,7 @@ class CheckpointLockHolder:
 
 
 def _claim_in_an_open_database(db: Path, holder_started: Callable[[Path], Any]) -> Any:
-    from graph.sqlite_store import open_sqlite
+    from graph.store.sqlite.open import open_sqlite
 
     with open_sqlite(db, create=True) as store:
         store.ledger.create("t1", 4)
@@ -233,6 +233,9 @@ def test_a_claim_waits_for_another_process_checkpoint_then_reaches_the_database_
     """Eight processes' claims at once once failed with `wal_busy` at random: SQLite
     returns busy at once, without its busy handler, while another checkpoint runs."""
     import time
+    from types import SimpleNamespace
+
+    import graph.store.sqlite.ledger
 
     db = tmp_path / "c.sqlite"
     pauses: list[float] = []
@@ -247,7 +250,9 @@ def test_a_claim_waits_for_another_process_checkpoint_then_reaches_the_database_
         holders.append(CheckpointLockHolder(shm))
         return holders[-1]
 
-    monkeypatch.setattr(time, "sleep", pause)  # the ledger's wait between checkpoints
+    # The ledger's waits between checkpoints only (Popen's own waits must stay real).
+    monkeypatch.setattr(graph.store.sqlite.ledger, "time",
+                        SimpleNamespace(sleep=pause, monotonic=time.monotonic))
     claimed, _ = _claim_in_an_open_database(db, start)
     assert claimed and len(pauses) == 1
     wal = db.with_name(db.name + "-wal")
@@ -258,9 +263,9 @@ def test_a_claim_waits_for_another_process_checkpoint_then_reaches_the_database_
 def test_a_claim_refused_while_another_process_checkpoints_past_the_busy_timeout(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import graph.sqlite_store
+    import graph.store.sqlite.open
 
-    monkeypatch.setattr(graph.sqlite_store, "_PRAGMAS", ("PRAGMA busy_timeout = 50",
+    monkeypatch.setattr(graph.store.sqlite.open, "_PRAGMAS", ("PRAGMA busy_timeout = 50",
                                                          "PRAGMA journal_mode = WAL",
                                                          "PRAGMA synchronous = FULL"))
     db = tmp_path / "c.sqlite"

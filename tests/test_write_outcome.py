@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from graph.storage import open_store
-from graph.thread_history import thread_history
+from graph.store import open_store
+from graph.threads.history import thread_history
 from nodes.files import file_sha256, sha256_hex
 from nodes.paths import PathRefused, confine
 from nodes.prompts import TOOL_ERROR_PREFIX

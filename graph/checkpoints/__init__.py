@@ -1,0 +1,1 @@
+"""Fail-closed reading of stored threads: load, integrity, migrations, update checks."""

@@ -1,0 +1,202 @@
+"""Reads a thread's checkpoint fail-closed: checksums, strict decoding, migration, validation.
+
+Used by every entry point that reads a thread, so the CLI, history and notebooks all
+refuse exactly the same stored data.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from graph.checkpoints.integrity import validate_state
+from graph.checkpoints.migrations import migrate
+from graph.checkpoints.thread_checks import check_ledger
+from graph.errors import RefusedError
+from graph.exitcodes import ErrorCode
+from graph.store.serde import CheckpointIntegrityError
+
+if TYPE_CHECKING:
+    from graph.store.base import Store
+
+
+@dataclass(frozen=True)
+class LoadedThread:
+    """A thread's latest checkpoint, checked and migrated.
+
+    Attributes:
+        snapshot: LangGraph's `StateSnapshot` (its `values` are as stored).
+        values: The migrated, validated state values.
+        stored_version: The schema version the checkpoint was written with.
+    """
+
+    snapshot: Any
+    values: dict[str, Any]
+    stored_version: int
+
+
+@contextmanager
+def refused_as(where: str, thread_id: str | None = None) -> Iterator[None]:
+    """Turns checkpoint and storage failures of LangGraph reads into refusals (exit 4).
+
+    Args:
+        where: The location the refusal names (the database, or a caller's own text).
+        thread_id: The thread being read, when `where` does not name it already.
+
+    Raises:
+        RefusedError: `damaged` or `incompatible`, at `where` (and `thread_id`).
+    """
+    try:
+        yield
+    except CheckpointIntegrityError as exc:
+        raise RefusedError(str(exc), error_code=ErrorCode(exc.error_code), location=where,
+                           thread_id=thread_id) from None
+    except sqlite3.DatabaseError as exc:
+        if isinstance(exc, sqlite3.OperationalError) and "decode" not in str(exc):
+            raise
+        raise RefusedError(f"the database is damaged ({exc})", error_code=ErrorCode.DAMAGED,
+                           location=where, thread_id=thread_id) from None
+
+
+def read_snapshot(graph: Any, config: dict[str, Any], where: str,
+                  thread_id: str | None = None) -> Any:
+    """`graph.get_state(config)`, with storage and checksum failures refused.
+
+    Raises:
+        RefusedError: `damaged` or `incompatible`, at `where` (and `thread_id`).
+    """
+    with refused_as(where, thread_id):
+        return graph.get_state(config)
+
+
+def history_page(graph: Any, config: dict[str, Any], where: str,
+                 limit: int | None = None, *, thread_id: str | None = None) -> list[Any]:
+    """`graph.get_state_history(config, limit=limit)` as a list, newest first.
+
+    Raises:
+        RefusedError: Any checkpoint of the page fails its checks (as `read_snapshot`).
+    """
+    with refused_as(where, thread_id):
+        return list(graph.get_state_history(config, limit=limit))
+
+
+def check_history(graph: Any, thread_id: str, location: str) -> None:
+    """Checks every checkpoint of a thread as `load_thread` checks its latest one.
+
+    Raises:
+        RefusedError: Naming the first checkpoint refused.
+    """
+    config = {"configurable": {"thread_id": thread_id}}
+    for snapshot in history_page(graph, config, location, thread_id=thread_id):
+        checkpoint_id = snapshot.config["configurable"]["checkpoint_id"]
+        values = snapshot.values
+        if tuple(snapshot.next) == ("__start__",):
+            try:
+                values = pending_input(graph, snapshot.config, location, thread_id)
+            except RefusedError as exc:
+                raise exc.at(checkpoint_id=checkpoint_id) from None
+        if values.get("thread"):  # the input checkpoint holds no state yet
+            check_values(values, tuple(snapshot.next), location, thread_id,
+                         checkpoint_id=checkpoint_id)
+
+
+def check_stored_thread(store: Store, graph: Any, thread_id: str) -> LoadedThread | None:
+    """Everything `graph.run` checks before advancing a thread, plus its older checkpoints.
+
+    The latest checkpoint, its ledger row, attempt log, approvals and tombstone, and
+    every older checkpoint: what `graph.verify` reports and `graph.copy` requires.
+
+    Returns:
+        The loaded thread, or None when it has no checkpoint.
+
+    Raises:
+        RefusedError: The first problem found.
+    """
+    try:
+        tombstone = store.tombstones.get(thread_id)
+        entry = store.ledger.read(thread_id)
+        log_rows = store.log.rows(thread_id)
+        store.approvals.rows(thread_id)
+    except RefusedError as exc:
+        raise exc.at(location=store.location, thread_id=thread_id) from None
+    loaded = load_thread(graph, thread_id, store.location)
+    if loaded is None:
+        if entry is not None and entry.attempts > 0 and tombstone is None:
+            raise RefusedError(f"{entry.attempts} counted attempt(s) in the ledger but no "
+                               "checkpoint", error_code=ErrorCode.DAMAGED,
+                               location=store.location, thread_id=thread_id)
+        return None
+    logged = max((r["attempt"] for r in log_rows if r["kind"] == "reason"), default=0)
+    check_ledger(entry, loaded.values, thread_id, store.location, logged)
+    store.log.covers(thread_id, loaded.values, log_rows)
+    check_history(graph, thread_id, store.location)
+    return loaded
+
+
+def check_values(values: Any, next_nodes: tuple[str, ...], where: str, thread_id: str, *,
+                 checkpoint_id: str | None = None) -> tuple[dict, int]:
+    """Migrates and validates the stored values of `thread_id`; returns them and their version.
+
+    Args:
+        values: The stored state values.
+        next_nodes: The checkpoint's next nodes.
+        where: The location a refusal names (the database, or a caller's own text).
+        thread_id: The thread the values must belong to.
+        checkpoint_id: The checkpoint a refusal names, if not the latest.
+
+    Raises:
+        RefusedError: `damaged` or `incompatible`, at `where`, the thread and checkpoint.
+    """
+    try:
+        migrated, version = migrate(values, thread_id)
+        validate_state(migrated, next_nodes, thread_id)
+    except RefusedError as exc:
+        raise exc.at(location=where, thread_id=thread_id, checkpoint_id=checkpoint_id) from None
+    return migrated, version
+
+
+def load_thread(graph: Any, thread_id: str, location: str) -> LoadedThread | None:
+    """Loads the latest checkpoint of `thread_id`.
+
+    Returns:
+        None when the thread has no checkpoint, or only an input checkpoint whose input
+        was never saved (a process killed while creating it); otherwise the checked
+        thread.
+
+    Raises:
+        RefusedError: The checkpoint cannot be read exactly as written (see module doc).
+    """
+    config = {"configurable": {"thread_id": thread_id}}
+    snapshot = read_snapshot(graph, config, location, thread_id)
+    stored = snapshot.values
+    if tuple(snapshot.next) == ("__start__",):
+        stored = pending_input(graph, config, location, thread_id)
+        if not stored:
+            return None  # killed before LangGraph saved the input: creation never happened
+    if not stored:
+        if snapshot.config and snapshot.config.get("configurable", {}).get("checkpoint_id"):
+            raise RefusedError("the checkpoint has no state", error_code=ErrorCode.DAMAGED,
+                               location=location, thread_id=thread_id)
+        return None
+    values, version = check_values(stored, tuple(snapshot.next), location, thread_id)
+    return LoadedThread(snapshot, values, version)
+
+
+def pending_input(graph: Any, config: dict[str, Any], where: str,
+                  thread_id: str | None = None) -> dict[str, Any]:
+    """The input of a thread whose process died right after LangGraph saved it.
+
+    LangGraph saves a thread's input as pending writes of its first (`__start__`)
+    checkpoint; state values appear only in the next checkpoint. Resuming with `None`
+    applies them, so such a thread is checked by its pending input.
+
+    Raises:
+        RefusedError: The pending writes cannot be read (as `read_snapshot`).
+    """
+    with refused_as(where, thread_id):
+        saved = graph.checkpointer.get_tuple(config)
+    return {channel: value for _, channel, value in (saved.pending_writes or [])
+            if channel in ("thread", "messages", "progress")}

@@ -1,0 +1,1 @@
+"""Many threads at once: tasks files, a batch's shared request cap, and the queue worker."""

@@ -1,0 +1,147 @@
+"""The queue's database and settings: which PostgreSQL database holds it, checked first.
+
+The queue is in the checkpoint database when that is PostgreSQL; checkpoints in Redis
+keep their queue in a PostgreSQL database of its own (`--queue-db` when enqueueing,
+`GRAPH_QUEUE_DB` for workers; procrastinate runs on PostgreSQL only). Importing this
+module imports neither procrastinate nor a database driver, so a refusal here needs
+neither installed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+from urllib.parse import urlsplit
+
+from graph.errors import UsageError, error_line
+from graph.exitcodes import ErrorCode
+
+QUEUE_DB_ENV = "GRAPH_QUEUE_DB"
+"""The PostgreSQL URL of the queue when it is not the checkpoint database `GRAPH_DB`."""
+_POSTGRES = ("postgresql://", "postgres://")
+
+
+def queue_db(db: str, flag: str | None = None) -> str:
+    """The queue's database: `flag` (`--queue-db`), else `$GRAPH_QUEUE_DB`, else `db`.
+
+    Args:
+        db: The checkpoint database (`--db`).
+        flag: `--queue-db` as given, or None.
+
+    Raises:
+        UsageError: `flag` is empty, the queue would not be PostgreSQL, the checkpoints
+            are in a SQLite file (one machine's: workers elsewhere could not reach it),
+            or procrastinate is not installed (the postgres extra) (exit 2).
+    """
+    from graph.store import is_postgres, is_redis
+
+    if flag is not None and not flag.strip():
+        raise UsageError("--queue-db is empty: give the queue's postgresql:// URL, or leave "
+                         f"it out to use ${QUEUE_DB_ENV}, else --db")
+    if not (is_postgres(db) or is_redis(db)):
+        raise UsageError("--enqueue needs a PostgreSQL or Redis --db that every worker reaches; "
+                         "a SQLite file is one machine's: run the batch without --enqueue")
+    url = flag or os.environ.get(QUEUE_DB_ENV) or db
+    if not is_postgres(url):
+        raise UsageError("the queue lives in PostgreSQL (procrastinate): give --queue-db "
+                         f"postgresql://... or {QUEUE_DB_ENV} beside a Redis --db")
+    try:
+        import procrastinate  # noqa: F401
+    except ImportError:
+        raise UsageError("--enqueue needs the postgres extra (procrastinate, psycopg): "
+                         "pip install -e '.[postgres]'") from None
+    return url
+
+
+def check_worker(queue_url: str, *, checkpoints: bool = True) -> None:
+    """Ends a worker process that could only fail: exit 2 with one `error (CODE)` line.
+
+    Called before procrastinate connects (`graph.queue.QueueApp.open_async`: the queue
+    URL, and the queue reached once) and before the first job is taken
+    (`run_worker_async`: also `GRAPH_DB`, opened once as a step would), so a
+    misconfigured worker neither retries a connection forever, nor exits 1 when
+    procrastinate's pool gives up, nor takes jobs it can only end.
+
+    Args:
+        queue_url: The app's queue URL (`GRAPH_QUEUE_DB`, else `GRAPH_DB`).
+        checkpoints: Also check `GRAPH_DB`, the checkpoint database.
+
+    Raises:
+        SystemExit: The refusal's exit code (2), after its error line on stderr.
+    """
+    from graph.errors import RunError
+
+    try:
+        if not queue_url.startswith(_POSTGRES):
+            raise UsageError(f"the queue worker's queue is procrastinate's, in PostgreSQL: set "
+                             f"{QUEUE_DB_ENV}=postgresql://... (or GRAPH_DB, when the "
+                             "checkpoints are there too)")
+        if not checkpoints:
+            connect_queue(queue_url).close()
+            return
+        db = os.environ.get("GRAPH_DB", "")
+        if not db.strip():
+            raise UsageError("the queue worker needs GRAPH_DB (the checkpoint database's URL)")
+        from graph.store import open_store
+
+        with open_store(db, create=True):  # as the first step would: refused now, not per job
+            pass
+    except RunError as exc:
+        print(error_line(exc.error_code, f"the queue worker cannot start: {exc.message}"),
+              file=sys.stderr, flush=True)
+        raise SystemExit(int(exc.exit_code)) from None
+
+
+def connect_queue(db: str) -> Any:
+    """An autocommit connection to the queue's database (`graph.queue.ensure_schema`).
+
+    Raises:
+        UsageError: `db_unreachable` (exit 2): the database cannot be reached, or `db`
+            is not a URL psycopg can use; `usage` when it names no database (libpq would
+            pick its own defaults). The password is never shown.
+    """
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    from graph.store.postgres.url import CONNECT_TIMEOUT_S, redact
+
+    try:
+        params = conninfo_to_dict(db)
+        if not params.get("dbname"):
+            raise UsageError(f"the queue's URL {redact(db)} names no database "
+                             "(postgresql://USER@HOST:PORT/DATABASE)")
+        params.setdefault("connect_timeout", CONNECT_TIMEOUT_S)  # the URL's own is kept
+        return psycopg.connect(make_conninfo("", **params), autocommit=True)
+    except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
+        detail = next((line.strip() for line in str(exc).splitlines() if line.strip()),
+                      type(exc).__name__)
+        try:
+            password = urlsplit(db).password
+        except ValueError:
+            password = None
+        if password:
+            detail = detail.replace(password, "***")
+        raise UsageError(f"cannot connect to the queue's PostgreSQL database at "
+                         f"{redact(db)}: {detail[:200]}",
+                         error_code=ErrorCode.DB_UNREACHABLE) from None
+
+
+def env_seconds(name: str, default: float) -> float:
+    """A positive, finite number of seconds from environment variable `name`, or `default`.
+
+    Raises:
+        UsageError: The value is not a positive finite number (exit 2).
+    """
+    import math
+
+    raw = os.environ.get(name, "")
+    if raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise UsageError(f"{name} must be a positive number of seconds, not {raw[:40]!r}")
+    return value

@@ -1,0 +1,1 @@
+"""Replay tests: export a thread as a recording and run the current graph against it offline."""

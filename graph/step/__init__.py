@@ -1,0 +1,1 @@
+"""Advancing one thread by one step: the heart (`graph.step.advance`), its invocation and its outcome."""

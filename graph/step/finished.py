@@ -1,0 +1,77 @@
+"""Keeping the summary of a finished thread, so that `graph.store.poll` can answer for it next time.
+
+A summary is stored only from a thread's latest checkpoint as the full path reads and
+checks it (`graph.checkpoints.load.load_thread`, the ledger cross-check, the decisions), while
+the invocation still holds the thread's writer lock: right after the step that
+finished the thread, and on any later full-path answer whose summary is missing or
+stale (a database from before summaries gains them this way). The same on SQLite and
+PostgreSQL (`graph.store.sql.summaries`).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+from typing import TYPE_CHECKING
+
+from graph.checkpoints.load import load_thread
+from graph.checkpoints.thread_checks import check_ledger
+from graph.errors import RunError
+from graph.outcome import Outcome
+from graph.step.approvals import pending_review
+from nodes.state import FINAL_STATUSES
+
+if TYPE_CHECKING:
+    from graph.store.base import Store
+
+
+def remember_finished(store: Store, outcome: Outcome, *, checked: bool = False) -> Outcome:
+    """Stores the summary of a finished thread (`graph.store.sql.summaries`); returns `outcome` as is.
+
+    A finished thread with nothing pending also gets its time-to-live on Redis
+    (`graph.store.redis.ttl`; nothing elsewhere), even when no summary is stored.
+
+    Nothing is stored for a thread that is not done, exhausted or cancelled, on a store
+    without summaries, or when the thread fails a check or the write fails: the next
+    invocation then takes the full path, which checks and reports it.
+
+    Args:
+        store: The open store; the caller holds the thread's writer lock.
+        outcome: The invocation's outcome.
+        checked: `outcome` is `Outcome.from_state` of the latest checkpoint after every
+            check of the full path (`graph.step.advance`); otherwise the thread is read and
+            checked again here.
+    """
+    thread_id = outcome.thread_id
+    if thread_id is not None and outcome.status in FINAL_STATUSES and not outcome.next_nodes:
+        store.backend.expire_finished(thread_id, outcome.status)  # Redis: `graph.store.redis.ttl`
+    if store.summaries is None or thread_id is None or outcome.status not in FINAL_STATUSES:
+        return outcome
+    expected: tuple[type[Exception], ...] = (RunError, *_database_errors())
+    try:
+        summary = outcome if checked else _checked_summary(store, thread_id)
+        if summary is not None:
+            store.summaries.keep(thread_id, summary)
+    except expected:
+        pass  # no summary: the next invocation takes the full path
+    return outcome
+
+
+def _database_errors() -> tuple[type[Exception], ...]:
+    """The drivers' errors: sqlite3's, and psycopg's once it is imported (a PostgreSQL store)."""
+    psycopg = sys.modules.get("psycopg")
+    return (sqlite3.Error,) if psycopg is None else (sqlite3.Error, psycopg.Error)
+
+
+def _checked_summary(store: Store, thread_id: str) -> Outcome | None:
+    """The finished thread's outcome as the full path answers it, read and checked now."""
+    loaded = load_thread(store.graph, thread_id, store.location)
+    if loaded is None or loaded.values["progress"]["status"] not in FINAL_STATUSES:
+        return None
+    logged, log_rows = store.log.last_attempt_and_rows(thread_id)  # one read of the log
+    check_ledger(store.ledger.read(thread_id), loaded.values, thread_id, store.location, logged)
+    store.log.covers(thread_id, loaded.values, log_rows)
+    store.approvals.rows(thread_id)
+    if pending_review(loaded.snapshot) is not None:
+        return None
+    return Outcome.from_state(thread_id, loaded.values, loaded.snapshot.next)

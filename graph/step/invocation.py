@@ -1,0 +1,221 @@
+"""Invoking the graph for one thread: each invocation makes at most one model request.
+
+`invoke_steps` runs budget → reason (stopping after reason, `interrupt_after`), with
+`durability="sync"` so each node's checkpoint is on disk before the next node starts.
+Before every resume the thread is routed so that it goes on at a node that cannot send
+an uncounted request; a step that stored its output but failed before choosing the
+next node is routed afterwards and reported as `step_failed` (exit 6).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from graph.api._graph import refusal
+from graph.errors import RefusedError
+from graph.exitcodes import ErrorCode
+from graph.outcome import Outcome
+from graph.step.approvals import pending_review
+from graph.step.repair import repair_routing, unrouted_output
+from nodes.context import AttemptLedger, LedgerEntry, StepContext
+from nodes.errors import InvocationRefusedError
+from nodes.pairing import UnsafeHistoryError
+from nodes.review import needs_review
+from nodes.state import FINAL_STATUSES
+
+if TYPE_CHECKING:
+    from graph.store.base import Store
+
+_WRITER_OF_NEXT = {("tools",): "reason", ("reason",): "budget", ("budget",): "tools"}
+"""For a checkpoint's next node, a node whose edges lead there (for `update_state`)."""
+
+
+def store_migrated(graph: Any, config: dict[str, Any], loaded: Any) -> None:
+    """Writes the migrated `thread` channel as the thread's next checkpoint.
+
+    At `__start__` nothing is written: the stored input is migrated again on next load.
+    """
+    writer = _WRITER_OF_NEXT.get(tuple(loaded.snapshot.next))
+    if writer is not None:
+        graph.update_state(config, {"thread": loaded.values["thread"]}, as_node=writer)
+
+
+def _ledger_entry(store: Store, thread_id: str) -> LedgerEntry:
+    """The thread's ledger row, which the step checked before invoking.
+
+    Raises:
+        RefusedError: `damaged` when the row went missing since (deleted outside this program).
+    """
+    entry = store.ledger.read(thread_id)
+    if entry is None:
+        raise RefusedError("the attempt-ledger row went missing during the step",
+                           error_code=ErrorCode.DAMAGED, location=store.location, thread_id=thread_id)
+    return entry
+
+
+class ClaimCounter:
+    """The store's ledger as the nodes see it (`AttemptLedger`), counting successful claims.
+
+    A step tells whether its invocation sent a request from the claims made through
+    it, instead of reading the ledger row again: the thread's writer lock is held, so
+    nothing else claims meanwhile.
+
+    Attributes:
+        made: Claims that succeeded since the last `reset`.
+    """
+
+    def __init__(self, ledger: AttemptLedger) -> None:
+        self._ledger = ledger
+        self.made = 0
+
+    def count(self, thread_id: str) -> LedgerEntry:
+        """As the ledger's `count`."""
+        return self._ledger.count(thread_id)
+
+    def claim(self, thread_id: str, attempt: int, charge: str | None = None) -> bool:
+        """As the ledger's `claim`; a success is counted in `made`."""
+        claimed = self._ledger.claim(thread_id, attempt, charge)
+        self.made += claimed
+        return claimed
+
+    def reset(self) -> None:
+        """Starts counting anew (before each invocation)."""
+        self.made = 0
+
+
+def route_before_resume(graph: Any, config: dict[str, Any], store: Store, thread_id: str,
+                        snapshot: Any = None) -> None:
+    """Makes sure a resumed thread goes on at a node that cannot send uncounted requests.
+
+    Args:
+        graph: The compiled graph.
+        config: The thread's config.
+        store: The open store.
+        thread_id: The thread.
+        snapshot: The thread's latest state, when the caller read it and nothing was
+            written since (the load before the first invocation, the read after the
+            previous one); None reads it here.
+    """
+    if snapshot is None:
+        snapshot = graph.get_state(config)
+    if repair_routing(graph, config, store.location, snapshot):
+        snapshot = graph.get_state(config)
+    if snapshot.next == ("reason",) and not _ledger_entry(store, thread_id).unclaimed:
+        # LangGraph would re-run reason (it raised or was killed) without passing
+        # through budget. Its attempt is already claimed, so route the thread
+        # back to budget to count a new one before anything is sent.
+        graph.update_state(config, {"progress": {"outcome": "not_sent"}}, as_node="reason")
+
+
+def step_failed(graph: Any, config: dict[str, Any], store: Store, thread_id: str,
+                exc: Exception) -> Outcome:
+    """Routes a step whose node stored its output but failed after it, and reports that.
+
+    The output (a paid reply included) is kept and routed as its node's router says,
+    so the next run continues from it.
+
+    Returns:
+        The thread's outcome with `error_code` `step_failed` (exit 6, or 3 if exhausted).
+    """
+    repair_routing(graph, config, store.location)
+    snapshot = graph.get_state(config)
+    return Outcome.step_failed(thread_id, snapshot.values, snapshot.next, exc)
+
+
+def _invoke_once(graph: Any, config: dict[str, Any], store: Store, ctx: StepContext,
+                 graph_input: Any) -> Outcome | None:
+    """One graph invocation; None when it ran, else the `step_failed` outcome.
+
+    Raises:
+        RefusedError: `damaged` when the conversation cannot be sent (its pairing).
+    """
+    try:
+        try:
+            graph.invoke(graph_input, config, context=ctx, durability="sync")
+        finally:
+            store.commit()  # writes saved without a checkpoint after them (a raise, a pause)
+    except UnsafeHistoryError as exc:
+        raise RefusedError(f"the conversation cannot be sent: {exc}",
+                           error_code=ErrorCode.DAMAGED, location=store.location,
+                           thread_id=ctx.thread_id) from None
+    except InvocationRefusedError as exc:  # never for a step's own context; kept as a RunError
+        raise refusal(exc, store.location) from None
+    except Exception as exc:
+        if unrouted_output(graph.get_state(config)) is None:
+            raise
+        return step_failed(graph, config, store, ctx.thread_id, exc)
+    return None
+
+
+def _snapshot_after(graph: Any, config: dict[str, Any], store: Store, ctx: StepContext) -> Any:
+    """The thread after an invocation, routed; a write call waiting for review is paused now.
+
+    One read of the thread, again only when something was written.
+    """
+    snapshot = graph.get_state(config)
+    if repair_routing(graph, config, store.location, snapshot):
+        snapshot = graph.get_state(config)
+    if tuple(snapshot.next) == ("tools",) and needs_review(snapshot.values):
+        # Say it now: run tools up to its review pause (no request; budget never runs).
+        try:
+            graph.invoke(None, config, context=ctx, durability="sync",
+                         interrupt_before=["budget"])
+        finally:
+            store.commit()  # the pause's writes have no checkpoint after them
+        snapshot = graph.get_state(config)
+    return snapshot
+
+
+def invoke_steps(graph: Any, config: dict[str, Any], store: Store, ctx: StepContext,
+                 graph_input: Any, *, once: bool, max_attempts: int,
+                 keep_checkpoints: int | None = None, snapshot: Any = None) -> Outcome:
+    """Invokes the graph once (`once`) or until the thread stops; returns its outcome.
+
+    After each invocation the thread is trimmed to its latest `keep_checkpoints`
+    checkpoints, its new ones already durable: on SQLite each checkpoint's own
+    transaction trims (`Store.keep_window`), elsewhere `Store.trim` runs after it.
+
+    Args:
+        graph: The compiled graph with the thread's checkpointer.
+        config: The thread's config.
+        store: The open store (ledger, location).
+        ctx: The runtime context (thread, ledger, model, log, request cap); the nodes
+            get its ledger through a `ClaimCounter`, which tells whether an invocation
+            sent its request.
+        graph_input: The new thread's initial state, or None to resume.
+        once: Stop after one invocation.
+        max_attempts: The thread's maximum, which bounds the invocations.
+        keep_checkpoints: The thread's checkpoint window (None: keep all).
+        snapshot: The thread's latest state as the caller loaded it, when nothing
+            was written since (saves reading it again); None reads it.
+
+    Returns:
+        The outcome: exit 0 (ran or done), 3 (exhausted), 6 (the request failed or
+        `step_failed`) or 7 (a write call waits for review); `held_back` when the
+        counted attempt could not be claimed (a full request cap).
+    """
+    thread_id = ctx.thread_id
+    claims = ClaimCounter(ctx.ledger)
+    ctx = replace(ctx, ledger=claims)
+    store.keep_window(thread_id, keep_checkpoints)
+    for _ in range(2 * max_attempts + 2):
+        if graph_input is None:
+            route_before_resume(graph, config, store, thread_id, snapshot)
+        claims.reset()
+        failed = _invoke_once(graph, config, store, ctx, graph_input)
+        if failed is not None:
+            store.trim_after_step(thread_id, keep_checkpoints)
+            return failed
+        graph_input = None
+        snapshot = _snapshot_after(graph, config, store, ctx)
+        store.trim_after_step(thread_id, keep_checkpoints)
+        pending = pending_review(snapshot)
+        if pending is not None:
+            return Outcome.waiting(thread_id, snapshot.values, pending, {})
+        outcome = Outcome.after_invocation(thread_id, snapshot.values, snapshot.next,
+                                           claims.made > 0)
+        if (outcome.held_back or outcome.error_code is not None or once
+                or outcome.status in FINAL_STATUSES):
+            return outcome
+    return outcome

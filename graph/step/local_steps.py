@@ -1,0 +1,81 @@
+"""Steps that never make a model request: cancelling a thread, deciding paused write calls."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from langgraph.types import Command
+
+from graph.errors import RefusedError
+from graph.exitcodes import ErrorCode
+from graph.outcome import Outcome
+from graph.step.approvals import apply_approved, decide
+from nodes.context import NoModel, StepContext
+from nodes.state import FINAL_STATUSES
+
+if TYPE_CHECKING:
+    from graph.store.base import Store
+
+
+def cancel(graph: Any, config: dict[str, Any], store: Store, loaded: Any,
+           thread_id: str) -> Outcome:
+    """Marks a thread `cancelled`: no request is ever made for it again.
+
+    A thread already finished is reported as it is (cancelling a cancelled thread is
+    exit 0).
+
+    Raises:
+        RefusedError: `no_such_thread` when `loaded` is None.
+    """
+    if loaded is None:
+        raise RefusedError("no such thread", error_code=ErrorCode.NO_SUCH_THREAD,
+                           location=store.location, thread_id=thread_id)
+    values = loaded.values
+    if values["progress"]["status"] in FINAL_STATUSES:
+        outcome = Outcome.from_state(thread_id, values, loaded.snapshot.next)
+        return outcome.succeeded() if values["progress"]["status"] == "cancelled" else outcome
+    # Written as if by reason, whose router sends a cancelled thread to END from any point.
+    graph.update_state(config, {"progress": {"status": "cancelled", "stop_reason": "cancelled"}},
+                       as_node="reason")
+    store.ledger.touch(thread_id)
+    snapshot = graph.get_state(config)
+    return Outcome.from_state(thread_id, snapshot.values, snapshot.next).succeeded()
+
+
+def review(graph: Any, config: dict[str, Any], store: Store, loaded: Any, thread_id: str,
+           pending: list[dict[str, Any]], *, approve: list[str], reject: list[str],
+           reason: str | None) -> Outcome:
+    """Records decisions; once every paused write is decided, applies and resumes.
+
+    Args:
+        graph: The compiled graph.
+        config: The thread's config.
+        store: The open store (approvals, ledger, log).
+        loaded: The loaded thread (`graph.checkpoints.load.LoadedThread`).
+        thread_id: The thread.
+        pending: The write calls paused for review (`graph.step.approvals.pending_review`).
+        approve: Call ids to approve (`--approve`).
+        reject: Call ids to reject (`--reject`).
+        reason: Why the rejected calls were rejected (told to the model), or None.
+
+    Returns:
+        `awaiting_approval` (exit 7) while a call is undecided, else the thread after
+        the decisions were applied, stopped before budget (no request).
+    """
+    decisions = decide(store, thread_id, pending, loaded.values, approve, reject, reason)
+    if not all(p["tool_call_id"] in decisions for p in pending):
+        return Outcome.waiting(thread_id, loaded.values, pending, decisions)
+    decisions = apply_approved(store, thread_id, loaded.values, decisions)
+    payload = {"decisions": [{"tool_call_id": p["tool_call_id"], "sha256": p["sha256"],
+                              "decision": decisions[p["tool_call_id"]]["decision"],
+                              "result": decisions[p["tool_call_id"]]["result"]} for p in pending]}
+    ctx = StepContext(thread_id, store.ledger, NoModel(), store.log)
+    # Resume only the review interrupt found above, and stop before budget: an approval
+    # invocation is local work and never makes a model request.
+    try:
+        graph.invoke(Command(resume=payload), config, context=ctx, durability="sync",
+                     interrupt_before=["budget"])
+    finally:
+        store.commit()  # writes saved without a checkpoint after them
+    snapshot = graph.get_state(config)
+    return Outcome.from_state(thread_id, snapshot.values, snapshot.next)

@@ -1,0 +1,147 @@
+"""Opens the database a `--db` value names: a SQLite file, a PostgreSQL or a Redis URL.
+
+The backend is chosen here and nowhere else; what an open database offers is the
+`graph.store.base.Store`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from graph.errors import UsageError
+
+if TYPE_CHECKING:
+    from graph.store.base import Store
+
+POSTGRES_PREFIXES = ("postgresql://", "postgres://")
+REDIS_PREFIXES = ("redis://", "rediss://")
+
+
+def is_postgres(db: str) -> bool:
+    """True when `db` is a PostgreSQL connection URL rather than a file path."""
+    return db.startswith(POSTGRES_PREFIXES)
+
+
+def is_redis(db: str) -> bool:
+    """True when `db` is a Redis URL (`redis://` or `rediss://`) rather than a file path."""
+    return db.startswith(REDIS_PREFIXES)
+
+
+@contextmanager
+def open_store(db: str, *, create: bool, read_only: bool = False,
+               name: str = "--db") -> Iterator[Store]:
+    """Opens the checkpoint store named by `db`.
+
+    Args:
+        db: A SQLite file path, a `postgresql://` URL or a `redis://` (`rediss://`) URL.
+        create: Whether a missing SQLite file (a Redis database never set up) may be
+            created (only when a new thread is being created); resuming never creates
+            a database.
+        read_only: Never write: no schema set-up, no lock files (history, listing).
+        name: How a refusal of `db`'s form names it: `--db`, or `db` for a caller of
+            `graph.api`.
+
+    Yields:
+        The open store (`graph.store.base.Store`), closed on exit.
+
+    Raises:
+        graph.errors.RefusedError: The database is missing or unusable (exit 4).
+        graph.errors.UsageError: `--db` is a folder or an impossible path, or this user
+            lacks a permission the command needs (`permission_denied`; exit 2); a Redis
+            server cannot be reached (`db_unreachable`) or cannot keep a claim on disk
+            (`db_not_durable`, exit 2).
+    """
+    _check_form(db, name)
+    if is_postgres(db):
+        from graph.store.postgres.open import open_postgres
+
+        check_postgres_url(db, name)
+
+        with open_postgres(db, create=create, read_only=read_only) as store:
+            yield store
+    elif is_redis(db):
+        from graph.store.redis.open import open_redis
+
+        with open_redis(db, create=create, read_only=read_only) as store:
+            yield store
+    else:
+        from graph.store.sqlite.access import check_sqlite_access
+        from graph.store.sqlite.open import open_sqlite
+
+        check_sqlite_access(db, read_only=read_only, name=name)
+        with open_sqlite(Path(db), create=create, read_only=read_only) as store:
+            yield store
+
+
+def _check_form(db: str, name: str) -> None:
+    """Refuses a `--db` that is not a file path, `postgresql://` or `redis://` URL (exit 2)."""
+    if re.match(r"\s*\w+\s*=", db):
+        raise UsageError(f"{name} takes a SQLite file path, a postgresql:// or a redis:// URL, not a "
+                         "libpq "
+                         "key=value string")
+    scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", db)
+    if scheme and not is_postgres(db) and not is_redis(db):
+        raise UsageError(f"{name} {scheme.group(1)}:// is not supported: give a SQLite file "
+                         "path, a postgresql:// or a redis:// URL")
+
+
+def integrity_problems(db: str, name: str = "--db") -> list[str]:
+    """SQLite's full integrity check of file `db`, one line per problem (empty when intact).
+
+    Reads only. A PostgreSQL or Redis database has no file-level check here (the server
+    checks its own pages): empty.
+
+    Raises:
+        RefusedError: The file is missing or not a checkpoint database at all.
+        UsageError: As `open_store` with `read_only` (a folder, a missing permission).
+    """
+    if is_postgres(db) or is_redis(db):
+        return []
+    from graph.store.sqlite.access import check_sqlite_access
+    from graph.store.sqlite.file import check_database, integrity_check
+
+    check_sqlite_access(db, read_only=True, name=name)
+    check_database(Path(db))
+    return [f"{db}: integrity_check: {row}" for row in integrity_check(Path(db))]
+
+
+def check_postgres_url(db: str, name: str = "--db") -> None:
+    """Refuses a `postgresql://` URL that libpq or `urllib` cannot parse, before connecting.
+
+    `name` is how the message names the setting (`--db`, or `db` from `graph.api`).
+
+    Raises:
+        UsageError: Naming what is wrong (exit 2); a password is never shown.
+    """
+    from urllib.parse import urlsplit
+
+    from graph.store.postgres.url import redact
+
+    try:
+        import psycopg.conninfo
+
+        urlsplit(db).port  # noqa: B018 - parsing the port is the check
+        psycopg.conninfo.conninfo_to_dict(db)
+    except ImportError:
+        raise UsageError("PostgreSQL needs the postgres extra: pip install -e '.[postgres]'") \
+            from None
+    except Exception as exc:  # noqa: BLE001 - ValueError or psycopg.ProgrammingError
+        detail = " ".join(str(exc).split()).replace(db, redact(db))
+        password = _password(db)
+        if password:
+            detail = detail.replace(password, "***")
+        raise UsageError(f"{name} {redact(db)} is not a valid PostgreSQL URL: {detail[:200]}") \
+            from None
+
+
+def _password(db: str) -> str | None:
+    from urllib.parse import urlsplit
+
+    try:
+        return urlsplit(db).password
+    except ValueError:
+        return None

@@ -1,0 +1,1 @@
+"""The PostgreSQL backend: LangGraph's `PostgresSaver`, advisory locks, the quick poll."""

@@ -1,0 +1,1 @@
+"""The Redis backend: LangGraph's `RedisSaver`, the ledger as Lua scripts, leases, TTL."""

@@ -1,0 +1,203 @@
+"""Opens a Redis checkpoint database: LangGraph's `RedisSaver`, our ledger, tables and leases.
+
+A `redis://`, `rediss://` or `unix://` URL names a database on a Redis >= 7.2 or
+Valkey >= 8 server with the RedisJSON and RediSearch modules (`RedisSaver` needs
+both). What this backend promises and how:
+
+* The attempt ledger is a set of Lua scripts (`graph.store.redis.ledger`), each claim fsynced
+  to the server's append-only file before it returns; a writer refuses a server whose
+  persistence cannot give that (`db_not_durable`, exit 2) before anything is counted.
+* One writer per thread: a renewed lease with fencing (`graph.store.redis.locks`), checked
+  by the ledger's scripts themselves.
+* Our tables as keys of `graph.store.redis.keys` (`graph.store.redis.tables`,
+  `graph.store.redis.approvals`); whole-thread operations in `graph.store.redis.backend`.
+* Finished threads expire by TTL, leaving a mark read as a tombstone (`graph.store.redis.ttl`).
+* Summaries of finished threads are not kept (`graph.store.poll` answers from SQL stores only).
+
+The checkpointer is `graph.store.redis.saver.CheckedRedisSaver` (digests per checkpoint): see `_saver`.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from graph.errors import BusyError, DatabaseLostError, RefusedError, UsageError
+from graph.exitcodes import ErrorCode
+from graph.store.base import ReadOnlyLocks, Store, WriterLocks
+from graph.store.redis import keys
+from graph.store.redis.approvals import RedisApprovals
+from graph.store.redis.conn import connect, server_errors
+from graph.store.redis.expiring import ExpiringLedger, ExpiringTombstones
+from graph.store.redis.locks import RedisThreadLocks
+from graph.store.redis.tables import RedisAttemptLog
+from graph.store.redis.ttl import TtlBackend, ttl_ages
+from graph.store.redis.url import redact
+from graph.store.rows import damaged
+
+if TYPE_CHECKING:
+    import redis
+
+CHECKPOINT_INDEX = "checkpoint"
+"""The search index `RedisSaver.setup()` creates (its checkpoint prefix): our set-up marker."""
+SETUP_LOCK = f"{keys.PREFIX}setup"
+MODULE_PROBE = f"{keys.PREFIX}module-probe"
+"""Never written: `JSON.TYPE` of it answers nil when RedisJSON is loaded (an unknown command
+otherwise). Not `SETUP_LOCK`, a string while another process sets the database up."""
+STORE_ID = f"{keys.PREFIX}store_id"
+"""A random id, set once, that queued jobs carry (`graph.fleet.worker.run_step` compares it)."""
+"""Held (a string with a lease) by the one process setting the indexes up."""
+SETUP_TIMEOUT_S = 60.0
+"""How long a process waits for another one's set-up (seconds)."""
+
+
+def _saver(client: redis.Redis) -> Any:
+    """The checked checkpointer on `client` (`graph.store.redis.saver`; indexes not yet set up)."""
+    from graph.store.redis.saver import CheckedRedisSaver
+
+    return CheckedRedisSaver(redis_client=client)
+
+
+def _no_token(_thread_id: str) -> str | None:
+    """A reader holds no lease."""
+    return None
+
+
+def _is_set_up(client: redis.Redis, location: str) -> bool:
+    """True when `RedisSaver`'s checkpoint index exists (the database was set up).
+
+    Raises:
+        UsageError: `usage` (exit 2): the server lacks the RediSearch or RedisJSON module
+            (`FT.*`, `JSON.*` unknown), which `RedisSaver` needs; nothing was written.
+    """
+    import redis
+
+    with server_errors(location):
+        try:
+            client.execute_command("JSON.TYPE", MODULE_PROBE)  # a key never written: nil
+            client.execute_command("FT.INFO", CHECKPOINT_INDEX)
+        except redis.ResponseError as exc:
+            text = str(exc).lower()
+            if "unknown command" in text:
+                raise UsageError(f"the Redis server lacks the RediSearch and RedisJSON modules "
+                                 f"that LangGraph's RedisSaver needs ({str(exc)[:80]}); see "
+                                 "the README's Redis section", location=location) from None
+            if "unknown" in text or "no such" in text:
+                return False
+            raise
+    return True
+
+
+def _set_up(checkpointer: Any, client: redis.Redis, location: str) -> None:
+    """Runs `RedisSaver.setup()` holding `SETUP_LOCK`, so concurrent first runs do not race.
+
+    Its `FT.CREATE`s fail when another process created the index in between; the lock
+    serializes them, and a process that finds the indexes there creates nothing.
+
+    Raises:
+        BusyError: Another process held the set-up lock for `SETUP_TIMEOUT_S` (exit 5).
+        DatabaseLostError: The server refused the indexes (`db_write_failed`, exit 6).
+    """
+    from redisvl.exceptions import RedisVLError
+
+    token, deadline = secrets.token_hex(16), time.monotonic() + SETUP_TIMEOUT_S
+    with server_errors(location):
+        while not client.set(SETUP_LOCK, token, nx=True, px=int(SETUP_TIMEOUT_S * 1000)):
+            if time.monotonic() > deadline:
+                raise BusyError("another process has been setting this Redis database up for "
+                                f"{SETUP_TIMEOUT_S:.0f} s; run again", location=location)
+            time.sleep(0.05)
+        try:
+            checkpointer.setup()  # creates the indexes only when missing
+        except RedisVLError as exc:
+            raise DatabaseLostError(f"the Redis server refused LangGraph's search indexes: "
+                                    f"{str(exc)[:200]}", error_code=ErrorCode.DB_WRITE_FAILED,
+                                    location=location) from None
+        finally:
+            if client.get(SETUP_LOCK) == token.encode():
+                client.delete(SETUP_LOCK)
+
+
+def _store_id(client: redis.Redis, location: str, *, write: bool) -> str | None:
+    """The database's `STORE_ID`, set now (once, `SET NX`) unless `write` is False.
+
+    Raises:
+        RefusedError: `damaged` (exit 4): the key is not a string (nothing writes that).
+    """
+    import redis
+
+    with server_errors(location):
+        try:
+            if write:
+                client.set(STORE_ID, secrets.token_hex(16), nx=True)
+            found = client.get(STORE_ID)
+        except redis.ResponseError as exc:
+            if "WRONGTYPE" not in str(exc):
+                raise
+            raise damaged("store_id", f"{STORE_ID} is not a string").at(
+                location=location) from None
+    if found is None:
+        return None
+    return found.decode("ascii", "replace") if isinstance(found, bytes) else str(found)
+
+
+@contextmanager
+def open_redis(url: str, *, create: bool = True, read_only: bool = False) -> Iterator[Store]:
+    """Connects, checks the server keeps claims on disk, sets the indexes up, yields the store.
+
+    Args:
+        url: The `redis://` (or `rediss://`, `unix://`) URL.
+        create: Allow setting up a database that was never set up (a new thread);
+            resuming, history and verification refuse it instead.
+        read_only: Never write: no set-up, no leases, no durability check (history).
+
+    Yields:
+        The open store; closed on exit.
+
+    Raises:
+        UsageError: `db_unreachable` or `db_not_durable` (exit 2).
+        RefusedError: `no_such_file` for a database that was never set up (exit 4).
+    """
+    location = redact(url)
+    client = connect(url)
+    saver_client = None
+    try:
+        locks: WriterLocks
+        tokens: Callable[[str], str | None]
+        if read_only:
+            locks, tokens = ReadOnlyLocks(), _no_token
+        else:
+            redis_locks = RedisThreadLocks(client, location)
+            locks, tokens = redis_locks, redis_locks.token
+        ledger = ExpiringLedger(client, location, tokens=tokens)
+        if not read_only:
+            ledger.check_durable()  # before anything is written
+        if not _is_set_up(client, location):
+            if read_only or not create:
+                raise RefusedError(f"{location} holds no mandapi-resume checkpoint database",
+                                   error_code=ErrorCode.NO_SUCH_FILE)
+        saver_client = connect(url)
+        checkpointer = _saver(saver_client)
+        if read_only:
+            with server_errors(location):
+                checkpointer.setup()  # only reads: the indexes exist (checked above)
+        else:
+            _set_up(checkpointer, client, location)
+        backend = TtlBackend(client, location, checkpointer, ledger, tokens=tokens,
+                             ages=ttl_ages() if not read_only else {}, hold=locks.hold)
+        store = Store(location, checkpointer, backend,
+                      ledger, RedisAttemptLog(client, location), ExpiringTombstones(client, location),
+                      RedisApprovals(client, location), locks, (saver_client, client),
+                      store_id=_store_id(client, location, write=not read_only))
+    except BaseException:
+        for conn in (saver_client, client):
+            if conn is not None:
+                conn.close()
+        raise
+    try:
+        yield store
+    finally:
+        store.close()

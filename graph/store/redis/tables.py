@@ -1,0 +1,280 @@
+"""The attempt log and the tombstones in Redis (`graph.store.parts.AttemptLog`, `Tombstones`).
+
+The same rows as the SQL tables (`graph.store.sql.attempt_log`, `graph.store.sql.tombstones`), under the
+keys of `graph.store.redis.keys`: a thread's attempt log is a list of JSON objects, appended
+to and never changed; a tombstone is a hash that never expires. Every value is checked
+as it is read, as the SQL tables check theirs (`graph.store.rows`): a row of the wrong
+type or form is refused as `damaged` (exit 4), never decoded into something else.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from graph.store.redis import keys
+from graph.store.redis.conn import make_durable, server_errors
+from graph.store.rows import damaged, is_int, is_iso_time, is_text
+from graph.store.sql.attempt_log import _PAYLOAD_KEYS, _REQUIRED
+from graph.store.sql.tombstones import _FINAL, Tombstone
+
+if TYPE_CHECKING:
+    import redis
+
+_ADD_TOMBSTONE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('HSET', KEYS[1], 'final_status', ARGV[1], 'pruned_at', ARGV[2])
+end
+return 1
+"""
+"""KEYS: tombstone. ARGV: final_status, pruned_at. A thread that has one keeps it."""
+
+
+class RedisTable:
+    """What the Redis tables share: the client, messages' location, reading ids and keys.
+
+    Args:
+        client: A client of the server (`graph.store.redis.conn.connect`), answering bytes.
+        location: The redacted URL, for messages.
+    """
+
+    def __init__(self, client: redis.Redis, location: str) -> None:
+        self._client = client
+        self.location = location
+
+    def _ids(self, prefix: str) -> Iterator[str]:
+        with server_errors(self.location):
+            found = list(self._client.scan_iter(match=keys.pattern(prefix), count=1000))
+        return (keys.suffix(key, prefix) for key in found)
+
+    def _durable(self, what: str) -> None:
+        """Waits until this write (and every earlier one) is on disk (`make_durable`).
+
+        `appendfsync everysec` acknowledges a write up to a second before its fsync: a
+        decision, a token count or a tombstone must not be lost to a crash after the
+        effect it stands for (a file written, a reply paid, a thread pruned).
+        """
+        make_durable(self._client, self.location, what)
+
+    def _call(self, table: str, method: str, *args: Any) -> Any:
+        """`client.<method>(*args)`; a key of the wrong type is `damaged` in `table`."""
+        import redis
+
+        with server_errors(self.location):
+            try:
+                return getattr(self._client, method)(*args)
+            except redis.ResponseError as exc:
+                if "WRONGTYPE" not in str(exc):
+                    raise
+                raise damaged(table, f"key {args[0]!r:.60} has the wrong type") from None
+
+
+def _text(table: str, value: bytes) -> str:
+    try:
+        return value.decode()
+    except UnicodeDecodeError:
+        raise damaged(table, "a value holds bytes that are not UTF-8") from None
+
+
+def _log_row(raw: bytes, thread_id: str) -> dict[str, Any]:
+    """One stored attempt-log row, checked as `graph.store.sql.attempt_log.SqlAttemptLog.rows` checks.
+
+    A row names its thread (`thread_id`; rows written before it did lack it): a row
+    copied from another thread's log is refused, even where counts and tokens agree.
+    """
+    try:
+        row = json.loads(_text("attempt_log", raw))
+    except ValueError:
+        raise damaged("attempt_log", "a row is not JSON") from None
+    if isinstance(row, dict) and "thread_id" in row:
+        if row.pop("thread_id") != thread_id:
+            raise damaged("attempt_log", f"a row of thread {thread_id!r}'s log names another "
+                          "thread: copied from its log")
+    if (not isinstance(row, dict) or set(row) != {"attempt", "kind", "payload", "created_at"}
+            or not is_int(row["attempt"], 1) or row["kind"] not in _PAYLOAD_KEYS
+            or not isinstance(row["payload"], dict) or not is_text(row["created_at"])):
+        raise damaged("attempt_log", "a row has other fields or a field of the wrong type")
+    payload = row["payload"]
+    for key, ok in _PAYLOAD_KEYS[row["kind"]].items():
+        if key in payload and not ok(payload[key]) or key not in payload and key in _REQUIRED:
+            raise damaged("attempt_log", f"a {row['kind']} payload's {key!r} is missing or "
+                          "has the wrong type")
+    tokens = (payload.get("usage") or {}).get("total_tokens")  # summed for the token cap
+    if tokens is not None and not is_int(tokens):
+        raise damaged("attempt_log", "the recorded token usage is not a whole number")
+    return row
+
+
+class RedisAttemptLog(RedisTable):
+    """The append-only attempt log: a list per thread (`graph.store.redis.keys.LOG`).
+
+    A row is appended at once (as on PostgreSQL), and on disk when `record` returns:
+    its usage counts toward the token cap (INVARIANTS I11).
+    """
+
+    def record(self, thread_id: str, attempt: int, kind: str, payload: dict[str, Any]) -> None:
+        """Appends one row (`kind`: `reason` or `tool`)."""
+        self._append(thread_id, attempt, kind, payload,
+                     datetime.now(UTC).isoformat(timespec="seconds"))
+        self._durable(f"thread {thread_id!r}: attempt {attempt}'s log row is stored, but")
+
+    def _append(self, thread_id: str, attempt: int, kind: str, payload: dict[str, Any],
+                created_at: str) -> None:
+        row = {"attempt": attempt, "kind": kind, "payload": payload, "created_at": created_at,
+               "thread_id": thread_id}
+        self._call("attempt_log", "rpush", keys.log_key(thread_id),
+                   json.dumps(row).encode())  # ASCII: any text, lone surrogates too
+
+    def import_rows(self, thread_id: str, rows: list[dict[str, Any]]) -> None:
+        """Appends rows as `rows` returned them elsewhere, times kept (`graph.copy`)."""
+        for row in rows:
+            self._append(thread_id, row["attempt"], row["kind"], row["payload"],
+                         row["created_at"])
+        self._durable(f"thread {thread_id!r}: its copied log is stored, but")
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Deletes the thread's rows (retention)."""
+        with server_errors(self.location):
+            self._client.delete(keys.log_key(thread_id))
+
+    def rows(self, thread_id: str) -> list[dict[str, Any]]:
+        """The thread's rows, oldest first: `attempt`, `kind`, `payload` (dict), `created_at`.
+
+        Raises:
+            RefusedError: `damaged` for a key that is not a list, a row that fails its
+                checks, or reason rows not in increasing attempt order (each attempt's
+                reply is logged once, in order).
+        """
+        found: list[bytes] = self._call("attempt_log", "lrange", keys.log_key(thread_id), 0, -1)
+        rows = [_log_row(raw, thread_id) for raw in found]
+        reasons = [r["attempt"] for r in rows if r["kind"] == "reason"]
+        if any(later <= earlier for earlier, later in zip(reasons, reasons[1:], strict=False)):
+            raise damaged("attempt_log", "its reason rows are not one per attempt, in order: "
+                          "a row was added, moved or copied")
+        return rows
+
+    def last_attempt(self, thread_id: str) -> int:
+        """The highest attempt among the thread's `reason` rows; 0 when there are none.
+
+        Raises:
+            RefusedError: `damaged` for a row that fails its checks (`rows`).
+        """
+        return self.last_attempt_and_rows(thread_id)[0]
+
+    def last_attempt_and_rows(self, thread_id: str) -> tuple[int, list[dict[str, Any]]]:
+        """`last_attempt` and the checked rows it was read from, for `covers` to judge.
+
+        A step checks the ledger against the highest attempt, then the log against the
+        checkpoint (`covers`): one read of the list serves both (each read parses and
+        checks every row, and the log grows by a row or two per step).
+
+        Raises:
+            RefusedError: `damaged` for a row that fails its checks (`rows`).
+        """
+        rows = self.rows(thread_id)
+        return max((r["attempt"] for r in rows if r["kind"] == "reason"), default=0), rows
+
+    def used_tokens(self, thread_id: str) -> int:
+        """The sum of `usage.total_tokens` over the thread's `reason` rows; 0 when none.
+
+        Raises:
+            RefusedError: `damaged` for a row that fails its checks, or a total that is
+                not a non-negative whole number.
+        """
+        return _tokens(self.rows(thread_id))
+
+    def covers(self, thread_id: str, values: dict[str, Any],
+               rows: list[dict[str, Any]] | None = None) -> None:
+        """Refuses a log that lacks rows the thread's checkpoint shows were made.
+
+        `nodes.reason` appends an attempt's row before the node returns, so before the
+        checkpoint holding its reply: the log's replies (reason rows whose outcome is
+        `answer` or `tool_calls`) are at least the checkpoint's assistant messages, and
+        its summed tokens at least `progress.usage.total_tokens`. A Redis list has no
+        trigger against deletes (the SQL log's rows are guarded by triggers, and SQL
+        databases keep threads whose replies predate the log), so a log deleted, cut
+        short or replaced by another thread's is caught here, before any request.
+
+        Args:
+            thread_id: The thread.
+            values: Its checked state values (`messages`, `progress`).
+            rows: Checked rows to judge instead of reading this log's: the ones a step
+                just read (`last_attempt_and_rows`), or another store's (`graph.copy` asks
+                whether they would pass here); None reads the thread's own.
+
+        Raises:
+            RefusedError: `damaged` (exit 4) when the log falls short of the checkpoint,
+                or a row fails its checks (`rows`).
+        """
+        rows = self.rows(thread_id) if rows is None else rows
+        logged = sum(1 for r in rows if r["kind"] == "reason"
+                     and r["payload"].get("outcome") in ("answer", "tool_calls"))
+        replies = sum(1 for m in values["messages"] if m["role"] == "assistant")
+        if logged < replies:
+            raise damaged("attempt_log", f"thread {thread_id!r}'s log holds {logged} "
+                          f"reply row(s), but its checkpoint shows {replies} replies: rows "
+                          "were deleted or replaced")
+        used, shown = _tokens(rows), int(values["progress"]["usage"]["total_tokens"])
+        if used < shown:
+            raise damaged("attempt_log", f"thread {thread_id!r}'s log records {used} "
+                          f"tokens, but its checkpoint shows {shown}: rows were deleted or "
+                          "replaced")
+
+
+def _tokens(rows: list[dict[str, Any]]) -> int:
+    """The sum of `usage.total_tokens` over checked `reason` rows (`RedisAttemptLog.rows`)."""
+    total = 0
+    for row in rows:
+        usage = row["payload"].get("usage") if row["kind"] == "reason" else None
+        tokens = (usage or {}).get("total_tokens")
+        if tokens is None:
+            continue
+        if not is_int(tokens):
+            raise damaged("attempt_log", "the recorded token usage is not a whole number")
+        total += tokens
+    return total
+
+
+class RedisTombstones(RedisTable):
+    """Tombstones of pruned threads: a hash per thread that never expires."""
+
+    def __init__(self, client: redis.Redis, location: str) -> None:
+        super().__init__(client, location)
+        self._add = client.register_script(_ADD_TOMBSTONE)
+
+    def get(self, thread_id: str) -> Tombstone | None:
+        """The thread's tombstone, or None.
+
+        Raises:
+            RefusedError: `damaged` for a key that is not a hash of exactly its two fields,
+                a status a thread cannot be pruned in, or a time that is not ISO 8601.
+        """
+        raw: dict[bytes, bytes] = self._call("thread_tombstones", "hgetall",
+                                             keys.tombstone_key(thread_id))
+        if not raw:
+            return None
+        fields = {_text("thread_tombstones", k): _text("thread_tombstones", v)
+                  for k, v in raw.items()}
+        if (set(fields) != {"final_status", "pruned_at"} or fields["final_status"] not in _FINAL
+                or not is_iso_time(fields["pruned_at"])):
+            raise damaged("thread_tombstones", f"thread {thread_id!r} has a tombstone of the "
+                          "wrong form")
+        return Tombstone(thread_id, fields["final_status"], fields["pruned_at"])
+
+    def add(self, tombstone: Tombstone) -> None:
+        """Records a tombstone; a thread that already has one keeps it."""
+        with server_errors(self.location):
+            self._add(keys=[keys.tombstone_key(tombstone.thread_id)],
+                      args=[tombstone.final_status, tombstone.pruned_at])
+        self._durable(f"thread {tombstone.thread_id!r}: its tombstone is stored, but")
+
+    def thread_ids(self) -> set[str]:
+        """Every tombstoned thread id, read without checking the tombstones."""
+        return set(self._ids(keys.TOMBSTONE))
+
+    def remove(self, thread_id: str) -> None:
+        """Deletes the tombstone (for `--restart-pruned`)."""
+        with server_errors(self.location):
+            self._client.delete(keys.tombstone_key(thread_id))

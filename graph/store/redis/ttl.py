@@ -1,0 +1,200 @@
+"""Retention by time-to-live on Redis: a finished thread's keys expire on their own.
+
+When a step leaves a thread finished (`done`, `exhausted`, `cancelled`, nothing pending:
+`graph.step.finished.remember_finished`), `TtlBackend.expire_finished` gives every key of
+the thread (LangGraph's checkpoint, latest-pointer, write and write-registry keys, our
+ledger hash, attempt log, decisions, digest hashes, their set and the saved set) one
+expiry time, `GRAPH_TTL_COMPLETED` after now for `done` (default 24h) and
+`GRAPH_TTL_FAILED` for `exhausted` and `cancelled` (default 7d): the ages of
+`graph.prune --completed/--failed`, in the same form (`90s`, `30m`, `24h`, `7d`; `0s`
+expires at once). Threads that can continue never get a TTL (INVARIANTS I10); a finished
+thread cannot continue, so no key is ever made persistent again.
+
+The same Lua script writes the thread's *expiry mark*, a hash without TTL
+(`mandapi-resume:expiring:<thread>`: `final_status`, `expires_at_ms` by the server's
+clock, `checkpoints` counted then), and the step is made durable (`WAITAOF`). While
+the thread is whole the mark changes nothing; it acts as a tombstone
+(`graph.store.redis.expiring.ExpiringTombstones`) once the expiry time has passed, the ledger
+hash is gone, or fewer checkpoints are left than were counted: Redis removes each key on
+its own, and a thread missing any part is refused as `pruned` (exit 4), never resumed
+or restarted with a fresh budget. `--restart-pruned` starts it anew as after
+`graph.prune`, which also sweeps the leftovers of expired threads, turning their marks
+into ordinary tombstones.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, cast
+
+from graph.errors import BusyError
+from graph.store.redis import keys
+from graph.store.redis.backend import CHECKPOINT_PREFIX, RedisBackend, _glob, checkpoint_thread
+from graph.store.redis.conn import server_errors
+from graph.threads.retention import parse_age
+from nodes.state import FINAL_STATUSES
+
+if TYPE_CHECKING:
+    import redis
+
+COMPLETED_ENV = "GRAPH_TTL_COMPLETED"
+"""The time-to-live of a `done` thread's keys (default `DEFAULT_COMPLETED`)."""
+FAILED_ENV = "GRAPH_TTL_FAILED"
+"""The time-to-live of an `exhausted` or `cancelled` thread's keys (default `DEFAULT_FAILED`)."""
+DEFAULT_COMPLETED = "24h"
+DEFAULT_FAILED = "7d"
+EXPIRING = f"{keys.PREFIX}expiring:"
+"""A hash per finished thread (module doc): `final_status`, `expires_at_ms`, `checkpoints`."""
+
+_LANGGRAPH_KEYS = (("checkpoint_latest:", 1), ("checkpoint_write:", 4), ("write_keys_zset:", 2))
+"""`RedisSaver`'s other key families and how many `:`-separated parts follow the thread id
+(namespace and checkpoint id; namespace; namespace, checkpoint id, task id, index)."""
+
+_EXPIRE = """
+local lock = redis.call('GET', KEYS[2])
+if ARGV[1] == '' or lock ~= ARGV[1] then return -1 end
+if redis.call('EXISTS', KEYS[3]) == 0 then return 0 end
+local at = redis.call('HGET', KEYS[1], 'expires_at_ms')
+if not at then
+  local now = redis.call('TIME')
+  at = string.format('%.0f', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+                     + tonumber(ARGV[3]))
+  redis.call('HSET', KEYS[1], 'final_status', ARGV[2], 'expires_at_ms', at,
+             'checkpoints', ARGV[4])
+end
+for i = 3, #KEYS do redis.call('PEXPIREAT', KEYS[i], at) end
+return 1
+"""
+"""KEYS: mark, lock, ledger, then every other key of the thread. ARGV: lease token,
+final_status, TTL (ms), checkpoints. A thread already marked keeps its first expiry time
+(a later key gets the same one); fenced by the lease like the ledger's scripts."""
+
+_SETTLE = """
+local lock = redis.call('GET', KEYS[2])
+if ARGV[3] == '' or lock ~= ARGV[3] then return 0 end
+if redis.call('EXISTS', KEYS[3]) == 0 then
+  redis.call('HSET', KEYS[3], 'final_status', ARGV[1], 'pruned_at', ARGV[2])
+end
+for i = 4, #KEYS do redis.call('DEL', KEYS[i]) end
+redis.call('DEL', KEYS[1])
+return 1
+"""
+"""KEYS: mark, lock, tombstone, then the thread's remaining keys. ARGV: final_status,
+pruned_at, lease token. An expired thread's mark becomes an ordinary tombstone."""
+
+
+def mark_key(thread_id: str) -> bytes:
+    """The thread's expiry mark."""
+    return (EXPIRING + thread_id).encode("utf-8", "surrogateescape")
+
+
+def ttl_ages(environ: Mapping[str, str] | None = None) -> dict[str, timedelta]:
+    """The time-to-live of each final status, from `GRAPH_TTL_COMPLETED` and `GRAPH_TTL_FAILED`.
+
+    Raises:
+        UsageError: A value not of the form `90s`, `30m`, `24h`, `7d` (exit 2).
+    """
+    env = os.environ if environ is None else environ
+    completed = parse_age(env.get(COMPLETED_ENV) or DEFAULT_COMPLETED, COMPLETED_ENV)
+    failed = parse_age(env.get(FAILED_ENV) or DEFAULT_FAILED, FAILED_ENV)
+    return {"done": completed, "exhausted": failed, "cancelled": failed}
+
+
+def _scan(client: redis.Redis, match: str) -> list[bytes]:
+    return list(client.scan_iter(match=match.encode("utf-8", "surrogateescape"), count=1000))
+
+
+def checkpoint_keys(client: redis.Redis, thread_id: str) -> list[bytes]:
+    """The thread's `checkpoint:` keys (one per checkpoint), found by `SCAN`."""
+    found = _scan(client, f"{CHECKPOINT_PREFIX}{_glob(thread_id)}:*")
+    return [key for key in found if checkpoint_thread(key) == thread_id]
+
+
+def thread_keys(client: redis.Redis, thread_id: str) -> list[bytes]:
+    """Every key of the thread but its ledger hash, lock and mark (module doc), found now."""
+    found = checkpoint_keys(client, thread_id)
+    for prefix, parts in _LANGGRAPH_KEYS:
+        for key in _scan(client, f"{prefix}{_glob(thread_id)}:*"):
+            rest = key.decode("utf-8", "surrogateescape")[len(prefix):].rsplit(":", parts)
+            if len(rest) == parts + 1 and rest[0] == thread_id:
+                found.append(key)
+    digests = keys.digests_key(thread_id)
+    found += sorted(cast("set[bytes]", client.smembers(digests)))
+    return [*found, digests, keys.saved_key(thread_id), keys.log_key(thread_id),
+            keys.approvals_key(thread_id)]
+
+
+class TtlBackend(RedisBackend):
+    """`RedisBackend` with retention by TTL (module doc).
+
+    Args:
+        ages: The time-to-live of each final status (`ttl_ages`).
+        hold: The store's `locks.hold` (the sweep holds each thread it settles).
+        *args: As `RedisBackend`.
+        **kwargs: As `RedisBackend`.
+    """
+
+    def __init__(self, *args: Any, ages: dict[str, timedelta],
+                 hold: Callable[[str], AbstractContextManager[None]], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._ages = ages
+        self._hold = hold
+        self._expire = self._client.register_script(_EXPIRE)
+        self._settle = self._client.register_script(_SETTLE)
+
+    def expire_finished(self, thread_id: str, status: str) -> None:
+        """Gives every key of the finished thread its TTL and writes its mark, on disk.
+
+        Hold the thread's lock. Nothing for a status that can continue, or a thread
+        without a ledger hash (already expired or pruned).
+
+        Raises:
+            BusyError: This process does not hold the thread's lease (exit 5); nothing changed.
+            NotDurableError: Not confirmed on disk (exit 6); the keys may expire anyway.
+        """
+        if status not in FINAL_STATUSES or status not in self._ages:
+            return  # a read-only store has no ages
+        ttl_ms = int(self._ages[status] / timedelta(milliseconds=1))
+        with server_errors(self.location):
+            found = thread_keys(self._client, thread_id)
+            checkpoints = sum(1 for key in found if checkpoint_thread(key) == thread_id)
+            done = self._expire(keys=[mark_key(thread_id), keys.lock_key(thread_id),
+                                      keys.ledger_key(thread_id), *found],
+                                args=[self._tokens(thread_id) or "", status, ttl_ms, checkpoints])
+        if done == -1:
+            raise BusyError("its writer lease is not this process's; no TTL was set",
+                            thread_id=thread_id, location=self.location)
+        self._ledger.make_durable(f"thread {thread_id!r} has its TTL, but")
+
+    def buried_with_checkpoints(self) -> set[str]:
+        """Tombstoned threads with checkpoints, and the expired ones settled now.
+
+        Each expired thread's mark (`graph.store.redis.expiring.expired`) becomes an ordinary
+        tombstone and its remaining keys are deleted, holding its lock (a busy one is left
+        for the next prune). `graph.store.base.Store.sweep_buried` is the caller.
+        """
+        from graph.store.redis.expiring import expired, read_mark
+
+        with server_errors(self.location):
+            marked = [keys.suffix(key, EXPIRING)
+                      for key in self._client.scan_iter(match=keys.pattern(EXPIRING), count=1000)]
+        settled = set()
+        for thread_id in marked:
+            try:
+                with self._hold(thread_id), server_errors(self.location):
+                    mark = read_mark(self._client, thread_id)
+                    if mark is None or not expired(self._client, thread_id, mark):
+                        continue
+                    self._settle(keys=[mark_key(thread_id), keys.lock_key(thread_id),
+                                       keys.tombstone_key(thread_id), keys.ledger_key(thread_id),
+                                       *thread_keys(self._client, thread_id)],
+                                 args=[mark.final_status, mark.pruned_at,
+                                       self._tokens(thread_id) or ""])
+                self._ledger.make_durable(f"thread {thread_id!r} is settled, but")
+            except BusyError:
+                continue
+            settled.add(thread_id)
+        return settled | super().buried_with_checkpoints()

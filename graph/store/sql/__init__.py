@@ -1,0 +1,1 @@
+"""What SQLite and PostgreSQL share: the connection layer, our tables' schema, ledger and rows."""

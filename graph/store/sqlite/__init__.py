@@ -1,0 +1,1 @@
+"""The SQLite backend: one checkpoint file, checked before it is opened, with per-thread locks."""

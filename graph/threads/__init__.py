@@ -1,0 +1,1 @@
+"""Operations on whole threads of an open store: history, subtasks, retention, copy, verification."""

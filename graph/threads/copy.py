@@ -1,0 +1,91 @@
+"""Copying threads between two open stores, whole and checked (the function behind `graph.copy`).
+
+Every checkpoint (oldest first, with its pending writes), the ledger row (first, so an
+interrupted copy leaves a thread that is refused, never one with a fresh budget), the
+attempt log, write-approval decisions, tombstones and the request caps go through
+LangGraph's own checkpointer API on both sides, so the copy is re-serialized with fresh
+checksums and a copied thread resumes exactly where it stopped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from graph.errors import RefusedError
+from graph.exitcodes import ErrorCode
+from graph.store.base import Store
+
+
+def thread_exists(store: Store, thread_id: str) -> bool:
+    """Whether `thread_id` has a checkpoint, a ledger row or a tombstone in `store`."""
+    return (store.checkpointer.get_tuple({"configurable": {"thread_id": thread_id}}) is not None
+            or store.ledger.read(thread_id) is not None
+            or store.tombstones.get(thread_id) is not None)
+
+
+def _all_threads(store: Store) -> list[str]:
+    """Every thread id with a checkpoint, a ledger row or a tombstone.
+
+    A thread whose ledger row is gone is checked (and refused), never skipped.
+    """
+    return store.thread_ids()
+
+
+def copy_threads(src: Store, dst: Store, thread_ids: list[str] | None = None) -> list[str]:
+    """Copies threads from store `src` to store `dst` (see module doc).
+
+    Returns:
+        The copied thread ids, sorted.
+
+    Raises:
+        RefusedError: A thread exists at the target (`exists`), is missing at the source
+            (`no_such_thread`), or fails its checks at the source.
+    """
+    from graph.checkpoints.load import check_stored_thread
+
+    ids = sorted(thread_ids) if thread_ids else _all_threads(src)
+    for thread_id in ids:  # the whole source thread is checked before anything is written
+        tombstone = src.tombstones.get(thread_id)
+        loaded = check_stored_thread(src, src.graph, thread_id)
+        if loaded is None and tombstone is None:
+            raise RefusedError(f"no such thread {thread_id!r} in {src.location}",
+                               error_code=ErrorCode.NO_SUCH_THREAD)
+        if loaded is not None:
+            _check_log_fits(src, dst, thread_id, loaded.values)
+        if thread_exists(dst, thread_id):
+            raise RefusedError(f"thread {thread_id!r} already exists in {dst.location}; "
+                               "nothing was copied", error_code=ErrorCode.EXISTS)
+    _copy_caps(src, dst)
+    for thread_id in ids:
+        dst.import_thread(src.export_thread(thread_id))
+    return ids
+
+
+def _check_log_fits(src: Store, dst: Store, thread_id: str, values: dict[str, Any]) -> None:
+    """Refuses a thread whose log the target would refuse as damaged once copied.
+
+    A Redis target cross-checks the log against the checkpoint's replies
+    (`graph.store.redis.tables.RedisAttemptLog.covers`); an SQL thread whose replies predate
+    the attempt log (made before it existed) has fewer rows than replies, so it would be
+    refused at its next step there.
+
+    Raises:
+        RefusedError: `incompatible` (exit 4); nothing was copied.
+    """
+    try:
+        dst.log.covers(thread_id, values, src.log.rows(thread_id))
+    except RefusedError as exc:
+        raise RefusedError(f"thread {thread_id!r} cannot be copied to {dst.location}: "
+                           f"{exc.detail} (its replies predate the attempt log); nothing was "
+                           "copied", error_code=ErrorCode.INCOMPATIBLE) from None
+
+
+def _copy_caps(src: Store, dst: Store) -> None:
+    """Copies request caps the target lacks; a cap present on both must agree."""
+    for cap_id, (requests, maximum) in src.ledger.caps().items():  # typed: refuses damage
+        existing = dst.ledger.cap(cap_id)
+        if existing is None:
+            dst.ledger.insert_cap(cap_id, requests, maximum)
+        elif existing[1] != maximum or existing[0] < requests:
+            raise RefusedError(f"request cap {cap_id!r} differs in {dst.location}; nothing "
+                               "more was copied", error_code=ErrorCode.EXISTS)

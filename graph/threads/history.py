@@ -1,0 +1,231 @@
+"""Reading what a thread did: header, step log and checkpoint list. Never writes.
+
+The functions behind `python -m graph.history` and the notebook. They open nothing
+themselves: pass a store opened with `read_only=True`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from graph.checkpoints.load import (
+    check_values,
+    history_page,
+    load_thread,
+    pending_input,
+    read_snapshot,
+)
+from graph.errors import RefusedError
+from graph.exitcodes import ErrorCode
+from graph.store.base import Store
+from nodes.write_tools import canonical_arguments
+
+OBSERVATION_PREVIEW_CHARS = 80
+
+
+def _writer(snapshot: Any, parent: Any | None) -> str:
+    source = snapshot.metadata.get("source") if snapshot.metadata else None
+    if source == "input":
+        return "input"
+    if source == "update":
+        return "update_state"
+    if parent is not None and parent.next:
+        return ",".join(parent.next)
+    return "?" if source == "loop" else source or "?"  # its parent was trimmed
+
+
+def step_log(store: Store, thread_id: str) -> list[dict[str, Any]]:
+    """One row per model attempt, oldest first, from the append-only attempt log.
+
+    Returns:
+        Dicts with `step` (attempt number), `outcome` (`tool_calls`, `answer`, `error`,
+        or `no record` for a claimed attempt whose process stopped before recording),
+        `thought` (assistant text or None), `tool_calls` (each with `id`, `name`,
+        `arguments` as sent by the model, `canonical_arguments` (what the tool used
+        and a review showed; the raw text when ambiguous) and its whole
+        `observation`, None if the tool has not run),
+        `tokens` (total tokens of the request), `error_code`, `error` and
+        `completed_at` (UTC, ISO 8601).
+    """
+    steps: dict[int, dict[str, Any]] = {}
+    observations: dict[tuple[int, str], str] = {}  # by (attempt, call id): ids recur per turn
+    for row in store.log.rows(thread_id):
+        payload = row["payload"]
+        if row["kind"] == "tool":
+            observations.setdefault((row["attempt"], payload["tool_call_id"]),
+                                    payload["observation"])
+            continue
+        steps.setdefault(row["attempt"], {
+            "step": row["attempt"], "outcome": payload["outcome"],
+            "thought": payload.get("thought"),
+            "tool_calls": [dict(c) for c in payload.get("tool_calls", [])],
+            "tokens": (payload.get("usage") or {}).get("total_tokens", 0),
+            "error_code": payload.get("error_code"), "error": payload.get("message"),
+            "completed_at": row["created_at"]})
+    entry = store.ledger.read(thread_id)
+    for attempt in range(1, (entry.claimed if entry else 0) + 1):
+        steps.setdefault(attempt, {
+            "step": attempt, "outcome": "no record", "thought": None, "tool_calls": [],
+            "tokens": 0, "error_code": None,
+            "error": "the process stopped during this attempt; it is counted as spent",
+            "completed_at": None})
+    for step in steps.values():
+        for call in step["tool_calls"]:
+            call["observation"] = observations.get((step["step"], call["id"]))
+            call["canonical_arguments"] = canonical_arguments(call.get("arguments"))
+    return [steps[k] for k in sorted(steps)]
+
+
+def checkpoints(store: Store, thread_id: str, limit: int = 50) -> list[dict[str, Any]]:
+    """The thread's latest `limit` checkpoints, oldest first (`checkpoint_page`'s rows)."""
+    return checkpoint_page(store, thread_id, limit)[0]
+
+
+def checkpoint_page(store: Store, thread_id: str, limit: int = 50
+                    ) -> tuple[list[dict[str, Any]], bool]:
+    """The thread's latest `limit` checkpoints, oldest first, and whether older ones were trimmed.
+
+    One page through LangGraph's `get_state_history(limit=...)`, so a long history is
+    never read whole. A thread keeps only its latest `keep_checkpoints` checkpoints
+    (`graph.store.sql.window`): the oldest one it kept has no parent, so its
+    `written_by` is `?`; the attempt log (`step_log`) still has every step.
+
+    Returns:
+        Dicts with `checkpoint_id`, `step`, `written_by` (node, `input`, `update_state`,
+        or `?` when the checkpoint before it was trimmed), `next` (list of node names),
+        `attempts` (mirrored count at that point, None before the input is applied) and
+        `created_at`; and True when the page reaches the oldest stored checkpoint and it
+        is not the thread's first (its input): older ones were trimmed.
+
+    Raises:
+        RefusedError: A checkpoint in the page fails its checks (`damaged`, ...).
+    """
+    graph = store.graph
+    config = {"configurable": {"thread_id": thread_id}}
+    where = f"{store.location}: thread {thread_id!r}"
+    page = history_page(graph, config, where, limit + 1)
+    rows = []
+    for index, snapshot in enumerate(page[:limit]):
+        parent = page[index + 1] if index + 1 < len(page) else None
+        values = snapshot.values
+        if tuple(snapshot.next) == ("__start__",):
+            values = pending_input(graph, snapshot.config, where)
+        attempts = None
+        if values.get("thread"):
+            checked, _ = check_values(values, tuple(snapshot.next), store.location, thread_id,
+                                      checkpoint_id=snapshot.config["configurable"]["checkpoint_id"])
+            attempts = checked["progress"]["attempts"]
+        rows.append({"checkpoint_id": snapshot.config["configurable"]["checkpoint_id"],
+                     "step": snapshot.metadata.get("step"), "written_by": _writer(snapshot, parent),
+                     "next": list(snapshot.next), "attempts": attempts,
+                     "created_at": snapshot.created_at})
+    trimmed = bool(page) and len(page) <= limit and page[-1].metadata.get("step") != -1
+    return list(reversed(rows)), trimmed
+
+
+def thread_history(store: Store, thread_id: str, checkpoint_limit: int = 50) -> dict[str, Any]:
+    """Everything `graph.history` shows about one thread.
+
+    Returns:
+        `{"header": {...}, "steps": step_log(...), "checkpoints": checkpoints(...),
+        "checkpoints_total": int (how many the thread has stored, shown or not),
+        "checkpoints_trimmed": bool (`checkpoint_page`), "decisions": [...]}` (decisions on
+        write calls: `step` (the attempt whose reply asked for the call), `tool_call_id`,
+        `tool`, `target` (the path, whole), `arguments` (the canonical text approved; None on
+        rows from before it was kept), `args_sha256`, `decision`, `reason`, `decided_at`,
+        `applied`, `error` (why an approved write was not applied) and `result`); the header has
+        `thread_id`, `task`, `model`, `status`, `attempts`, `max_attempts`, `usage` (tokens),
+        `max_tokens`, `context_tokens`, `keep_checkpoints` (a number, or `all`), `workspace`,
+        `created_at`, `updated_at`, `answer`, `stop_reason` and `review_required`.
+
+    Raises:
+        RefusedError: `no_such_thread`, or the thread fails its checks.
+    """
+    graph = store.graph
+    loaded = load_thread(graph, thread_id, store.location)
+    if loaded is None:
+        raise RefusedError(f"no such thread {thread_id!r} in {store.location}",
+                           error_code=ErrorCode.NO_SUCH_THREAD)
+    thread, progress = loaded.values["thread"], loaded.values["progress"]
+    entry = store.ledger.read(thread_id)
+    header = {
+        "thread_id": thread_id, "task": thread["task"], "model": thread["model"],
+        "status": progress["status"],
+        "attempts": entry.attempts if entry else progress["attempts"],
+        "max_attempts": thread["max_attempts"], "usage": progress["usage"],
+        "max_tokens": thread["max_tokens"], "context_tokens": thread["context_tokens"],
+        "keep_checkpoints": thread["keep_checkpoints"] or "all",
+        "workspace": thread["workspace"],
+        "created_at": thread["created_at"],
+        "updated_at": read_snapshot(graph, {"configurable": {"thread_id": thread_id}},
+                                    store.location).created_at,
+        "answer": progress["answer"], "stop_reason": progress["stop_reason"],
+        "review_required": progress["answer"] is not None,
+    }
+    decisions = [{"step": r["attempt"], "tool_call_id": r["tool_call_id"], "tool": r["tool"],
+                  "target": r["target"], "arguments": r["arguments"],
+                  "args_sha256": r["args_sha256"], "decision": r["decision"], "reason": r["reason"],
+                  "decided_at": r["decided_at"], "applied": r["applied_at"] is not None
+                  and r["decision"] == "approve", "error": r["error"], "result": r["result"]}
+                 for r in store.approvals.rows(thread_id).values()]
+    page, trimmed = checkpoint_page(store, thread_id, checkpoint_limit)
+    return {"header": header, "steps": step_log(store, thread_id), "checkpoints": page,
+            "checkpoints_total": max(store.count_checkpoints(thread_id), len(page)),
+            "checkpoints_trimmed": trimmed, "decisions": decisions}
+
+
+def thread_or_parent(store: Store, thread_id: str, checkpoint_limit: int = 50) -> dict[str, Any]:
+    """`thread_history`, with `parent_result` when the thread is also a parent task.
+
+    A parent that is no thread itself (`graph.batch --parent ID` only creates its
+    subtasks) gives `{"parent_result": ...}` alone (`graph.threads.subtasks.stored_parent_result`).
+
+    Raises:
+        RefusedError: `no_such_thread` when `thread_id` is neither a thread nor a parent;
+            the thread fails its checks.
+    """
+    from graph.threads.subtasks import stored_parent_result
+
+    parent = stored_parent_result(store, thread_id)
+    try:
+        history = thread_history(store, thread_id, checkpoint_limit)
+    except RefusedError as exc:
+        if parent is None or exc.error_code != ErrorCode.NO_SUCH_THREAD:
+            raise
+        return {"parent_result": parent}
+    return {**history, "parent_result": parent}
+
+
+def list_threads(store: Store) -> list[dict[str, Any]]:
+    """Every thread in the database, by thread id.
+
+    Returns:
+        Dicts with `thread_id`, `status` (or `unreadable: <error_code>`), `attempts`,
+        `max_attempts`, `updated_at` (ledger time of the last attempt or status change)
+        and `task` (whole; shorten for display).
+    """
+    graph = store.graph
+    rows = []
+    updated = store.ledger.updated_at()
+    # Checkpoints without a ledger row are listed too (as damaged), never hidden.
+    ids = set(updated) | (set(store.thread_ids()) - store.tombstones.thread_ids())
+    for thread_id in sorted(ids):
+        row: dict[str, Any] = {"thread_id": thread_id, "attempts": None, "max_attempts": None,
+                               "updated_at": updated.get(thread_id), "status": None, "task": None}
+        if thread_id not in updated:
+            row["status"] = f"unreadable: {ErrorCode.DAMAGED}"
+            rows.append(row)
+            continue
+        try:
+            entry = store.ledger.read(thread_id)
+            if entry is not None:  # None: pruned by another process just now
+                row.update(attempts=entry.attempts, max_attempts=entry.max_attempts)
+            loaded = load_thread(graph, thread_id, store.location)
+        except RefusedError as exc:
+            row["status"] = f"unreadable: {exc.error_code}"
+        else:
+            if loaded is not None:
+                row["status"] = loaded.values["progress"]["status"]
+                row["task"] = loaded.values["thread"]["task"]
+        rows.append(row)
+    return rows
