@@ -96,7 +96,7 @@ class OurStore:
 
     def step(self, thread_id: str = "t", task: str = "bench") -> None:
         """Advances `thread_id` by one graph invocation (creating it on first use)."""
-        from graph.settings_spec import ThreadSpec
+        from graph.settings import ThreadSpec
         from graph.step.advance import StepRequest, advance
 
         new = thread_id not in self._started
@@ -139,7 +139,7 @@ class BareThreads:
 
     def step(self, thread_id: str = "t", task: str = "bench") -> bool:
         """Invokes the graph once on `thread_id`; returns False (invoking nothing) when done."""
-        from graph.agent_state import initial_state
+        from graph.agent import initial_state
         from nodes.context import StepContext
 
         config = {"configurable": {"thread_id": thread_id}}

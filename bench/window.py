@@ -56,8 +56,7 @@ def ours(db: str, keep: str, steps: list[int], thread: str = "t",
     steps appended to the append-only file at each of `steps`.
     """
     from bench.redis_db import AofMeter, thread_sizes
-    from graph.settings import Settings
-    from graph.settings_spec import ThreadSpec
+    from graph.settings import Settings, ThreadSpec
     from graph.step.advance import StepRequest, advance
     from graph.store import is_redis, open_store
 
@@ -97,8 +96,7 @@ def bare(db: str, steps: list[int]) -> list[int]:
     """Bare LangGraph: `SqliteSaver`, every checkpoint with the whole (uncompacted) list."""
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    from graph.agent import build_graph
-    from graph.agent_state import initial_state
+    from graph.agent import build_graph, initial_state
     from nodes.context import StepContext
     from tests.memory_ledger import MemoryLedger
 

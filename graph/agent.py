@@ -1,18 +1,105 @@
-"""Builds the agent graph; nothing is compiled at import time."""
+"""The agent graph: a new thread's first state, the routers, and `build_graph`.
+
+A `StateGraph` of three nodes (`budget`, `reason`, `tools`), built by the factory
+`build_graph` and compiled per use with `interrupt_after=["reason"]`; nothing is
+compiled at import time. The routers are pure functions on the conditional edges,
+testable with plain dicts. The state's types, reducers and constants live in
+`nodes.state`, where the nodes can read them without importing `graph`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from langgraph.graph import START, StateGraph
 
-from graph.agent_routers import route_after_budget, route_after_reason
 from nodes.budget import budget_node
 from nodes.context import StepContext
 from nodes.reason import reason_node
-from nodes.state import ThreadState
+from nodes.state import (
+    DEFAULT_CONTEXT_TOKENS,
+    DEFAULT_KEEP_CHECKPOINTS,
+    FINAL_STATUSES,
+    SCHEMA_VERSION,
+    Progress,
+    ThreadInfo,
+    ThreadState,
+    Usage,
+)
+from nodes.tool_specs import tool_specs
 from nodes.tools import tools_node
+
+
+def graph_signature(with_workspace: bool = False, with_writes: bool = False) -> str:
+    """The node and tool set of this program's graph, as stored in `thread.graph`.
+
+    A thread whose stored signature differs was written by a graph this program cannot
+    continue (unless a migration maps it), and is refused as `incompatible`.
+    """
+    tools = sorted(spec["function"]["name"] for spec in tool_specs(with_workspace, with_writes))
+    return f"nodes=budget,reason,tools;tools={','.join(tools)}"
+
+
+def initial_state(*, thread_id: str, task: str, model: str, max_attempts: int, created_at: str,
+                  workspace: str | None = None, max_tokens: int | None = None,
+                  context_tokens: int = DEFAULT_CONTEXT_TOKENS,
+                  allow_writes: str | None = None,
+                  keep_checkpoints: int | None = DEFAULT_KEEP_CHECKPOINTS) -> ThreadState:
+    """Returns the input that creates a thread: its identity and the task as a user message."""
+    return ThreadState(
+        thread=ThreadInfo(
+            schema_version=SCHEMA_VERSION,
+            thread_id=thread_id,
+            task=task,
+            model=model,
+            max_attempts=max_attempts,
+            created_at=created_at,
+            graph=graph_signature(workspace is not None, allow_writes is not None),
+            workspace=workspace,
+            max_tokens=max_tokens,
+            context_tokens=context_tokens,
+            allow_writes=allow_writes,
+            keep_checkpoints=keep_checkpoints,
+        ),
+        messages=[{"role": "user", "content": task}],
+        progress=Progress(
+            status="ready",
+            attempts=0,
+            outcome=None,
+            answer=None,
+            stop_reason=None,
+            last_error=None,
+            usage=Usage(prompt_tokens=0, completion_tokens=0, total_tokens=0),
+        ),
+    )
+
+
+END_NODE: Literal["__end__"] = "__end__"
+"""LangGraph's `END` (typed `str` there), as the literal node name routers return."""
+
+
+def route_after_budget(state: ThreadState) -> Literal["reason", "__end__"]:
+    """Goes to reason when an attempt is available; to END when spent or cancelled.
+
+    The budget node always leaves `ready`, `exhausted` or `cancelled`, so a final status
+    here means spent or cancelled.
+    """
+    return END_NODE if state["progress"]["status"] in FINAL_STATUSES else "reason"
+
+
+def route_after_reason(state: ThreadState) -> Literal["tools", "budget", "__end__"]:
+    """Goes to tools for tool calls, to END when done, exhausted or cancelled, else to budget.
+
+    Back to budget covers a failed request and a re-run that found its attempt already
+    claimed (`not_sent`): the next request then needs a newly counted attempt.
+    """
+    progress = state["progress"]
+    if progress["status"] in FINAL_STATUSES:
+        return END_NODE
+    if progress.get("outcome") == "tool_calls":
+        return "tools"
+    return "budget"
 
 
 def build_graph(checkpointer: Any, *, context_schema: type[Any] = StepContext,

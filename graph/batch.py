@@ -54,15 +54,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     parser.add_trace()
     as_json = "--json" in argv
-    if "--trace" in argv:  # LangSmith's upload failures: one line at the end (graph.tracing)
-        from graph.tracing import watch_uploads
+    if "--trace" in argv:  # LangSmith's upload failures: one line at the end (graph.step.tracing)
+        from graph.step.tracing import watch_uploads
 
         watch_uploads()
     try:
         return guard(lambda: _run(parser, argv, as_json), as_json)
     finally:
         if "--trace" in argv:
-            from graph.tracing import flush_traces
+            from graph.step.tracing import flush_traces
 
             flush_traces()
 
@@ -76,8 +76,7 @@ def _run(parser: Parser, argv: list[str], as_json: bool) -> int:
     from graph.fleet.request_cap import check_cap_id, check_max_requests
     from graph.fleet.tasks_file import read_tasks
     from graph.output_file import check_output_path, write_atomic
-    from graph.settings import resolve_settings, scrub_key
-    from graph.settings_spec import check_thread_id
+    from graph.settings import check_thread_id, resolve_settings, scrub_key
     from graph.threads.subtasks import parent_result
 
     if args.parent is not None:

@@ -19,8 +19,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, NoReturn, TextIO
 
-from graph.errors import DatabaseLostError, RunError, SignalledError, UsageError, error_line
-from graph.exitcodes import ErrorCode
+from graph.errors import DatabaseLostError, ErrorCode, RunError, SignalledError, UsageError, error_line
 from graph.text import escape_controls, without_key
 
 PROGRAM = "mandapi-resume"
@@ -111,7 +110,7 @@ def whole_number(text: str) -> int:
 
     Python's `int()` also takes `1_0`, ` 5`, `+5` and other scripts' digits; a number
     flag takes exactly what a tasks line's JSON integer takes, so run and batch agree.
-    Bounds are `graph.settings_spec.ThreadSpec`'s.
+    Bounds are `graph.settings.ThreadSpec`'s.
 
     Raises:
         argparse.ArgumentTypeError: Anything else (argparse exits 2 with `usage`).

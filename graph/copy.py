@@ -34,8 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         args = parser.parse_args(argv)
         from graph.api import Database
-        from graph.settings import Settings, check_db_flag
-        from graph.settings_spec import check_thread_id
+        from graph.settings import Settings, check_db_flag, check_thread_id
 
         check_db_flag(args.source, "--from")
         check_db_flag(args.target, "--to")

@@ -147,8 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         args = parser.parse_args(argv)
         from graph.api import Database
-        from graph.settings import Settings
-        from graph.settings_spec import check_thread_id
+        from graph.settings import Settings, check_thread_id
 
         if args.thread is not None:
             check_thread_id(args.thread)

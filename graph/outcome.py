@@ -6,8 +6,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from graph.errors import RunError, error_line
-from graph.exitcodes import ErrorCode, ExitCode
+from graph.errors import ErrorCode, ExitCode, RunError, error_line
 
 REVIEW_REMINDER = "Review required: a person must check this model-written answer before use."
 

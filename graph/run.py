@@ -29,13 +29,83 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlsplit
 
 from graph.cli import Finished, Parser, emit, exit_now, known_error, seconds, whole_number
-from graph.errors import RunError, UsageError
-from graph.exitcodes import ErrorCode, ExitCode
+from graph.errors import ErrorCode, ExitCode, RunError, UsageError
 from graph.outcome import Outcome
 
 if TYPE_CHECKING:
     from graph.settings import Settings
     from graph.step.advance import StepRequest
+
+
+INTERRUPTED = "interrupted; any counted attempt stays counted"
+
+
+def _args(argv: list[str]) -> tuple[str | None, str | None]:
+    """`--thread` (checked) and `--db` of `argv`; None for what is missing or invalid."""
+    from graph.settings import check_thread_id
+
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--thread")
+    parser.add_argument("--db")
+    known, _ = parser.parse_known_args(argv)
+    if known.thread is None:
+        return None, known.db
+    return check_thread_id(known.thread), known.db
+
+
+def _fill(outcome: Outcome, db_flag: str | None) -> None:
+    """Fills `outcome` from the thread's stored state and ledger (read-only)."""
+    from graph.api import Database
+    from graph.checkpoints.load import load_thread
+    from graph.cli import resolve_db
+    from graph.settings import Settings
+
+    thread_id = outcome.thread_id
+    assert thread_id is not None
+    with Database(Settings(db=resolve_db(db_flag)), read_only=True, source="flags") as db:
+        entry = db.store.ledger.read(thread_id)
+        loaded = load_thread(db.store.graph, thread_id, db.location)
+    if loaded is not None:
+        state = Outcome.from_state(thread_id, loaded.values, loaded.snapshot.next)
+        for name in ("status", "attempts", "max_attempts", "model", "answer", "stop_reason",
+                     "usage", "max_tokens", "next_nodes"):
+            setattr(outcome, name, getattr(state, name))
+    if entry is not None:
+        outcome.attempts = max(entry.attempts, outcome.attempts or 0)
+        outcome.max_attempts = entry.max_attempts
+
+
+def interrupted_outcome(argv: list[str], thread_id: str | None) -> Outcome:
+    """The exit-130 outcome of an interrupted `graph.run`, with the thread as it stands.
+
+    Args:
+        argv: The command's arguments (for `--thread` and `--db`).
+        thread_id: The `--thread` value as given, reported even when it is invalid.
+
+    Returns:
+        An outcome with exit code 130 and `error_code` `interrupted`. When the thread
+        can be read, `status`, `attempts` (the ledger's count), `max_attempts`,
+        `model` and `usage` are filled; when it cannot (or another signal arrives
+        while reading), they stay null and `error` says why.
+    """
+    outcome = Outcome(thread_id, ExitCode.INTERRUPTED, error=INTERRUPTED,
+                      error_code=ErrorCode.INTERRUPTED)
+    previous = signal.signal(signal.SIGTERM, _stop_reading)
+    try:
+        checked, db_flag = _args(argv)
+        if checked is not None:
+            _fill(outcome, db_flag)
+    except (Exception, KeyboardInterrupt) as exc:  # the report must still come out
+        why = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+        outcome.error = f"{INTERRUPTED}; the thread could not be read afterwards ({why})"
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return outcome
+
+
+def _stop_reading(signum: int, frame: Any) -> None:
+    """SIGTERM while reading the report stops the read like Ctrl-C does."""
+    raise KeyboardInterrupt
 
 
 def _parser() -> Parser:
@@ -110,7 +180,7 @@ def run(argv: list[str] | None = None, **step_kwargs: Any) -> Outcome:
     try:
         parser = _parser()
         args = parser.parse_args(argv)
-        from graph.settings_spec import check_thread_id
+        from graph.settings import check_thread_id
 
         thread_id = check_thread_id(args.thread)
         quick = _quick_answer(parser, args, thread_id)
@@ -163,10 +233,10 @@ def _request(args: argparse.Namespace) -> StepRequest:
     """The step request of the parsed flags: the thread's spec (checked) and the mode.
 
     Raises:
-        UsageError: An invalid setting (`graph.settings_spec.ThreadSpec`), or flags that do not
+        UsageError: An invalid setting (`graph.settings.ThreadSpec`), or flags that do not
             go together.
     """
-    from graph.settings_spec import ThreadSpec
+    from graph.settings import ThreadSpec
     from graph.step.advance import StepRequest
 
     spec = ThreadSpec(thread_id=args.thread, task=args.task, model=args.model,
@@ -191,8 +261,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         UsageError: See `graph.settings.resolve_settings`; a paid `--model` without
             `--live` when the SQLite file does not exist (before it is created).
     """
-    from graph.settings import resolve_settings
-    from graph.settings_spec import check_paid
+    from graph.settings import check_paid, resolve_settings
     from graph.store import is_postgres, is_redis
     from nodes.demo_model import DEMO_MODEL_ID
 
@@ -233,8 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     if "-h" in argv or "--help" in argv:
         emit(_parser().format_help().rstrip("\n"))
         return 0
-    if "--trace" in argv:  # LangSmith's upload failures: one line at the end (graph.tracing)
-        from graph.tracing import watch_uploads
+    if "--trace" in argv:  # LangSmith's upload failures: one line at the end (graph.step.tracing)
+        from graph.step.tracing import watch_uploads
 
         watch_uploads()
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
@@ -243,8 +312,6 @@ def main(argv: list[str] | None = None) -> int:
     except Finished as done:  # --version was printed
         return done.code
     except (KeyboardInterrupt, _Interrupted):
-        from graph.cli_interrupted import interrupted_outcome
-
         outcome = interrupted_outcome(argv, _thread_of(argv))  # the thread as it stands
     except Exception as exc:  # a bug: report it in the promised shape, then fail
         outcome = Outcome(_thread_of(argv), ExitCode.UNEXPECTED,
@@ -253,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
         if "--trace" in argv:
-            from graph.tracing import flush_traces
+            from graph.step.tracing import flush_traces
 
             flush_traces()
     if as_json:

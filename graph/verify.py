@@ -16,8 +16,7 @@ import json
 import sys
 
 from graph.cli import Parser, emit, guard, report_error, resolve_db
-from graph.errors import RefusedError, error_line
-from graph.exitcodes import ErrorCode, ExitCode
+from graph.errors import ErrorCode, ExitCode, RefusedError, error_line
 
 
 def verify(db: str) -> list[str]:

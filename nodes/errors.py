@@ -8,7 +8,7 @@ from typing import Any
 
 
 class RequestErrorCode(StrEnum):
-    """Why a counted model request failed; each value is also a `graph.exitcodes.ErrorCode`.
+    """Why a counted model request failed; each value is also a `graph.errors.ErrorCode`.
 
     Defined here because nodes never import `graph/`; `tests/test_error_contract.py`
     checks that every value is in the project-wide enum with exit code 6.
@@ -60,7 +60,7 @@ class ModelRequestError(Exception):
 
 
 class InvocationErrorCode(StrEnum):
-    """Why the budget node refused an invocation; each value is also a `graph.exitcodes.ErrorCode`.
+    """Why the budget node refused an invocation; each value is also a `graph.errors.ErrorCode`.
 
     `tests/test_error_contract.py` checks that every value is in the project-wide enum.
     """

@@ -8,7 +8,7 @@ checked (`nodes.mandapi`), `redact` on an error message (`nodes.server_errors`).
 other texts that enter stored state come from the user's machine: a tool's result (a
 `.env` file read by `read_file`) goes through `stored_text` in the **tools** node, with
 the secrets the thread's model holds (`secrets_of`); a task holding the key is refused
-before the thread is created (`graph.settings_spec`).
+before the thread is created (`graph.settings`).
 
 Only the key's exact characters are replaced, however short the key (a wrongly short
 key mangles some text; a kept key would leak). A string that is itself JSON text (a

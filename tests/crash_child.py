@@ -61,7 +61,7 @@ PRELOAD = ["graph.run", "graph.step.advance", "graph.step.approvals", "graph.sto
            "httpcore", "h11", "langchain_core.tracers.stdout",
            "langchain_core.tracers.run_collector", "langchain_core.tracers.context",
            "encodings.unicode_escape", "snowballstemmer", "nodes.demo_model",
-           "graph.cli_interrupted", "tests.redis_child"]
+           "graph.run", "tests.redis_child"]
 """Modules the forkserver imports once, so that a child forked from it imports nothing a
 run needs (checked with `sys.modules` before and after `graph.run.main` on each backend),
 but `rank_bm25` and numpy, which a run that ranks imports: a forkserver holding numpy (and

@@ -18,8 +18,7 @@ from typing import Any
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.runtime import Runtime
 
-from graph.agent import build_graph
-from graph.agent_state import initial_state
+from graph.agent import build_graph, initial_state
 from nodes.context import ChatModel, ModelReply, NoModel, StepContext
 from tests.fakes import RecordingLog, ScriptedModel
 from tests.memory_ledger import MemoryLedger

@@ -12,8 +12,7 @@ import pytest
 
 import graph.api as api
 from graph.api import open_database
-from graph.errors import BusyError, RefusedError, RunError, UsageError
-from graph.exitcodes import ErrorCode, ExitCode
+from graph.errors import BusyError, ErrorCode, ExitCode, RefusedError, RunError, UsageError
 from tests.conftest import ROOT, run_cli
 from tests.fakes import ScriptedModel, tool_call_reply
 

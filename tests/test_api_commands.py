@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from graph.api import Candidate, RefusedError, open_database, verify_database
-from graph.exitcodes import ErrorCode, ExitCode
+from graph.errors import ErrorCode, ExitCode
 from graph.fleet.tasks_file import read_tasks
 from graph.prune import main as prune_main
 from graph.verify import main as verify_main

@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 
 from graph.api import open_database
-from graph.errors import RefusedError, UsageError
-from graph.exitcodes import ErrorCode
+from graph.errors import ErrorCode, RefusedError, UsageError
 from nodes.errors import InvocationErrorCode, InvocationRefusedError
 from tests.conftest import SqliteBackend
 from tests.fakes import ScriptedModel, tool_call_reply

@@ -7,8 +7,7 @@ from typing import Any
 import pytest
 
 from graph.api import open_database
-from graph.errors import RefusedError, RunError, UsageError
-from graph.exitcodes import ErrorCode
+from graph.errors import ErrorCode, RefusedError, RunError, UsageError
 from tests.fakes import ScriptedModel, tool_call_reply
 
 TASK = "How long does shipping take at the demo shop?"

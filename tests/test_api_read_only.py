@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 
 from graph.api import open_database
-from graph.errors import UsageError
-from graph.exitcodes import ErrorCode, ExitCode
+from graph.errors import ErrorCode, ExitCode, UsageError
 
 TASK = "How long does shipping take at the demo shop?"
 

@@ -18,11 +18,9 @@ from typing import Any
 import pytest
 
 from graph.api import Database, open_database, verify_database
-from graph.errors import UsageError
-from graph.exitcodes import ErrorCode, ExitCode
+from graph.errors import ErrorCode, ExitCode, UsageError
 from graph.fleet.tasks_file import BatchItem
-from graph.settings import Settings
-from graph.settings_spec import ThreadSpec
+from graph.settings import Settings, ThreadSpec
 from graph.step.advance import StepRequest
 
 TASK = "How long does shipping take at the demo shop?"

@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 
 from graph.api import open_database
-from graph.errors import RefusedError, UsageError
-from graph.exitcodes import ErrorCode
+from graph.errors import ErrorCode, RefusedError, UsageError
 from graph.prune import main as prune_main
 from tests.conftest import run_cli
 

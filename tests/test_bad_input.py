@@ -337,7 +337,7 @@ WORKER_CASES = [
 def test_queue_worker_step_reports_bad_jobs_with_their_code(
         env: dict[str, str], thread_id: str, fields: Any, error_code: str, workdir: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from graph.exitcodes import ErrorCode
+    from graph.errors import ErrorCode
     from graph.fleet.worker import run_step
 
     for name, value in env.items():
@@ -420,7 +420,7 @@ def test_folder_in_place_of_the_database_is_a_usage_error_not_damage(
 
 def test_a_workspace_that_is_a_file_is_called_not_a_folder(tmp_path: Path) -> None:
     from graph.errors import UsageError
-    from graph.settings_values import resolve_folder
+    from graph.settings import resolve_folder
 
     (tmp_path / "notes.txt").write_text("x")
     with pytest.raises(UsageError) as refused:

@@ -10,8 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from graph.settings import Settings
-from graph.settings_spec import ThreadSpec
+from graph.settings import Settings, ThreadSpec
 from graph.step.advance import StepRequest, advance
 from graph.store import open_store
 from tests.fakes import NeverFinishes

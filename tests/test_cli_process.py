@@ -82,7 +82,7 @@ def test_help_documents_the_exit_codes() -> None:
 
 
 def test_readme_exit_code_table_matches_the_code() -> None:
-    from graph.exitcodes import ExitCode
+    from graph.errors import ExitCode
 
     readme = (ROOT / "README.md").read_text()
     for code in ExitCode:

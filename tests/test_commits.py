@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from graph.settings import Settings
-from graph.settings_spec import ThreadSpec
+from graph.settings import Settings, ThreadSpec
 from graph.step.advance import StepRequest, advance
 from graph.store import open_store
 from graph.store.sqlite.ledger import SqliteLedger

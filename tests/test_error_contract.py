@@ -37,14 +37,14 @@ def _readme_section(title: str) -> str:
 
 
 def test_readme_exit_code_table_is_exactly_the_exit_code_enum() -> None:
-    from graph.exitcodes import ExitCode
+    from graph.errors import ExitCode
 
     rows = re.findall(r"^\| (\d+) \|", _readme_section("Exit codes"), re.M)
     assert sorted(int(r) for r in rows) == sorted(int(c) for c in ExitCode)
 
 
 def test_readme_error_code_list_is_exactly_the_error_code_enum() -> None:
-    from graph.exitcodes import ErrorCode
+    from graph.errors import ErrorCode
 
     documented: dict[str, int] = {}
     for names, exit_code in re.findall(r"^\| (`[^|]+`) \| (\d+) \|", _readme_section("Error codes"),
@@ -55,7 +55,7 @@ def test_readme_error_code_list_is_exactly_the_error_code_enum() -> None:
 
 
 def test_every_error_code_the_source_can_emit_is_in_the_enum() -> None:
-    from graph.exitcodes import ErrorCode
+    from graph.errors import ErrorCode
 
     pattern = re.compile(r"""error_code\s*(?:=|==|:)\s*["'](\w+)["']|ModelRequestError\(\s*["'](\w+)["']"""
                          r"""|ErrorCode\.([A-Z_]+)""")
@@ -68,7 +68,7 @@ def test_every_error_code_the_source_can_emit_is_in_the_enum() -> None:
 
 
 def test_every_request_error_code_of_the_nodes_is_a_request_failure_error_code() -> None:
-    from graph.exitcodes import ErrorCode, ExitCode
+    from graph.errors import ErrorCode, ExitCode
     from nodes.errors import RequestErrorCode
 
     for code in RequestErrorCode:
@@ -76,7 +76,7 @@ def test_every_request_error_code_of_the_nodes_is_a_request_failure_error_code()
 
 
 def test_every_invocation_refusal_code_of_the_nodes_is_a_project_error_code() -> None:
-    from graph.exitcodes import ErrorCode
+    from graph.errors import ErrorCode
     from nodes.errors import InvocationErrorCode
 
     assert {code.value for code in InvocationErrorCode} <= {c.value for c in ErrorCode}

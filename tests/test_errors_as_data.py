@@ -22,8 +22,7 @@ def test_no_error_code_is_a_bare_string_in_the_source() -> None:
 
 
 def test_an_error_carries_where_it_happened_and_is_formatted_once() -> None:
-    from graph.errors import RefusedError
-    from graph.exitcodes import ErrorCode, ExitCode
+    from graph.errors import ErrorCode, ExitCode, RefusedError
 
     error = RefusedError("the ledger is short", error_code=ErrorCode.DAMAGED, thread_id="t1")
     assert error.at(location="db.sqlite", thread_id="other", checkpoint_id="c9") is error

@@ -5,8 +5,7 @@ from __future__ import annotations
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END
 
-from graph.agent import build_graph
-from graph.agent_routers import route_after_budget, route_after_reason
+from graph.agent import build_graph, route_after_budget, route_after_reason
 from tests.conftest import ROOT
 
 

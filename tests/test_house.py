@@ -166,7 +166,7 @@ def _bare_error_codes(tree: ast.AST, takes: dict[str, int | None]) -> Iterator[a
 def test_every_error_code_is_an_enum_member_never_a_bare_string() -> None:
     takes = _takes_error_code([tree for _, tree in _modules()])
     bare = [f"{path}:{node.lineno}" for path, tree in _modules() for node in _bare_error_codes(tree, takes)]
-    assert not bare, f"error_code given as a bare string (use graph.exitcodes.ErrorCode): {bare}"
+    assert not bare, f"error_code given as a bare string (use graph.errors.ErrorCode): {bare}"
 
 
 def _sql_naming(tree: ast.AST, tables: set[str]) -> Iterator[tuple[int, list[str]]]:

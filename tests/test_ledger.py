@@ -18,8 +18,7 @@ from typing import Any
 
 import pytest
 
-from graph.errors import RefusedError
-from graph.exitcodes import ErrorCode
+from graph.errors import ErrorCode, RefusedError
 from graph.store.sql.ledger import LedgerRow, SqlLedger
 from nodes.context import LedgerEntry
 from tests.memory_ledger import MemoryLedger

@@ -406,7 +406,7 @@ def test_a_writer_lock_is_seen_held_by_another_session_whatever_its_key(db: Db) 
 
 def test_graph_run_imports_no_langgraph_before_deciding() -> None:
     code = ("import sys, graph.run, graph.store.poll, graph.store.postgres.poll, graph.settings, "
-            "graph.settings_spec; "
+            "graph.settings; "
             f"print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))")
     done = subprocess.run([PYTHON, "-c", code], env=subprocess_env(), capture_output=True,
                           text=True, timeout=120)

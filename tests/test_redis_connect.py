@@ -19,8 +19,7 @@ from typing import Any
 
 import pytest
 
-from graph.errors import UsageError
-from graph.exitcodes import ErrorCode
+from graph.errors import ErrorCode, UsageError
 from graph.run import main as run_main
 
 pytestmark = pytest.mark.redis

@@ -17,8 +17,7 @@ from typing import Any
 
 import pytest
 
-from graph.errors import NotDurableError, RefusedError, UsageError
-from graph.exitcodes import ErrorCode, ExitCode
+from graph.errors import ErrorCode, ExitCode, NotDurableError, RefusedError, UsageError
 from nodes.context import LedgerEntry
 from tests.redis_server import start_server
 

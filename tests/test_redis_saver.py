@@ -19,9 +19,8 @@ from typing import Any
 
 import pytest
 
-from graph.agent import build_graph
-from graph.agent_state import initial_state
-from graph.exitcodes import ErrorCode
+from graph.agent import build_graph, initial_state
+from graph.errors import ErrorCode
 from graph.store.serde import CheckpointIntegrityError
 from nodes.context import LedgerEntry, StepContext
 from nodes.demo_model import DEMO_MODEL_ID, OfflineDemoModel

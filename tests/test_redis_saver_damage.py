@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from graph.exitcodes import ErrorCode
+from graph.errors import ErrorCode
 from graph.store.serde import CheckpointIntegrityError, StoredTypeError
 from tests.test_redis_saver import _Thread
 

@@ -198,8 +198,7 @@ def test_replay_sends_no_real_key_and_leaves_recording_and_environment_as_they_w
 
 def test_replaying_into_a_database_that_holds_the_thread_is_refused_before_anything_runs(
         backend) -> None:  # type: ignore[no-untyped-def]
-    from graph.errors import RefusedError
-    from graph.exitcodes import ErrorCode, ExitCode
+    from graph.errors import ErrorCode, ExitCode, RefusedError
 
     replay(RECORDINGS / "shipping.json", db=backend.db)  # a new database (PG: no tables yet)
     before, row = backend.fingerprint(), backend.ledger_row("shipping")

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 import graph.agent
-import graph.agent_routers
 from tests.conftest import run_cli
 from tests.fakes import ScriptedModel, answer_reply, timeout_error, tool_call_reply
 
@@ -55,7 +54,7 @@ CASES = {
 def test_router_failure_is_reported_at_once_and_the_thread_resumes(backend, monkeypatch,
                                                                    case: str) -> None:
     router, first, next_node, status = CASES[case]
-    monkeypatch.setattr(graph.agent, router, _flaky(getattr(graph.agent_routers, router)))
+    monkeypatch.setattr(graph.agent, router, _flaky(getattr(graph.agent, router)))
     model, factory = _model(first, answer_reply("3 to 5 days [ship-01]"))
     argv = ["--thread", "t1", "--once", "--db", backend.db]
     out = run_cli([*argv, "--task", TASK], model_factory=factory)
@@ -83,7 +82,7 @@ def test_thread_left_unrouted_by_an_earlier_process_resumes_at_tools(backend, mo
     # The router fails again while the failure is being repaired (a second fault): that
     # process fails, and the next one finds the stored output and routes it.
     monkeypatch.setattr(graph.agent, "route_after_reason",
-                        _flaky(graph.agent_routers.route_after_reason, failures=2))
+                        _flaky(graph.agent.route_after_reason, failures=2))
     model, factory = _model(tool_call_reply("call_a"), answer_reply("3 to 5 days [ship-01]"))
     argv = ["--thread", "t1", "--once", "--db", backend.db]
     with pytest.raises(RuntimeError):
@@ -106,7 +105,7 @@ NO_NEXT = {
 def test_thread_without_next_step_is_routed_when_its_state_proves_the_node(
         backend, monkeypatch, case: str) -> None:
     router, first, node, ledger = NO_NEXT[case]
-    monkeypatch.setattr(graph.agent, router, _flaky(getattr(graph.agent_routers, router),
+    monkeypatch.setattr(graph.agent, router, _flaky(getattr(graph.agent, router),
                                                       returns="__end__"))
     script = [first] if first is not None else []
     model, factory = _model(*script, answer_reply("3 to 5 days [ship-01]"))

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from graph.cli_interrupted import interrupted_outcome
+from graph.run import interrupted_outcome
 from tests.conftest import run_cli, subprocess_env
 from tests.fake_mandapi import FakeMandApi
 from tests.forked import ForkedProcess, forkserver

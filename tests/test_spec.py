@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from graph.settings_spec import LIMITS, ThreadSpec
+from graph.settings import LIMITS, ThreadSpec
 
 TASK = "How long does shipping take at the demo shop?"
 BOUNDARIES = [(key, value, ok) for key, limit in LIMITS.items()

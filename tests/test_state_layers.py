@@ -10,8 +10,7 @@ import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
 import nodes.request
-from graph.agent import build_graph
-from graph.agent_state import initial_state
+from graph.agent import build_graph, initial_state
 from nodes.budget import budget_node
 from nodes.context import LedgerEntry, StepContext
 from nodes.reason import reason_node

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from graph.exitcodes import ExitCode
+from graph.errors import ExitCode
 from graph.store import open_store
 from tests.conftest import SqliteBackend, run_cli
 from tests.fakes import NeverFinishes, ScriptedModel, answer_reply, timeout_error, tool_call_reply

@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from graph.settings import Settings
-from graph.settings_spec import ThreadSpec
+from graph.settings import Settings, ThreadSpec
 from graph.step.advance import StepRequest, advance
 from graph.store import open_store
 from graph.store.saver import CheckedSaver
@@ -107,7 +106,6 @@ def test_writes_saved_late_for_a_checkpoint_out_of_the_window_go_with_it(tmp_pat
 
 def test_a_compacting_reply_whose_routing_failed_is_kept_exactly(backend, monkeypatch) -> None:
     import graph.agent
-    import graph.agent_routers
     from nodes.request import prepare_request
     from tests.conftest import run_cli
     from tests.test_routing_failures import _flaky
@@ -121,7 +119,7 @@ def test_a_compacting_reply_whose_routing_failed_is_kept_exactly(backend, monkey
     with open_store(backend.db, create=False, read_only=True) as store:
         before = store.graph.get_state({"configurable": {"thread_id": "t"}}).values
     monkeypatch.setattr(graph.agent, "route_after_reason",
-                        _flaky(graph.agent_routers.route_after_reason))
+                        _flaky(graph.agent.route_after_reason))
     out = run_cli(argv, model_factory=lambda m, s: model)  # tools, budget, reason: its router fails
     assert (out["exit_code"], out["error_code"], out["_next"]) == (6, "step_failed", ["tools"])
     with open_store(backend.db, create=False, read_only=True) as store:

@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
-from graph.errors import RefusedError, UsageError
-from graph.exitcodes import ErrorCode
+from graph.errors import ErrorCode, RefusedError, UsageError
 from graph.studio import StudioContext, studio_graph
 
 TASK = "How long does shipping take at the demo shop?"

@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 
-from graph.errors import RefusedError
-from graph.exitcodes import ErrorCode
+from graph.errors import ErrorCode, RefusedError
 from graph.store.sql.schema import LOG
 from tests.test_studio import TASK, config, ledger, served
 

@@ -136,7 +136,7 @@ def test_a_failed_trace_upload_keeps_the_exit_code_and_says_so_without_the_key(
 
 
 def test_the_upload_failure_reason_is_one_capped_sentence_without_the_key() -> None:
-    from graph.tracing import upload_failure
+    from graph.step.tracing import upload_failure
 
     message = ("Failed to multipart ingest runs: Bad key lsv2-abc123 for POST x. Please confirm"
                "\nContent-Length: 9\nAPI Key: lsv2-*23")
@@ -146,7 +146,7 @@ def test_the_upload_failure_reason_is_one_capped_sentence_without_the_key() -> N
 
 
 def test_the_upload_failure_reason_hides_the_password_of_the_endpoint_url() -> None:
-    from graph.tracing import upload_failure
+    from graph.step.tracing import upload_failure
 
     message = ("Failed to multipart ingest runs: Connection error caused failure to POST "
                "http://alice:s3cr%40t@127.0.0.1:9/runs/multipart in LangSmith API. Please")

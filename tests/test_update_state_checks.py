@@ -9,8 +9,7 @@ from langchain_core.messages import HumanMessage
 from langgraph.types import StateUpdate
 
 from graph.api import open_database
-from graph.errors import UsageError
-from graph.exitcodes import ExitCode
+from graph.errors import ExitCode, UsageError
 from nodes.state import REPLACE
 
 TASK = "How long does shipping take at the demo shop?"

@@ -38,14 +38,15 @@ from graph.api._threads import ThreadOperations
 from graph.errors import (
     BusyError,
     DatabaseLostError,
+    ErrorCode,
+    ExitCode,
     RefusedError,
     RunError,
     SecondNameError,
     UsageError,
 )
-from graph.exitcodes import ErrorCode, ExitCode
 from graph.outcome import Outcome
-from graph.settings_values import check_flag, check_path, check_seconds
+from graph.settings import check_flag, check_path, check_seconds
 from graph.threads.retention import Candidate, PruneReport
 from graph.threads.verification import VerifyReport
 

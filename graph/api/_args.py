@@ -3,7 +3,7 @@
 Python itself refuses an unknown keyword or a missing argument with a `TypeError`;
 `checked_call` refuses it first as a `UsageError` (exit 2, `usage`) naming the keyword,
 so every refusal of `graph.api` carries `error_code` and `exit_code`. The types of the
-values are checked in each call with `graph.settings_values` (`check_flag`, ...), also
+values are checked in each call with `graph.settings` (`check_flag`, ...), also
 before anything is opened, counted or written.
 """
 
@@ -15,11 +15,10 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast, get_args
 
 from graph.errors import UsageError
-from graph.settings_spec import Source, setting_name
-from graph.settings_values import check_path, check_text, check_whole, exact, shown
+from graph.settings import Source, check_path, check_text, check_whole, exact, setting_name, shown
 
 if TYPE_CHECKING:
-    from graph.settings_spec import ThreadSpec
+    from graph.settings import ThreadSpec
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -34,7 +33,7 @@ def checked_call(fn: Callable[P, R]) -> Callable[P, R]:
     Works on functions, methods and `async def` (refused when the coroutine is awaited).
     A call forwarding `**kwargs` (`arun`) is checked by the call it forwards to. Every
     argument that is a subclass of str, int or float (or a list or tuple of them) is
-    passed on as the exact built-in (`graph.settings_values.exact`), so no call sees an
+    passed on as the exact built-in (`graph.settings.exact`), so no call sees an
     override of `__str__`, `__eq__` or `__hash__`.
 
     Raises:
@@ -88,7 +87,7 @@ _NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONL
 
 
 def check_source(source: object) -> Source:
-    """Returns `source` if it is one of `graph.settings_spec.Source` (`keywords`, `flags`, `line`).
+    """Returns `source` if it is one of `graph.settings.Source` (`keywords`, `flags`, `line`).
 
     Raises:
         UsageError: Otherwise (exit 2).
@@ -100,7 +99,7 @@ def check_source(source: object) -> Source:
 
 
 def thread_spec(source: Source, thread_id: object, **given: Any) -> ThreadSpec:
-    """The `graph.settings_spec.ThreadSpec` of a `Database` call, each setting's type checked first.
+    """The `graph.settings.ThreadSpec` of a `Database` call, each setting's type checked first.
 
     `ThreadSpec` then checks the values (ranges, the thread id's characters). Settings
     not given are None; `workspace` and `allow_writes` may be `os.PathLike` (made str).
@@ -109,7 +108,7 @@ def thread_spec(source: Source, thread_id: object, **given: Any) -> ThreadSpec:
         UsageError: A setting of the wrong type, named with what it got (exit 2), or a
             value `ThreadSpec` refuses.
     """
-    from graph.settings_spec import ThreadSpec
+    from graph.settings import ThreadSpec
 
     check_text(thread_id, setting_name("thread_id", source), optional=False)
     for key in ("task", "model"):

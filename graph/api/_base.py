@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar, cast
 
 from graph.api._args import check_callable, check_source, checked_call
 from graph.errors import RunError, UsageError
-from graph.settings_spec import Source, setting_name
-from graph.settings_values import check_flag, shown
+from graph.settings import Source, check_flag, setting_name, shown
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.base import BaseCheckpointSaver

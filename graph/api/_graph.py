@@ -18,8 +18,7 @@ from langgraph.errors import EmptyInputError
 
 from graph.api._graph_checks import check_async, check_call, check_config, check_fork
 from graph.checkpoints.updates import LIBRARY_ERRORS, check_updates, update_pairs
-from graph.errors import RefusedError, RunError, UsageError
-from graph.exitcodes import ErrorCode
+from graph.errors import ErrorCode, RefusedError, RunError, UsageError
 from nodes.errors import InvocationErrorCode, InvocationRefusedError
 
 

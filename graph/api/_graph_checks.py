@@ -19,9 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from graph.errors import RefusedError, UsageError
-from graph.exitcodes import ErrorCode
-from graph.settings_values import shown
+from graph.errors import ErrorCode, RefusedError, UsageError
+from graph.settings import shown
 
 _USAGE = ("invoke the graph with context=: the runtime context of "
           "Database.invocation(thread_id) (its ledger counts each attempt)")
@@ -55,7 +54,7 @@ def check_config(config: Any, location: str | None = None, *,
         raise UsageError("config['configurable'] must name the thread: thread_id, a str, not "
                          f"{shown(configurable.get('thread_id'))}", location=location)
     if isinstance(configurable.get("thread_id"), str):
-        from graph.settings_spec import check_thread_id
+        from graph.settings import check_thread_id
 
         check_thread_id(configurable["thread_id"])  # letters, digits, . _ : - (as run's)
     return dict(configurable)

@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any
 from graph.api._args import check_source, checked_call
 from graph.api._base import DatabaseBase, known_errors
 from graph.errors import UsageError
-from graph.settings_spec import Source, setting_name
-from graph.settings_values import check_flag, check_names, check_path, shown
+from graph.settings import Source, check_flag, check_names, check_path, setting_name, shown
 
 if TYPE_CHECKING:
     from graph.threads.retention import PruneReport
@@ -78,7 +77,7 @@ class StoreOperations(DatabaseBase):
             RefusedError: `no_such_thread`, or a checkpoint in the page fails its checks.
             UsageError: An invalid thread id, or `checkpoints` not an int from 1 to 10000.
         """
-        from graph.settings_spec import check_thread_id
+        from graph.settings import check_thread_id
         from graph.threads.history import thread_or_parent
 
         check_thread_id(thread_id)
@@ -189,7 +188,7 @@ class StoreOperations(DatabaseBase):
             UsageError: An invalid thread id; `target` not a `Database`, or closed;
                 `thread_ids` not a list or tuple of str (a bare str is refused).
         """
-        from graph.settings_spec import check_thread_id
+        from graph.settings import check_thread_id
         from graph.threads.copy import copy_threads
 
         if not isinstance(target, StoreOperations):

@@ -16,9 +16,8 @@ from typing import TYPE_CHECKING, Any
 from graph.api._args import check_callable, checked_call, thread_spec
 from graph.api._base import known_errors
 from graph.api._store import StoreOperations
-from graph.errors import RefusedError, UsageError
-from graph.exitcodes import ErrorCode
-from graph.settings_values import check_flag, check_names, check_task, check_text, check_whole, shown
+from graph.errors import ErrorCode, RefusedError, UsageError
+from graph.settings import check_flag, check_names, check_task, check_text, check_whole, shown
 
 if TYPE_CHECKING:
     from graph.fleet.batch import BatchReport, Progress
@@ -217,7 +216,7 @@ class ThreadOperations(StoreOperations):
                 an invalid thread id (when the `with` block is entered).
         """
         from graph.checkpoints.load import load_thread
-        from graph.settings_values import check_thread_id
+        from graph.settings import check_thread_id
         from graph.step.models import make_model
         from nodes.context import Lease, StepContext
 

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from graph.agent_state import graph_signature
-from graph.errors import RefusedError
-from graph.exitcodes import ErrorCode
+from graph.agent import graph_signature
+from graph.errors import ErrorCode, RefusedError
 from nodes.pairing import UnsafeHistoryError, open_calls
 from nodes.state import STATUSES
 

@@ -13,8 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from graph.errors import RefusedError, RunError, UsageError
-from graph.exitcodes import ErrorCode
+from graph.errors import ErrorCode, RefusedError, RunError, UsageError
 
 if TYPE_CHECKING:
     from graph.store.sql.tombstones import Tombstone

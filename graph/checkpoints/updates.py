@@ -16,8 +16,7 @@ from typing import Any
 
 from langgraph.errors import InvalidUpdateError
 
-from graph.errors import RefusedError, RunError, UsageError
-from graph.exitcodes import ErrorCode
+from graph.errors import ErrorCode, RefusedError, RunError, UsageError
 
 _SHAPE = ("append OpenAI wire dicts such as {'role': 'user', 'content': '...'}; LangChain "
           "message objects and (role, text) tuples are not stored")

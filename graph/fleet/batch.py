@@ -13,8 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
-from graph.errors import RunError
-from graph.exitcodes import ErrorCode, ExitCode
+from graph.errors import ErrorCode, ExitCode, RunError
 from graph.fleet.request_cap import cap_full, open_cap
 from graph.fleet.tasks_file import BatchItem
 from graph.outcome import Outcome

@@ -14,8 +14,7 @@ import sys
 from typing import Any
 from urllib.parse import urlsplit
 
-from graph.errors import UsageError, error_line
-from graph.exitcodes import ErrorCode
+from graph.errors import ErrorCode, UsageError, error_line
 
 QUEUE_DB_ENV = "GRAPH_QUEUE_DB"
 """The PostgreSQL URL of the queue when it is not the checkpoint database `GRAPH_DB`."""

@@ -10,9 +10,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from graph.errors import RefusedError, UsageError
-from graph.exitcodes import ErrorCode
-from graph.settings_spec import Source, setting_name
+from graph.errors import ErrorCode, RefusedError, UsageError
+from graph.settings import Source, setting_name
 
 if TYPE_CHECKING:
     from graph.store.base import Store

@@ -1,7 +1,7 @@
 """Reading a tasks file: one thread per JSON line, every line checked before anything runs.
 
 Each line is one flat JSON object whose fields are a thread's settings
-(`graph.settings_spec.FIELDS`, named as `graph.run`'s flags); `graph.settings_spec.ThreadSpec.from_line`
+(`graph.settings.FIELDS`, named as `graph.run`'s flags); `graph.settings.ThreadSpec.from_line`
 checks them, so a line accepts exactly what the flags accept.
 """
 
@@ -12,9 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from graph.errors import UsageError
-from graph.exitcodes import ErrorCode
-from graph.settings_spec import ThreadSpec
+from graph.errors import ErrorCode, UsageError
+from graph.settings import ThreadSpec
 from graph.step.advance import StepRequest
 
 MAX_PROBLEMS_SHOWN = 20
@@ -48,7 +47,7 @@ def read_tasks(path: Path, parent: str | None = None, live: bool = True) -> list
 
     Args:
         path: One JSON object per line: `{"thread_id": ..., "task": ...}` plus optional
-            settings (`graph.settings_spec.FIELDS`); blank lines are skipped.
+            settings (`graph.settings.FIELDS`); blank lines are skipped.
         parent: With a parent id, lines carry no `thread_id`: subtask ids are derived
             (`subtask_id`), in file order.
         live: Whether paid models are allowed (a line naming one without it is invalid).

@@ -232,8 +232,7 @@ def _check_bound(store: Any, store_id: str | None, thread_id: str) -> None:
         RefusedError: `identity_mismatch` (exit 4): the thread would be created, and its
             budget spent, in a database its batch never named.
     """
-    from graph.errors import RefusedError
-    from graph.exitcodes import ErrorCode
+    from graph.errors import ErrorCode, RefusedError
 
     if store_id is not None and store.store_id != store_id:
         raise RefusedError(f"this job was enqueued for another checkpoint database than this "
@@ -280,8 +279,7 @@ def _checked_job(db: str, thread_id: str, fields: Any, live: bool) -> tuple[Any,
         graph.errors.UsageError: No `GRAPH_DB`, invalid fields or settings (exit 2).
     """
     from graph.errors import UsageError
-    from graph.settings import resolve_settings
-    from graph.settings_spec import ThreadSpec
+    from graph.settings import ThreadSpec, resolve_settings
     from graph.step.advance import StepRequest
 
     if not db:

@@ -67,8 +67,7 @@ def export(db: str, thread_id: str, output: str) -> dict[str, object]:
     from graph.output_file import check_output_path
     from graph.replay.export import export_thread
     from graph.replay.format import META_KEY, serialize, write_recording
-    from graph.settings import resolve_settings
-    from graph.settings_spec import check_thread_id
+    from graph.settings import check_thread_id, resolve_settings
 
     check_thread_id(thread_id)
     if output != "-":

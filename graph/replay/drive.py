@@ -63,8 +63,7 @@ def refuse_existing(db: str, thread_id: str) -> None:
         RefusedError: `exists` (exit 4), naming the thread and the database; nothing
             was run or written. Or the database's own refusal (damaged, unreachable).
     """
-    from graph.errors import RefusedError
-    from graph.exitcodes import ErrorCode
+    from graph.errors import ErrorCode, RefusedError
     from graph.store import open_store
     from graph.threads.copy import thread_exists
 

@@ -26,8 +26,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from graph.errors import RefusedError
-from graph.exitcodes import ErrorCode
+from graph.errors import ErrorCode, RefusedError
 from graph.replay.format import FORMAT, META_KEY, NO_ANSWER, interaction, json_response
 from graph.store.base import Store
 from nodes.errors import RequestErrorCode

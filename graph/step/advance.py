@@ -22,12 +22,9 @@ from graph.checkpoints.thread_checks import (
     check_unstarted,
     storage_damage_refused,
 )
-from graph.errors import RefusedError, UsageError
-from graph.exitcodes import ErrorCode
+from graph.errors import ErrorCode, RefusedError, UsageError
 from graph.outcome import Outcome
-from graph.settings import Settings, scrub_key
-from graph.settings_spec import ThreadSpec, resolve_folder
-from graph.settings_values import check_task
+from graph.settings import Settings, ThreadSpec, check_task, resolve_folder, scrub_key
 from graph.step.approvals import pending_review
 from graph.step.finished import remember_finished
 from graph.step.invocation import invoke_steps, store_migrated
@@ -45,7 +42,7 @@ class StepRequest:
     """What the caller asks for: the thread's settings and what to do with it.
 
     Attributes:
-        spec: The thread's id and fixed settings as given (`graph.settings_spec.ThreadSpec`).
+        spec: The thread's id and fixed settings as given (`graph.settings.ThreadSpec`).
         once: Stop after one graph invocation (at most one model request).
         cancel: Mark the thread `cancelled` instead of advancing it.
         restart_pruned: Start a pruned thread anew, with a fresh budget, on purpose.

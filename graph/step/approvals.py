@@ -36,8 +36,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from graph.errors import RefusedError, UsageError
-from graph.exitcodes import ErrorCode
+from graph.errors import ErrorCode, RefusedError, UsageError
 from graph.store.sql.approvals import SqlApprovals, now
 from nodes.files import file_sha256, sha256_hex
 from nodes.write_results import WriteOutcome, WriteResult, write_outcome

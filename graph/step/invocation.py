@@ -13,8 +13,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from graph.api._graph import refusal
-from graph.errors import RefusedError
-from graph.exitcodes import ErrorCode
+from graph.errors import ErrorCode, RefusedError
 from graph.outcome import Outcome
 from graph.step.approvals import pending_review
 from graph.step.repair import repair_routing, unrouted_output

@@ -6,8 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from langgraph.types import Command
 
-from graph.errors import RefusedError
-from graph.exitcodes import ErrorCode
+from graph.errors import ErrorCode, RefusedError
 from graph.outcome import Outcome
 from graph.step.approvals import apply_approved, decide
 from nodes.context import NoModel, StepContext

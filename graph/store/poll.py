@@ -45,7 +45,7 @@ def quick_answer(db: str, thread_id: str) -> Outcome | None:
 
     Args:
         db: The resolved `--db` value (`graph.settings.Settings.db`).
-        thread_id: The thread, already checked (`graph.settings_spec.check_thread_id`).
+        thread_id: The thread, already checked (`graph.settings.check_thread_id`).
 
     Returns:
         The outcome the full path would give, or None (see the module doc).

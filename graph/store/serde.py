@@ -39,7 +39,7 @@ from langgraph.checkpoint.serde.jsonplus import (
     _create_msgpack_ext_hook,
 )
 
-from graph.exitcodes import ErrorCode
+from graph.errors import ErrorCode
 
 MAGIC = b"MRC1"
 """Marks a value written by this serializer (format 1: magic, 32-byte SHA-256, data)."""

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from graph.errors import RefusedError
-from graph.exitcodes import ErrorCode
+from graph.errors import ErrorCode, RefusedError
 from graph.store.base import Store
 
 

@@ -15,8 +15,7 @@ from graph.checkpoints.load import (
     pending_input,
     read_snapshot,
 )
-from graph.errors import RefusedError
-from graph.exitcodes import ErrorCode
+from graph.errors import ErrorCode, RefusedError
 from graph.store.base import Store
 from nodes.write_tools import canonical_arguments
 

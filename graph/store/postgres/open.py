@@ -21,8 +21,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from graph.errors import RefusedError, UsageError
-from graph.exitcodes import ErrorCode
+from graph.errors import ErrorCode, RefusedError, UsageError
 from graph.store.base import Store
 from graph.store.digest import SqlDigests, new_marker
 from graph.store.postgres.locks import AdvisoryThreadLocks, advisory_key, advisory_lock

@@ -40,7 +40,7 @@ def postgres_answer(url: str, thread_id: str) -> Outcome | None:
 
     Args:
         url: A `postgresql://` URL (`graph.store.is_postgres`).
-        thread_id: The thread, already checked (`graph.settings_spec.check_thread_id`).
+        thread_id: The thread, already checked (`graph.settings.check_thread_id`).
 
     Returns:
         The outcome the full path would give, or None (see the module doc).

@@ -17,8 +17,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from graph.errors import RefusedError
-from graph.exitcodes import ErrorCode
+from graph.errors import ErrorCode, RefusedError
 from graph.store.redis import keys
 from graph.store.redis.conn import server_errors
 from graph.store.redis.tables import RedisTable

@@ -22,8 +22,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from graph.errors import DatabaseLostError, NotDurableError, UsageError
-from graph.exitcodes import ErrorCode
+from graph.errors import DatabaseLostError, ErrorCode, NotDurableError, UsageError
 from graph.store.redis.url import check_url, redact
 
 if TYPE_CHECKING:

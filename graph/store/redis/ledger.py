@@ -25,8 +25,7 @@ from dataclasses import astuple
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from graph.errors import BusyError, RefusedError
-from graph.exitcodes import ErrorCode
+from graph.errors import BusyError, ErrorCode, RefusedError
 from graph.store.redis import keys
 from graph.store.redis import lua as redis_lua
 from graph.store.redis.conn import WAITAOF, check_durable, check_fsynced, make_durable, server_errors

@@ -25,8 +25,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from graph.errors import BusyError, DatabaseLostError, RefusedError, UsageError
-from graph.exitcodes import ErrorCode
+from graph.errors import BusyError, DatabaseLostError, ErrorCode, RefusedError, UsageError
 from graph.store.base import ReadOnlyLocks, Store, WriterLocks
 from graph.store.redis import keys
 from graph.store.redis.approvals import RedisApprovals

@@ -13,8 +13,7 @@ import errno
 import os
 from pathlib import Path
 
-from graph.errors import UsageError
-from graph.exitcodes import ErrorCode
+from graph.errors import ErrorCode, UsageError
 
 
 def _denied(path: Path, what: str) -> UsageError:

@@ -12,8 +12,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from graph.errors import RefusedError
-from graph.exitcodes import ErrorCode
+from graph.errors import ErrorCode, RefusedError
 from graph.store.sql.schema import SQLITE_LANGGRAPH_COLUMN, SQLITE_REQUIRED_TABLES, TRIGGERS, sqlite_objects
 from graph.store.sqlite.access import read_only_uri
 

@@ -23,22 +23,7 @@ import sys
 from collections.abc import Mapping
 from typing import TextIO
 
-from graph.errors import UsageError
-
-TRACE_KEYS = ("LANGSMITH_API_KEY", "LANGCHAIN_API_KEY")
-"""Environment variables LangSmith reads its key from; `--trace` needs one of them."""
-
-
-def check_trace(env: Mapping[str, str]) -> None:
-    """Refuses `--trace` when LangSmith has no key to upload with.
-
-    Raises:
-        UsageError: None of `TRACE_KEYS` is set (exit 2, before anything is counted).
-    """
-    if not any(env.get(name) for name in TRACE_KEYS):
-        raise UsageError("--trace uploads the run to LangSmith and needs LANGSMITH_API_KEY in "
-                         "the environment")
-
+from graph.settings import TRACE_KEYS
 
 _LOGGER = "langsmith.client"
 """The logger LangSmith reports upload failures on (`Failed to ... ingest ...`)."""
