@@ -19,6 +19,7 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from bench.common import prose
+from graph.checkpoints.load import graph_of
 
 MAX_ATTEMPTS = 10**6
 """The maximum of a benchmark thread that must never stop on its budget."""
@@ -107,7 +108,7 @@ class OurStore:
 
     def graph(self) -> Any:
         """The store's compiled graph (for `get_state`, history)."""
-        return self.store.graph
+        return graph_of(self.store)
 
     def close(self) -> None:
         """Closes the store."""

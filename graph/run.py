@@ -56,7 +56,7 @@ def _args(argv: list[str]) -> tuple[str | None, str | None]:
 def _fill(outcome: Outcome, db_flag: str | None) -> None:
     """Fills `outcome` from the thread's stored state and ledger (read-only)."""
     from graph.api import Database
-    from graph.checkpoints.load import load_thread
+    from graph.checkpoints.load import graph_of, load_thread
     from graph.cli import resolve_db
     from graph.settings import Settings
 
@@ -64,7 +64,7 @@ def _fill(outcome: Outcome, db_flag: str | None) -> None:
     assert thread_id is not None
     with Database(Settings(db=resolve_db(db_flag)), read_only=True, source="flags") as db:
         entry = db.store.ledger.read(thread_id)
-        loaded = load_thread(db.store.graph, thread_id, db.location)
+        loaded = load_thread(graph_of(db.store), thread_id, db.location)
     if loaded is not None:
         state = Outcome.from_state(thread_id, loaded.values, loaded.snapshot.next)
         for name in ("status", "attempts", "max_attempts", "model", "answer", "stop_reason",

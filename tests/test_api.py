@@ -12,6 +12,7 @@ import pytest
 
 import graph.api as api
 from graph.api import open_database
+from graph.checkpoints.load import graph_of
 from graph.errors import BusyError, ErrorCode, ExitCode, RefusedError, RunError, UsageError
 from tests.conftest import ROOT, run_cli
 from tests.fakes import ScriptedModel, tool_call_reply
@@ -136,7 +137,7 @@ def test_update_state_cannot_lower_the_count_the_ledger_guards(backend: Any) -> 
                    "messages": [{"role": "tool", "tool_call_id": "c1", "content": "{}"}]}
         with pytest.raises(UsageError):  # the checked graph refuses progress edits outright
             db.graph.update_state(config, revived, as_node="budget")
-        db.store.graph.update_state(config, revived, as_node="budget")  # LangGraph's own graph
+        graph_of(db.store).update_state(config, revived, as_node="budget")  # LangGraph's own graph
         outcomes = []
         for _ in range(2):  # reason refuses the spent claim; budget then stops the thread
             with db.invocation("t1") as context:

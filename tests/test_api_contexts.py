@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from graph.api import open_database
+from graph.checkpoints.load import graph_of
 from graph.errors import ErrorCode, RefusedError, UsageError
 from nodes.errors import InvocationErrorCode, InvocationRefusedError
 from tests.conftest import SqliteBackend
@@ -67,7 +68,7 @@ def test_the_budget_node_refuses_another_databases_context_past_the_api_wrapper(
         db2.run("t", task=TASK, max_attempts=50)
         ledgers = one.ledger_row("t"), two.ledger_row("t")
         with db2.invocation("t") as foreign, pytest.raises(InvocationRefusedError) as refused:
-            db1.store.graph.invoke(None, _first_budget(db1, "t").config, context=foreign,
+            graph_of(db1.store).invoke(None, _first_budget(db1, "t").config, context=foreign,
                                    durability="sync")
         assert (one.ledger_row("t"), two.ledger_row("t")) == ledgers
     assert refused.value.error_code == InvocationErrorCode.IDENTITY_MISMATCH
@@ -101,7 +102,7 @@ def test_the_budget_node_refuses_a_context_used_after_its_block(sqlite_db: Any) 
         with db.invocation("B") as stale:
             pass
         with pytest.raises(InvocationRefusedError) as refused:
-            db.store.graph.invoke(None, {"configurable": {"thread_id": "B"}}, context=stale,
+            graph_of(db.store).invoke(None, {"configurable": {"thread_id": "B"}}, context=stale,
                                   durability="sync")
         assert backend.ledger_row("B") == ledger
     assert refused.value.error_code == InvocationErrorCode.USAGE

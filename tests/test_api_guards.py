@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from graph.api import open_database
+from graph.checkpoints.load import graph_of
 from graph.errors import ErrorCode, RefusedError, RunError, UsageError
 from tests.fakes import ScriptedModel, tool_call_reply
 
@@ -104,7 +105,7 @@ def test_the_budget_node_refuses_a_mismatch_past_the_api_wrapper(backend: Any) -
         with db.invocation("A") as context:
             other = type(context)("elsewhere", context.ledger, context.model, context.log)
             with pytest.raises(InvocationRefusedError) as refused:
-                db.store.graph.invoke(None, _first_budget(db, "A").config, context=other,
+                graph_of(db.store).invoke(None, _first_budget(db, "A").config, context=other,
                                       durability="sync")
     assert refused.value.error_code == InvocationErrorCode.IDENTITY_MISMATCH
     assert backend.ledger_row("A") == ledger

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from graph.checkpoints.load import graph_of
 from graph.copy import main as copy_main
 from graph.history import main as history_main
 from graph.prune import main as prune_main
@@ -231,7 +232,7 @@ def v5_thread(db: str, thread_id: str, invocations: int) -> None:
         config = {"configurable": {"thread_id": thread_id}}
         graph_input: Any = state
         for _ in range(invocations):
-            store.graph.invoke(graph_input, config, context=ctx, durability="sync")
+            graph_of(store).invoke(graph_input, config, context=ctx, durability="sync")
             graph_input = None
 
 
@@ -248,7 +249,7 @@ def test_a_v5_thread_with_many_checkpoints_is_trimmed_by_prune_or_by_its_next_st
     assert (out["status"], out["attempts"]) == ("ready", 21)
     assert_window(backend, "by_step", DEFAULT_KEEP_CHECKPOINTS)
     with open_store(backend.db, create=False, read_only=True) as store:
-        thread = store.graph.get_state({"configurable": {"thread_id": "by_step"}}).values["thread"]
+        thread = graph_of(store).get_state({"configurable": {"thread_id": "by_step"}}).values["thread"]
         assert len(thread_history(store, "by_step")["steps"]) == 21
     assert (thread["schema_version"], thread["keep_checkpoints"]) == (
         SCHEMA_VERSION, DEFAULT_KEEP_CHECKPOINTS)

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from graph.checkpoints.load import graph_of
 from graph.settings import Settings, ThreadSpec
 from graph.step.advance import StepRequest, advance
 from graph.store import open_store
@@ -112,7 +113,7 @@ def test_writes_of_a_node_that_raised_are_durable_when_the_step_returns(tmp_path
     assert errors == 1
     assert claimed == 1
     with open_store(str(db), create=False) as store:  # the next run sees the failed reason
-        snapshot = store.graph.get_state({"configurable": {"thread_id": "t1"}})
+        snapshot = graph_of(store).get_state({"configurable": {"thread_id": "t1"}})
         assert [task.name for task in snapshot.tasks if task.error] == ["reason"]
 
 

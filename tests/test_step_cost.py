@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from graph.checkpoints.load import graph_of
 from graph.settings import Settings, ThreadSpec
 from graph.step.advance import StepRequest, advance
 from graph.store import open_store
@@ -50,7 +51,7 @@ def test_a_compacting_step_stores_what_changed_not_the_whole_conversation(tmp_pa
               context_tokens=1500, keep_checkpoints=3)
         for _ in range(12):
             assert _step(store, NeverFinishes()).error_code is None
-        state = store.graph.get_state({"configurable": {"thread_id": "t"}}).values
+        state = graph_of(store).get_state({"configurable": {"thread_id": "t"}}).values
     assert state["messages"][1]["content"].startswith("[compacted]")  # the evidence index
     with closing(sqlite3.connect(db)) as conn:
         checkpoint = conn.execute("SELECT max(length(checkpoint)) FROM checkpoints").fetchone()[0]
@@ -117,13 +118,13 @@ def test_a_compacting_reply_whose_routing_failed_is_kept_exactly(backend, monkey
     for _ in range(8):
         assert run_cli(argv, model_factory=lambda m, s: model)["exit_code"] == 0
     with open_store(backend.db, create=False, read_only=True) as store:
-        before = store.graph.get_state({"configurable": {"thread_id": "t"}}).values
+        before = graph_of(store).get_state({"configurable": {"thread_id": "t"}}).values
     monkeypatch.setattr(graph.agent, "route_after_reason",
                         _flaky(graph.agent.route_after_reason))
     out = run_cli(argv, model_factory=lambda m, s: model)  # tools, budget, reason: its router fails
     assert (out["exit_code"], out["error_code"], out["_next"]) == (6, "step_failed", ["tools"])
     with open_store(backend.db, create=False, read_only=True) as store:
-        after = store.graph.get_state({"configurable": {"thread_id": "t"}}).values
+        after = graph_of(store).get_state({"configurable": {"thread_id": "t"}}).values
     # What reason saw: the stored conversation after tools ran; it kept it compacted.
     seen = [*before["messages"], {"role": "tool", "tool_call_id": after["messages"][-2][
         "tool_call_id"], "content": after["messages"][-2]["content"]}]

@@ -13,6 +13,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar, cast
 
 from graph.api._args import check_callable, check_source, checked_call
+from graph.checkpoints.load import graph_of
 from graph.errors import RunError, UsageError
 from graph.settings import Source, check_flag, setting_name, shown
 
@@ -161,7 +162,7 @@ class DatabaseBase:
         from graph.api._graph import CheckedGraph
 
         return cast("CompiledStateGraph[Any, Any, Any, Any]",
-                    CheckedGraph(self.store.graph, self.store.location))
+                    CheckedGraph(graph_of(self.store), self.store.location))
 
     def _writable(self, call: str) -> None:
         """Refuses `call` on a database opened with `read_only=True`, before anything is read.

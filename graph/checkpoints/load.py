@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from graph.agent import build_graph
 from graph.checkpoints.integrity import validate_state
 from graph.checkpoints.migrations import migrate
 from graph.checkpoints.thread_checks import check_ledger
@@ -35,6 +36,17 @@ class LoadedThread:
     snapshot: Any
     values: dict[str, Any]
     stored_version: int
+
+
+def graph_of(store: Store) -> Any:
+    """The agent graph compiled with `store`'s checkpointer: built once per open store.
+
+    Returns:
+        The `CompiledStateGraph` (`graph.agent.build_graph`), kept in `store.compiled`.
+    """
+    if store.compiled is None:
+        store.compiled = build_graph(store.checkpointer)
+    return store.compiled
 
 
 @contextmanager

@@ -13,6 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
+from graph.checkpoints.load import graph_of
 from graph.errors import ErrorCode, ExitCode, RunError
 from graph.fleet.request_cap import cap_full, open_cap
 from graph.fleet.tasks_file import BatchItem
@@ -127,7 +128,7 @@ def _held_by_cap(store: Store, item: BatchItem, cap_id: str | None) -> Outcome:
     """A thread's outcome when the cap is full: read only, never advanced."""
     from graph.checkpoints.load import load_thread
 
-    loaded = load_thread(store.graph, item.thread_id, store.location)
+    loaded = load_thread(graph_of(store), item.thread_id, store.location)
     if loaded is None:
         outcome = Outcome(item.thread_id, ExitCode.BATCH_CAP, status=None)
     else:

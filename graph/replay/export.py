@@ -26,6 +26,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from graph.checkpoints.load import graph_of
 from graph.errors import ErrorCode, RefusedError
 from graph.replay.format import FORMAT, META_KEY, NO_ANSWER, interaction, json_response
 from graph.store.base import Store
@@ -166,7 +167,7 @@ def export_thread(store: Store, thread_id: str, uri: str) -> dict[str, Any]:
     from graph.checkpoints.load import check_stored_thread
     from graph.step.approvals import pending_review
 
-    loaded = check_stored_thread(store, store.graph, thread_id)
+    loaded = check_stored_thread(store, graph_of(store), thread_id)
     if loaded is None:
         raise RefusedError("no such thread", error_code=ErrorCode.NO_SUCH_THREAD,
                            location=store.location, thread_id=thread_id)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from graph.checkpoints.load import LoadedThread, load_thread
+from graph.checkpoints.load import LoadedThread, graph_of, load_thread
 from graph.checkpoints.thread_checks import (
     check_ledger,
     check_tombstone,
@@ -122,7 +122,7 @@ def advance(
     with (tracing_context(enabled=settings.trace), storage_damage_refused(store.location),
           store.locks.hold(thread_id)):
         check_tombstone(store, thread_id, task=request.spec.task, restart=request.restart_pruned)
-        graph = store.graph
+        graph = graph_of(store)
         loaded = load_thread(graph, thread_id, store.location)
         entry = store.ledger.read(thread_id)
         if request.cancel:

@@ -14,7 +14,7 @@ import sqlite3
 import sys
 from typing import TYPE_CHECKING
 
-from graph.checkpoints.load import load_thread
+from graph.checkpoints.load import graph_of, load_thread
 from graph.checkpoints.thread_checks import check_ledger
 from graph.errors import RunError
 from graph.outcome import Outcome
@@ -65,7 +65,7 @@ def _database_errors() -> tuple[type[Exception], ...]:
 
 def _checked_summary(store: Store, thread_id: str) -> Outcome | None:
     """The finished thread's outcome as the full path answers it, read and checked now."""
-    loaded = load_thread(store.graph, thread_id, store.location)
+    loaded = load_thread(graph_of(store), thread_id, store.location)
     if loaded is None or loaded.values["progress"]["status"] not in FINAL_STATUSES:
         return None
     logged, log_rows = store.log.last_attempt_and_rows(thread_id)  # one read of the log

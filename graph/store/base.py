@@ -13,14 +13,11 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any, Protocol
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
-from langgraph.graph.state import CompiledStateGraph
 
-from graph.agent import build_graph
 from graph.store.parts import Approvals, AttemptLog, Backend, Ledger, Summaries, Tombstones
 from graph.store.sql.approvals import SqlApprovals
 from graph.store.sql.attempt_log import SqlAttemptLog
@@ -119,6 +116,9 @@ class Store:
     _conns: tuple[Closable, ...] = field(repr=False)
     summaries: Summaries | None = None
     store_id: str | None = None
+    compiled: Any = field(default=None, repr=False)
+    """The agent graph compiled with this store's checkpointer, kept by
+    `graph.checkpoints.load.graph_of` (the store builds no graph)."""
 
     @classmethod
     def build(cls, location: str, checkpointer: BaseCheckpointSaver[str], sql: Sql, *,
@@ -149,11 +149,6 @@ class Store:
         if not isinstance(sql, Sql):
             raise AttributeError(f"{self.location}: this store has no SQL connection")
         return sql
-
-    @cached_property
-    def graph(self) -> CompiledStateGraph[Any, Any, Any, Any]:
-        """The agent graph compiled with this store's checkpointer, once per open store."""
-        return build_graph(self.checkpointer)
 
     def commit(self) -> None:
         """Commits what the last graph call left kept back (`graph.store.sql.conn.Sql.deferred`).

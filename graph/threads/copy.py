@@ -40,12 +40,12 @@ def copy_threads(src: Store, dst: Store, thread_ids: list[str] | None = None) ->
         RefusedError: A thread exists at the target (`exists`), is missing at the source
             (`no_such_thread`), or fails its checks at the source.
     """
-    from graph.checkpoints.load import check_stored_thread
+    from graph.checkpoints.load import check_stored_thread, graph_of
 
     ids = sorted(thread_ids) if thread_ids else _all_threads(src)
     for thread_id in ids:  # the whole source thread is checked before anything is written
         tombstone = src.tombstones.get(thread_id)
-        loaded = check_stored_thread(src, src.graph, thread_id)
+        loaded = check_stored_thread(src, graph_of(src), thread_id)
         if loaded is None and tombstone is None:
             raise RefusedError(f"no such thread {thread_id!r} in {src.location}",
                                error_code=ErrorCode.NO_SUCH_THREAD)

@@ -10,6 +10,7 @@ from typing import Any
 
 from graph.checkpoints.load import (
     check_values,
+    graph_of,
     history_page,
     load_thread,
     pending_input,
@@ -99,7 +100,7 @@ def checkpoint_page(store: Store, thread_id: str, limit: int = 50
     Raises:
         RefusedError: A checkpoint in the page fails its checks (`damaged`, ...).
     """
-    graph = store.graph
+    graph = graph_of(store)
     config = {"configurable": {"thread_id": thread_id}}
     where = f"{store.location}: thread {thread_id!r}"
     page = history_page(graph, config, where, limit + 1)
@@ -140,7 +141,7 @@ def thread_history(store: Store, thread_id: str, checkpoint_limit: int = 50) -> 
     Raises:
         RefusedError: `no_such_thread`, or the thread fails its checks.
     """
-    graph = store.graph
+    graph = graph_of(store)
     loaded = load_thread(graph, thread_id, store.location)
     if loaded is None:
         raise RefusedError(f"no such thread {thread_id!r} in {store.location}",
@@ -203,7 +204,7 @@ def list_threads(store: Store) -> list[dict[str, Any]]:
         `max_attempts`, `updated_at` (ledger time of the last attempt or status change)
         and `task` (whole; shorten for display).
     """
-    graph = store.graph
+    graph = graph_of(store)
     rows = []
     updated = store.ledger.updated_at()
     # Checkpoints without a ledger row are listed too (as damaged), never hidden.

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from graph.checkpoints.load import graph_of
 from graph.errors import BusyError, RefusedError, UsageError
 from graph.store.sql.tombstones import Tombstone
 
@@ -81,7 +82,7 @@ def select(store: Store, *, completed: timedelta, failed: timedelta,
     chosen, notes = [], []
     for thread_id, updated_at in sorted(store.ledger.updated_at().items()):
         try:
-            loaded = load_thread(store.graph, thread_id, store.location)
+            loaded = load_thread(graph_of(store), thread_id, store.location)
         except RefusedError as exc:
             notes.append(f"kept {thread_id!r}: unreadable ({exc.error_code}): {exc.message}")
             continue
@@ -108,7 +109,7 @@ def trim_windows(store: Store, skip: set[str]) -> tuple[int, list[str]]:
     for thread_id in sorted(set(store.ledger.updated_at()) - skip):
         try:
             with store.locks.hold(thread_id):
-                loaded = load_thread(store.graph, thread_id, store.location)
+                loaded = load_thread(graph_of(store), thread_id, store.location)
                 if loaded is not None:
                     deleted += store.trim(thread_id, loaded.values["thread"]["keep_checkpoints"])
         except BusyError:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from graph.checkpoints.load import graph_of
 from graph.errors import RefusedError
 from nodes.state import FINAL_STATUSES
 
@@ -73,7 +74,7 @@ def stored_parent_result(store: Store, parent: str) -> dict[str, Any] | None:
             row["status"] = PRUNED
         elif index in found:
             try:
-                loaded = load_thread(store.graph, thread_id, store.location)
+                loaded = load_thread(graph_of(store), thread_id, store.location)
             except RefusedError as exc:
                 row["status"] = f"unreadable: {exc.error_code}"
             else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from graph.checkpoints.load import graph_of
 from graph.errors import RefusedError
 
 
@@ -65,7 +66,7 @@ def check_database(db: str, name: str = "--db") -> VerifyReport:
             tombstone = None
             try:  # a tombstone graph.run would refuse to read is a problem
                 tombstone = store.tombstones.get(thread_id)
-                check_stored_thread(store, store.graph, thread_id)
+                check_stored_thread(store, graph_of(store), thread_id)
             except RefusedError as exc:
                 report.problems.append(exc.message)
             checkpoints = store.count_checkpoints(thread_id)
