@@ -211,9 +211,20 @@ note = "the attempt_ledger row"
     assert list(_sql_naming(tree, {"attempt_ledger"})) == [(13, ["attempt_ledger"])]
 
 
+def _listed_test_files(text: str) -> set[str]:
+    """The test files a page names, as paths from `tests/` without `.py` (`store/test_ledger`).
+
+    A name is a path of folders ending in `test_...`, written from `tests/` or from the root.
+    """
+    found = re.findall(r"(?<![\w/.-])((?:[a-z0-9_]+/)*test_[a-z0-9_]+)\b", text)
+    return {name.removeprefix("tests/") for name in found}
+
+
 def test_the_tests_readme_lists_every_test_file_and_no_file_that_is_gone() -> None:
-    text = (ROOT / "tests" / "README.md").read_text()
-    listed = set(re.findall(r"\btest_[a-z0-9_]+\b", text))
-    files = {path.stem for path in (ROOT / "tests").glob("test_*.py")}
+    tests = ROOT / "tests"
+    listed = _listed_test_files((tests / "README.md").read_text())
+    files = {path.relative_to(tests).with_suffix("").as_posix() for path in tests.rglob("test_*.py")}
     assert files - listed == set(), "test files tests/README.md does not place"
     assert listed - files == set(), "tests/README.md names test files that are gone"
+    assert _listed_test_files("`tests/store/redis/test_ledger.py`, step/test_crash and test_rules") == {
+        "store/redis/test_ledger", "step/test_crash", "test_rules"}
