@@ -197,7 +197,7 @@ def test_without_allow_writes_no_write_tool_exists(backend) -> None:
     "lease keeps the thread busy until it runs out (graph.store.redis.locks, deliberate); Redis: tests/test"
     "_concurrency.py::test_a_killed_redis_holders_lease_is_taken_over_after_it_runs_out_and_not_"
     "before, "
-    "tests/test_redis_saver.py::test_a_put_killed_after_its_digest_leaves_the_thread_resumable")
+    "tests/store/redis/test_saver.py::test_a_put_killed_after_its_digest_leaves_the_thread_resumable")
 @pytest.mark.slow
 @pytest.mark.parametrize("kill_at", WRITE_KILL_POINTS)
 def test_sigkill_during_an_approved_write_applies_it_exactly_once(

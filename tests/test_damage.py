@@ -147,10 +147,10 @@ def _with_checksum(type_: str, payload: bytes) -> bytes:
 
 _SQL_RAW_CASES = {
     "checksum stripped": "the checksum inside serialized bytes is the SQL serializer's; Redis "
-                         "digests: tests/test_redis_saver_damage.py ('doc serializer type')",
+                         "digests: tests/store/redis/test_saver_damage.py ('doc serializer type')",
     "type tag changed to pickle": "SQL blobs carry a type tag; Redis: "
-                                  "tests/test_redis_saver_damage.py ('doc serializer type')",
-    "ledger count lowered behind the trigger": "SQL triggers; Redis: tests/test_redis_ledger.py::"
+                                  "tests/store/redis/test_saver_damage.py ('doc serializer type')",
+    "ledger count lowered behind the trigger": "SQL triggers; Redis: tests/store/redis/test_ledger.py::"
                                                "test_a_damaged_row_is_refused_and_left_unchanged",
 }
 
@@ -171,8 +171,8 @@ def test_corrupted_stored_values_are_refused(backend, case: str) -> None:
 
 @pytest.mark.sql_only(
     "plants a msgpack extension, which only the SQL serializer stores; Redis: "
-    "tests/test_redis_saver_damage.py (constructor envelopes) and "
-    "tests/test_redis_saver.py::test_a_constructor_envelope_in_a_stored_value_is_never_revived")
+    "tests/store/redis/test_saver_damage.py (constructor envelopes) and "
+    "tests/store/redis/test_saver.py::test_a_constructor_envelope_in_a_stored_value_is_never_revived")
 def test_crafted_blob_never_runs_code_and_is_refused(backend, tmp_path: Path) -> None:
     marker = tmp_path / "marker-ran"
     crafted = ormsgpack.Ext(0, ormsgpack.packb(["tests.marker", "mark", str(marker)]))
@@ -189,7 +189,7 @@ def test_crafted_blob_never_runs_code_and_is_refused(backend, tmp_path: Path) ->
 
 
 @pytest.mark.sql_only(
-    "the SQL serializer; Redis: tests/test_redis_saver_damage.py::test_the_strict_serializer_revives_"
+    "the SQL serializer; Redis: tests/store/redis/test_saver_damage.py::test_the_strict_serializer_revives_"
     "no_constructor_and_stores_nothing_it_cannot_load")
 def test_products_saver_uses_the_strict_checksummed_serializer(backend) -> None:
     make_thread(backend.db)
@@ -331,7 +331,7 @@ def test_metadata_holds_only_opaque_ids(backend) -> None:
 
 @pytest.mark.sql_only(
     "resets the ledger with SQL behind the triggers; Redis: "
-    "tests/test_redis_ledger.py::test_a_damaged_row_is_refused_and_left_unchanged")
+    "tests/store/redis/test_ledger.py::test_a_damaged_row_is_refused_and_left_unchanged")
 def test_ledger_reset_behind_the_triggers_is_refused_before_any_request(backend) -> None:
     from tests.fakes import ScriptedModel, timeout_error
 
@@ -348,7 +348,7 @@ def test_ledger_reset_behind_the_triggers_is_refused_before_any_request(backend)
 
 
 @pytest.mark.sql_only(
-    "prefixes a byte to SQL checkpoint blobs; Redis: tests/test_redis_saver_damage.py::test_damage_to"
+    "prefixes a byte to SQL checkpoint blobs; Redis: tests/store/redis/test_saver_damage.py::test_damage_to"
     "_a_stored_checkpoint_is_refused_and_left_as_it_is (older checkpoints through get_state_history)")
 def test_verify_lists_checksum_failures_in_old_checkpoints_without_crashing(backend) -> None:
     from graph.verify import verify

@@ -24,7 +24,7 @@ import pytest
 from tests.conftest import PYTHON, ROOT, SqliteBackend, run_cli, subprocess_env
 from tests.fake_mandapi import FakeMandApi
 from tests.main_child import run_in_one_child
-from tests.test_concurrency import wait_for
+from tests.store.test_concurrency import wait_for
 
 TASK = "How long does shipping take at the demo shop?"
 

@@ -131,7 +131,7 @@ def test_a_call_left_unanswered_gets_a_not_executed_result_before_counting(backe
 
 @pytest.mark.sql_only(
     "SQL triggers refuse an UPDATE lowering the ledger; Redis has no write path but its scripts: "
-    "tests/test_ledger.py::test_no_operation_lowers_a_count_or_changes_a_maximum[redis]")
+    "tests/store/test_ledger.py::test_no_operation_lowers_a_count_or_changes_a_maximum[redis]")
 def test_ledger_rows_refuse_to_decrease(backend) -> None:
     run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", backend.db])
     for sql in (
@@ -164,7 +164,7 @@ def _keep_only_input_checkpoint(backend, keep_input_writes: bool) -> None:
 
 @pytest.mark.sql_only(
     "stages the kill by deleting SQL checkpoint rows; Redis: "
-    "tests/test_redis_saver.py::test_a_put_killed_after_its_digest_leaves_the_thread_resumable")
+    "tests/store/redis/test_saver.py::test_a_put_killed_after_its_digest_leaves_the_thread_resumable")
 @pytest.mark.parametrize("input_saved", [True, False])
 def test_thread_killed_right_after_its_input_checkpoint_resumes(backend, input_saved) -> None:
     """LangGraph saves the input checkpoint, then the input as its pending writes."""

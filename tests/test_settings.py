@@ -76,7 +76,7 @@ def test_every_path_to_the_database_meets_the_same_writer_lock(sqlite_db: Path) 
         for path in (sqlite_db, symlink, dotted):
             out = run_cli(["--thread", "t1", "--once", "--db", str(path)])
             assert (out["exit_code"], out["error_code"]) == (5, "busy"), path
-    # A hard link is a second WAL name: refused (tests/test_second_names.py), not shared.
+    # A hard link is a second WAL name: refused (tests/store/sqlite/test_second_names.py), not shared.
     assert run_cli(["--thread", "t1", "--once", "--db", str(symlink)])["status"] == "done"
     assert sorted(p.name for p in sqlite_db.parent.iterdir()) == [
         "alias.sqlite", "checkpoints.sqlite"], "no lock file to delete"

@@ -16,7 +16,7 @@ from graph.run import interrupted_outcome
 from tests.conftest import run_cli, subprocess_env
 from tests.fake_mandapi import FakeMandApi
 from tests.forked import ForkedProcess, forkserver
-from tests.test_concurrency import outcome, wait_for
+from tests.store.test_concurrency import outcome, wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ from nodes.files import file_sha256, sha256_hex
 from nodes.paths import PathRefused, confine
 from nodes.prompts import TOOL_ERROR_PREFIX
 from nodes.write_results import WriteOutcome, WriteResult, legacy_error, write_outcome
-from tests.test_approvals_migration import legacy_paused_thread, make_legacy
+from tests.store.test_approvals_migration import legacy_paused_thread, make_legacy
 
 
 @pytest.fixture

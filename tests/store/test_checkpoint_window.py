@@ -264,7 +264,7 @@ def forkserver() -> Any:
 @pytest.mark.sql_only(
     "the kill point hooks the SQL trim statements (tests/crash_child.py), and a killed holder's Redis"
     " lease keeps the thread busy until it runs out (deliberate); Redis window: "
-    "tests/test_checkpoint_window.py::test_the_window_given_on_the_command_line_is_what_history_"
+    "tests/store/test_checkpoint_window.py::test_the_window_given_on_the_command_line_is_what_history_"
     "shows[redis]")
 @pytest.mark.slow
 @pytest.mark.parametrize("keep", ["1", "2"])

@@ -4,7 +4,7 @@ resuming from a new saver, and deletion of a thread with its digests.
 
 `RedisSaver` stores each checkpoint as one plain RedisJSON document (no checksum inside);
 the digests kept beside it refuse an edited document, and the strict serializer refuses a
-LangChain constructor envelope. Damage to each part is in `tests/test_redis_saver_damage.py`.
+LangChain constructor envelope. Damage to each part is in `tests/store/redis/test_saver_damage.py`.
 
 Redis only: the SQL savers store checksummed bytes (`graph.store.serde`), tested through every
 backend in `tests/test_damage.py`; a RedisJSON document has no checksum inside, which is why

@@ -21,9 +21,10 @@ import pytest
 
 from graph.errors import ErrorCode, UsageError
 from graph.run import main as run_main
+from tests.conftest import ROOT
 
 pytestmark = pytest.mark.redis
-TLS = Path(__file__).parent / "fixtures" / "tls"
+TLS = ROOT / "tests" / "fixtures" / "tls"
 
 
 def _port(url: str) -> str:

@@ -50,7 +50,7 @@ def _log_reason(db: str, payload: str) -> None:
 ], ids=["text", "numeric-text", "negative", "list", "not-json"])
 @pytest.mark.sql_only(
     "plants attempt_log rows with SQL; Redis: "
-    "tests/test_redis_tables.py::test_used_tokens_refuses_a_usage_that_is_not_a_whole_number")
+    "tests/store/redis/test_tables.py::test_used_tokens_refuses_a_usage_that_is_not_a_whole_number")
 def test_a_logged_token_usage_that_is_not_a_number_is_refused_as_damaged(backend, payload) -> None:
     run_cli(["--thread", "t", "--task", TASK, "--once", "--max-tokens", "100000", "--db", backend.db])
     _log_reason(backend.db, payload)
@@ -64,7 +64,7 @@ def test_a_logged_token_usage_that_is_not_a_number_is_refused_as_damaged(backend
 
 @pytest.mark.sql_only(
     "plants attempt_log rows with SQL; Redis: "
-    "tests/test_redis_tables.py::test_used_tokens_refuses_a_usage_that_is_not_a_whole_number")
+    "tests/store/redis/test_tables.py::test_used_tokens_refuses_a_usage_that_is_not_a_whole_number")
 def test_logged_numbers_and_missing_usage_still_sum(backend) -> None:
     run_cli(["--thread", "t", "--task", TASK, "--once", "--db", backend.db])
     with open_store(backend.db, create=False, read_only=True) as store:

@@ -5,7 +5,7 @@ ledger (on an in-memory SQLite database) and the Redis ledger (its Lua scripts, 
 session's private server, flushed per test). The tests of rows and caps copied from
 elsewhere use operations only the stored ledgers have (`row`, `insert_row`, `insert_cap`),
 so they run on SQL and Redis. What only Redis can get wrong (a damaged or retyped key, a
-server that cannot fsync) is in `tests/test_redis_ledger.py`.
+server that cannot fsync) is in `tests/store/redis/test_ledger.py`.
 """
 
 from __future__ import annotations

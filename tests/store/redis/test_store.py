@@ -210,7 +210,7 @@ def test_a_redis_url_the_client_would_misread_is_a_usage_error_and_writes_nothin
     query password was shown. Only database 0 is taken: RediSearch's indexes span a
     server's database numbers (`graph.store.redis.url.check_url`). `rediss://` to this plain
     server is refused when its TLS handshake times out: after `CONNECT_TIMEOUT_S`, 1 s
-    here instead of 10 (`tests/test_redis_connect.py` shows it is not the 30 s command
+    here instead of 10 (`tests/store/redis/test_connect.py` shows it is not the 30 s command
     timeout)."""
     monkeypatch.setattr("graph.store.redis.conn.CONNECT_TIMEOUT_S", 1.0)
     url = url.replace("{port}", own_url.rsplit(":", 1)[1].split("/")[0])

@@ -22,7 +22,7 @@ import pytest
 
 from graph.errors import ErrorCode
 from graph.store.serde import CheckpointIntegrityError, StoredTypeError
-from tests.test_redis_saver import _Thread
+from tests.store.redis.test_saver import _Thread
 
 _CONSTRUCTOR = {"lc": 1, "type": "constructor", "id": ["os", "system"], "kwargs": {}}
 
