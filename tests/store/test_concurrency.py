@@ -135,18 +135,7 @@ def test_sigterm_or_ctrl_c_mid_request_stops_cleanly_and_keeps_the_count(
 
 
 # ---- Redis writer leases (Redis only: SQL locks have no lease, they die with the process) --
-
-@pytest.fixture
-def client(redis_client: Any) -> Any:
-    return redis_client
-
-
-@pytest.fixture
-def ledger(client: Any, redis_url: str) -> Any:
-    from graph.store.redis.ledger import RedisLedger
-
-    return RedisLedger(client, redis_url)
-
+# (`client` and `ledger`: tests/store/conftest.py)
 
 class _Child:
     """A `tests.redis_child` process forked from the preloaded forkserver: its events arrive

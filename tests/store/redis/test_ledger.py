@@ -22,18 +22,6 @@ from nodes.context import LedgerEntry
 from tests.redis_server import start_server
 
 
-@pytest.fixture
-def client(redis_client: Any) -> Any:
-    return redis_client
-
-
-@pytest.fixture
-def ledger(client: Any, redis_url: str) -> Any:
-    from graph.store.redis.ledger import RedisLedger
-
-    return RedisLedger(client, redis_url)
-
-
 def _thread() -> str:
     return f"t-{uuid.uuid4().hex}"
 

@@ -23,11 +23,6 @@ from graph.store.sql.tombstones import Tombstone
 
 
 @pytest.fixture
-def client(redis_client: Any) -> Any:
-    return redis_client
-
-
-@pytest.fixture
 def approvals(client: Any, redis_url: str) -> Any:
     from graph.store.redis.approvals import RedisApprovals
 
