@@ -66,7 +66,7 @@ def _temp_in_memory(config: pytest.Config) -> None:
 
     The tests write SQLite files with `synchronous=FULL` and Redis AOFs fsynced on every
     write; on a disk each sync waits for the device (measured here: the SQLite cases of
-    `test_damage.py` took 15.8 s on disk, 2.1 s on tmpfs). No test's promise depends on
+    `checkpoints/test_damage.py` took 15.8 s on disk, 2.1 s on tmpfs). No test's promise depends on
     the device: they kill processes, never the machine, and a killed process's written
     pages are kept either way. A `--basetemp`, or a `PYTEST_DEBUG_TEMPROOT` already set,
     wins; the controller sets it, and xdist's workers and every child inherit it.

@@ -22,12 +22,12 @@ import pytest
 
 from graph.errors import RefusedError
 from graph.store.serde import MAGIC, make_serde
+from tests.checkpoints.test_damage import FILE_CASES
 from tests.conftest import PostgresBackend, SqliteBackend, postgres_admin_url, run_cli
 from tests.fake_mandapi import FakeMandApi
 from tests.pg_pool import create_database, own_name
 from tests.sealing import checksummed_dumps
 from tests.test_approvals import Writer
-from tests.test_damage import FILE_CASES
 
 TASK = "How long does shipping take at the demo shop?"
 WRITE_TASK = "Write the shipping summary to report.md and log it."

@@ -11,7 +11,7 @@ zero requests at the fake MandAPI server; `graph.history` and `graph.verify` nev
 
 Redis only: these are the key kinds of `graph.store.redis.keys`, a layout a SQL database does not
 have; damage to SQL rows and files, and to stored values on every backend, is in
-`tests/test_damage.py` and `tests/store/test_damage_corpus.py`.
+`tests/checkpoints/test_damage.py` and `tests/store/test_damage_corpus.py`.
 """
 
 from __future__ import annotations

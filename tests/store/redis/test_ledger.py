@@ -3,7 +3,7 @@ or retyped ledger key is refused and left unchanged, a server that cannot fsync 
 refused before anything is counted, and an unreachable server is a usage error.
 
 Redis only: a SQL ledger row is typed and guarded by the table's CHECKs and triggers (its
-damage is in `tests/test_damage.py`), and its durability is the database's own. The rules
+damage is in `tests/checkpoints/test_damage.py`), and its durability is the database's own. The rules
 every ledger keeps (count before claim, once each, never lowered, caps charged with the
 claim) run on the in-memory, SQL and Redis ledgers alike in `tests/store/test_ledger.py`.
 """

@@ -7,7 +7,7 @@ the digests kept beside it refuse an edited document, and the strict serializer 
 LangChain constructor envelope. Damage to each part is in `tests/store/redis/test_saver_damage.py`.
 
 Redis only: the SQL savers store checksummed bytes (`graph.store.serde`), tested through every
-backend in `tests/test_damage.py`; a RedisJSON document has no checksum inside, which is why
+backend in `tests/checkpoints/test_damage.py`; a RedisJSON document has no checksum inside, which is why
 the digests beside it and these tests exist.
 """
 

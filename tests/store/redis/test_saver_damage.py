@@ -8,7 +8,7 @@ raises `CheckpointIntegrityError` (`damaged`) and every key's bytes are unchange
 
 Redis only: the parts damaged here (RedisJSON document fields, pending-write documents,
 digest hashes) exist only in `RedisSaver`'s layout; checksummed SQL values are damaged in
-`tests/test_damage.py`.
+`tests/checkpoints/test_damage.py`.
 """
 
 from __future__ import annotations
