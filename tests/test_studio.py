@@ -121,7 +121,7 @@ def test_an_approval_interrupt_is_resumed_with_decisions_and_applies_the_write(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from langgraph.types import Command
 
-    from tests.test_approvals import Writer
+    from tests.step.test_approvals import Writer
 
     out, model = tmp_path / "out", Writer()
     out.mkdir()

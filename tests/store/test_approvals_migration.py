@@ -11,7 +11,7 @@ import pytest
 from graph.store import open_store
 from graph.threads.history import thread_history
 from tests.conftest import run_cli
-from tests.test_approvals import TASK, Writer
+from tests.step.test_approvals import TASK, Writer
 
 LEGACY_DDL = """
 CREATE TABLE write_approvals (

@@ -157,7 +157,7 @@ def test_another_window_on_resume_is_refused_and_the_same_one_accepted(
 
 
 def test_a_paused_approval_survives_trimming_to_one_checkpoint(backend, tmp_path: Path) -> None:
-    from tests.test_approvals import Writer
+    from tests.step.test_approvals import Writer
 
     out_dir = tmp_path / "out"
     out_dir.mkdir()

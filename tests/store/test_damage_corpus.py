@@ -27,7 +27,7 @@ from tests.conftest import PostgresBackend, SqliteBackend, postgres_admin_url, r
 from tests.fake_mandapi import FakeMandApi
 from tests.pg_pool import create_database, own_name
 from tests.sealing import checksummed_dumps
-from tests.test_approvals import Writer
+from tests.step.test_approvals import Writer
 
 TASK = "How long does shipping take at the demo shop?"
 WRITE_TASK = "Write the shipping summary to report.md and log it."

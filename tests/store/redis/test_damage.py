@@ -30,7 +30,7 @@ from graph.store.redis import keys
 from tests.conftest import run_cli
 from tests.fake_mandapi import FakeMandApi
 from tests.redis_server import RedisServer, start_server
-from tests.test_approvals import Writer
+from tests.step.test_approvals import Writer
 
 TASK = "How long does shipping take at the demo shop?"
 WRITE_TASK = "Write the shipping summary to report.md and log it."

@@ -3,7 +3,7 @@
 Each case stops a step as a kill would (the database files are imaged at that instant,
 and put back after the step), then deletes, truncates or flips bytes of the `-wal`,
 and resumes: the requests the model received never exceed the attempts the ledger
-claims. The real-process SIGKILL variant is in `tests/test_crash.py`.
+claims. The real-process SIGKILL variant is in `tests/step/test_crash.py`.
 """
 
 from __future__ import annotations

@@ -109,7 +109,7 @@ def test_a_compacting_reply_whose_routing_failed_is_kept_exactly(backend, monkey
     import graph.agent
     from nodes.request import prepare_request
     from tests.conftest import run_cli
-    from tests.test_routing_failures import _flaky
+    from tests.step.test_routing_failures import _flaky
 
     model = NeverFinishes()
     argv = ["--thread", "t", "--once", "--db", backend.db]
