@@ -19,7 +19,7 @@ from graph.store.sql.ledger import SqlLedger
 from nodes.compaction import compact, edit_script
 from nodes.state import EDIT, append_messages
 from tests.fakes import NeverFinishes
-from tests.test_compaction_estimate import _conversation
+from tests.nodes.test_compaction_estimate import _conversation
 
 
 def _step(store: Any, model: Any, *, task: str | None = None, **limits: Any) -> Any:
