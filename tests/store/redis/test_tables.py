@@ -4,7 +4,7 @@ tables' rules for decisions on write calls (one per call, updates only in the st
 
 Redis only: the SQL tables hold these rules as constraints and `UPDATE ... WHERE` clauses of
 the database itself, checked through every backend in `tests/step/test_approvals.py` and
-`tests/test_retention.py`; here the Redis tables' own code and scripts are held to them, with
+`tests/threads/test_retention.py`; here the Redis tables' own code and scripts are held to them, with
 damage only a Redis key can take (a value that is not JSON, a decision under another call's
 field) and a server whose append-only file is turned off behind the program's back.
 """

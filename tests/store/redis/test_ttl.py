@@ -3,7 +3,7 @@ all expire, a thread that can continue never does, and an expired thread (wholly
 refused as `pruned` (exit 4) without counting an attempt, unless restarted on purpose.
 
 Redis only: a SQL database has no key expiry; `graph.prune` applies the same retention
-rules on every backend (`tests/test_retention.py`), and these tests hold the TTLs, the
+rules on every backend (`tests/threads/test_retention.py`), and these tests hold the TTLs, the
 expiring marks and the partly expired threads that only Redis can have to them.
 """
 
