@@ -12,7 +12,7 @@ import pytest
 from graph.batch import main as batch_main
 from graph.errors import UsageError
 from graph.run import main as run_main
-from tests.test_batch import tasks_file
+from tests.fleet.test_batch import tasks_file
 
 TASK = "How long does shipping take?"
 
