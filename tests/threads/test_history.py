@@ -127,7 +127,7 @@ def test_history_of_a_missing_thread_is_refused(backend, capsys) -> None:
 
 def test_history_cli_prints_the_status_the_tool_calls_and_the_review_note(tmp_path, capfd) -> None:
     """Through `main(argv)`; `python -m graph.history` runs as a real process in
-    tests/test_error_contract.py (a closed stdout, `| head -1`)."""
+    tests/cli/test_error_contract.py (a closed stdout, `| head -1`)."""
     run_cli(["--thread", "h1", "--task", TASK, "--db", str(tmp_path / "c.sqlite")])
     capfd.readouterr()
     code = history_main(["--thread", "h1", "--db", str(tmp_path / "c.sqlite")])
