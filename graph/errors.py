@@ -2,7 +2,7 @@
 
 Exit codes and error codes of every entry point are defined here once; scripts depend
 on them. The README's exit-code table is `ExitCode` and its error-code list is
-`ErrorCode` (`tests/test_bad_input.py` checks both directions).
+`ErrorCode` (`tests/cli/test_bad_input.py` checks both directions).
 
 An error is data: its code (`ErrorCode`), what went wrong (`detail`), and where
 (`location`: the database or file; `thread_id`; `checkpoint_id`). The one line people

@@ -10,7 +10,7 @@ from typing import Any
 class RequestErrorCode(StrEnum):
     """Why a counted model request failed; each value is also a `graph.errors.ErrorCode`.
 
-    Defined here because nodes never import `graph/`; `tests/test_error_contract.py`
+    Defined here because nodes never import `graph/`; `tests/cli/test_error_contract.py`
     checks that every value is in the project-wide enum with exit code 6.
     """
 
@@ -62,7 +62,7 @@ class ModelRequestError(Exception):
 class InvocationErrorCode(StrEnum):
     """Why the budget node refused an invocation; each value is also a `graph.errors.ErrorCode`.
 
-    `tests/test_error_contract.py` checks that every value is in the project-wide enum.
+    `tests/cli/test_error_contract.py` checks that every value is in the project-wide enum.
     """
 
     IDENTITY_MISMATCH = "identity_mismatch"
