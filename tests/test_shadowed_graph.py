@@ -6,7 +6,7 @@ import subprocess
 from pathlib import Path
 
 from tests.conftest import PYTHON, ROOT
-from tests.test_replay_plugin import user_env
+from tests.replay.test_plugin import user_env
 
 MESSAGE = "No module named 'graph.api'; 'graph' is not a package"
 

@@ -42,7 +42,7 @@ def _paths(value: Any, at: Path_ = ()) -> Iterator[Path_]:
 
     Only the first item of a list is walked into (the others have the same shape). A
     request body's conversation is not walked into: it is text the replay compares, and
-    changing it is a request difference (tests/test_replay.py). A reply's body is
+    changing it is a request difference (tests/replay/test_replay.py). A reply's body is
     walked three levels deep (`choices[0].message`, `usage.total_tokens`).
     """
     children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(
