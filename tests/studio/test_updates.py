@@ -15,7 +15,7 @@ import pytest
 
 from graph.errors import ErrorCode, RefusedError
 from graph.store.sql.schema import LOG
-from tests.test_studio import TASK, config, ledger, served
+from tests.studio.test_studio import TASK, config, ledger, served
 
 LANGGRAPH_SHAPES = [
     [{"type": "human", "content": "more"}],
