@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -16,9 +15,8 @@ from nodes.context import LedgerEntry, StepContext
 from nodes.reason import reason_node
 from nodes.request import PreparedRequests, prepare_request
 from nodes.state import REPLACE, append_messages
+from tests.conftest import ROOT
 from tests.fakes import ScriptedModel, answer_reply, tool_call_reply
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 class MemoryLedger:
