@@ -36,6 +36,13 @@ The rule, the same for every kind (INVARIANTS I4):
    Older checkpoints of a thread stay as written: history upgrades them when it reads them.
 3. **A version newer than `CURRENT`, one that is not a positive integer, or one with no
    step is refused** as `incompatible` (exit 4), never defaulted, and nothing is written.
+
+Adding a step (a later issue): raise the subject's version in `CURRENT` (for state,
+`SCHEMA_VERSION`), add its `Step` to `STEPS`, and keep a fixture of the old version
+(state: a `tests/fixtures/vN.sqlite` from `tests/fixtures/build_fixtures.py`; a table:
+its old DDL in `TABLE_FIXTURES` of `tests/test_store_migrations.py`). A table's backend
+gives it as a `VersionedTable`; on Redis its `rebuild` must be one atomic unit too (one
+`WATCH`/`MULTI` transaction or Lua script, as `graph.store.redis.approvals` updates rows).
 """
 
 from __future__ import annotations
