@@ -18,7 +18,7 @@ SCHEMA_VERSION = 6
 History: v1 (first release); v2 adds `thread.graph`; v3 adds `thread.workspace`,
 `thread.max_tokens` and `thread.context_tokens`; v4 adds `thread.allow_writes`; v5 adds
 `thread.thread_id`, binding the stored state to its thread; v6 adds
-`thread.keep_checkpoints`. Older versions migrate on load (`graph.checkpoints.migrations`); each
+`thread.keep_checkpoints`. Older versions migrate on load (`graph.store.migrations`); each
 version has a fixture database in `tests/fixtures/`.
 """
 

@@ -1,1 +1,4 @@
-"""Fail-closed reading of stored threads: load, integrity, migrations, update checks."""
+"""Fail-closed reading of stored threads: load, integrity, update checks.
+
+Stored state is migrated in memory on load by `graph.store.migrations`.
+"""

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from graph.agent import build_graph
 from graph.checkpoints.integrity import validate_state
-from graph.checkpoints.migrations import migrate
 from graph.checkpoints.thread_checks import check_ledger
 from graph.errors import ErrorCode, RefusedError
+from graph.store.migrations import migrate_state
 from graph.store.serde import CheckpointIntegrityError
 
 if TYPE_CHECKING:
@@ -149,7 +149,10 @@ def check_stored_thread(store: Store, graph: Any, thread_id: str) -> LoadedThrea
 
 def check_values(values: Any, next_nodes: tuple[str, ...], where: str, thread_id: str, *,
                  checkpoint_id: str | None = None) -> tuple[dict, int]:
-    """Migrates and validates the stored values of `thread_id`; returns them and their version.
+    """Migrates (in memory, `graph.store.migrations`) and validates the stored values of `thread_id`.
+
+    Returns them and the version they were stored with; nothing is written (the rule of
+    `graph.store.migrations`: a reader never writes back).
 
     Args:
         values: The stored state values.
@@ -162,7 +165,7 @@ def check_values(values: Any, next_nodes: tuple[str, ...], where: str, thread_id
         RefusedError: `damaged` or `incompatible`, at `where`, the thread and checkpoint.
     """
     try:
-        migrated, version = migrate(values, thread_id)
+        migrated, version = migrate_state(values, thread_id)
         validate_state(migrated, next_nodes, thread_id)
     except RefusedError as exc:
         raise exc.at(location=where, thread_id=thread_id, checkpoint_id=checkpoint_id) from None

@@ -31,7 +31,7 @@ from graph.step.invocation import invoke_steps, store_migrated
 from graph.step.local_steps import cancel, review
 from graph.step.models import make_model
 from nodes.context import ChatModel, StepContext
-from nodes.state import FINAL_STATUSES, SCHEMA_VERSION
+from nodes.state import FINAL_STATUSES
 
 if TYPE_CHECKING:
     from graph.store.base import Store
@@ -224,8 +224,7 @@ def _resume(graph: Any, config: dict[str, Any], store: Store, loaded: LoadedThre
     resolve_folder(values["thread"]["workspace"])
     model = model_factory(values["thread"]["model"], settings)
     snapshot = loaded.snapshot
-    if loaded.stored_version != SCHEMA_VERSION:
-        store_migrated(graph, config, loaded)
+    if store_migrated(graph, config, loaded):
         snapshot = None  # written since it was loaded
     return _Start(model, None, values["thread"]["max_attempts"],
                   values["thread"]["keep_checkpoints"], snapshot)

@@ -17,6 +17,7 @@ from graph.errors import ErrorCode, RefusedError
 from graph.outcome import Outcome
 from graph.step.approvals import pending_review
 from graph.step.repair import repair_routing, unrouted_output
+from graph.store.migrations import state_write_back
 from nodes.context import AttemptLedger, LedgerEntry, StepContext
 from nodes.errors import InvocationRefusedError
 from nodes.pairing import UnsafeHistoryError
@@ -30,14 +31,23 @@ _WRITER_OF_NEXT = {("tools",): "reason", ("reason",): "budget", ("budget",): "to
 """For a checkpoint's next node, a node whose edges lead there (for `update_state`)."""
 
 
-def store_migrated(graph: Any, config: dict[str, Any], loaded: Any) -> None:
-    """Writes the migrated `thread` channel as the thread's next checkpoint.
+def store_migrated(graph: Any, config: dict[str, Any], loaded: Any) -> bool:
+    """Writes a thread's state back in the current version before the step invokes the model.
 
-    At `__start__` nothing is written: the stored input is migrated again on next load.
+    The rule of `graph.store.migrations` (rule 2): the channels its steps changed
+    (`state_write_back`) become the thread's next checkpoint, written as the node before
+    its next one (so the next node is unchanged). At `__start__` nothing is written: the
+    stored input is pending writes, migrated again on the next load.
+
+    Returns:
+        True when a checkpoint was written (a snapshot read before is stale).
     """
+    update = state_write_back(loaded.values, loaded.stored_version)
     writer = _WRITER_OF_NEXT.get(tuple(loaded.snapshot.next))
-    if writer is not None:
-        graph.update_state(config, {"thread": loaded.values["thread"]}, as_node=writer)
+    if not update or writer is None:
+        return False
+    graph.update_state(config, update, as_node=writer)
+    return True
 
 
 def _ledger_entry(store: Store, thread_id: str) -> LedgerEntry:

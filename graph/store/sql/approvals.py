@@ -5,12 +5,11 @@ attempt) and its id, because servers that number `call_0`, `call_1` afresh in ev
 reply reuse ids across turns: a decision on one turn's `call_0` must never answer
 another turn's.
 
-Databases written before this key (`PRIMARY KEY (thread_id, tool_call_id)`) are
-migrated on first write, in one transaction, serialized between processes: each old
-row gets the attempt whose reply carried its call id (ids were unique in a thread
-then; the attempt log says which reply), or 0 when the log does not know (a row that
-then answers no turn and stays visible in history). Reading such a database without
-writing (`graph.history`) maps the attempts the same way and changes nothing.
+Databases written before this key (`PRIMARY KEY (thread_id, tool_call_id)`: version 1 of
+the table, version 2 has `attempt`) are upgraded by the store's one mechanism
+(`graph.store.migrations`, step `write_approvals` 1 to 2): read in memory by any reader
+(`graph.history` changes nothing), written back before this store's first write to the
+table, in one transaction serialized between processes.
 """
 
 from __future__ import annotations
@@ -18,11 +17,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from graph.store.migrations import read_table, upgrade_table
 from graph.store.rows import check_row, is_int, is_text, is_text_or_none, text_refused
 from graph.store.sql.attempt_log import SqlAttemptLog
-from graph.store.sql.conn import SqlTable
+from graph.store.sql.conn import Sql, SqlTable
 from graph.store.sql.schema import APPROVALS, APPROVALS_COLUMNS, APPROVALS_LEGACY_COLUMNS, APPROVALS_MIGRATION
-from nodes.write_results import legacy_error
 
 COLUMNS = APPROVALS_COLUMNS
 """Columns of a decision row. `arguments` is the canonical text approved (None on rows
@@ -36,7 +35,8 @@ _COLUMN_TYPES: dict[str, Any] = {
 _COLUMN_TYPES["attempt"] = is_int
 _COLUMN_TYPES["decision"] = lambda v: v in ("approve", "reject")
 _LEGACY_TYPES = {c: _COLUMN_TYPES[c] for c in _LEGACY}
-_MIGRATION_LOCK = 0x6D72_6170  # PostgreSQL advisory lock key: "mrap"
+_SHAPES = {1: (_LEGACY, _LEGACY_TYPES), 2: (COLUMNS, _COLUMN_TYPES)}
+"""The columns and their checks of each version of the table."""
 
 
 def now() -> str:
@@ -44,53 +44,72 @@ def now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-class SqlApprovals(SqlTable):
-    """Decision rows on write calls (see `graph.store.sql.conn.SqlTable` and the module doc)."""
+class _ReplyTurns:
+    """Which attempt's reply carried each call id, from the attempt log (`Lookups`).
 
+    Read once per thread for one upgrade or one read.
+    """
+
+    def __init__(self, db: Sql) -> None:
+        self._log = SqlAttemptLog(db)
+        self._turns: dict[str, dict[str, int]] = {}
+
+    def reply_turn(self, thread_id: str, tool_call_id: str) -> int | None:
+        """The attempt whose reply asked for `tool_call_id`, or None when the log does not know."""
+        if thread_id not in self._turns:
+            self._turns[thread_id] = {
+                c["id"]: entry["attempt"] for entry in self._log.rows(thread_id)
+                if entry["kind"] == "reason" for c in entry["payload"].get("tool_calls") or []}
+        return self._turns[thread_id].get(tool_call_id)
+
+
+class SqlApprovals(SqlTable):
+    """Decision rows on write calls (see `graph.store.sql.conn.SqlTable` and the module doc).
+
+    The table as `graph.store.migrations.upgrade_table` upgrades it (`VersionedTable`).
+    """
+
+    name = APPROVALS
     _current = False
 
-    def _columns(self) -> tuple[str, ...] | None:
-        """The table's columns, or None when there is no table (a database from before it)."""
+    def stored_version(self) -> int | None:
+        """1 before the per-turn key (no `attempt` column), else 2; None without the table."""
         if not self._db.table_exists(APPROVALS):
             return None
         cursor = self._run("SELECT * FROM write_approvals WHERE 1 = 0")
-        return tuple(d[0] for d in cursor.description)
+        return 2 if "attempt" in (d[0] for d in cursor.description) else 1
 
-    def _legacy_rows(self, thread_id: str | None) -> list[dict[str, Any]]:
+    def stored_rows(self, version: int, thread_id: str | None = None) -> list[dict[str, Any]]:
+        """Every row (of `thread_id`, or all) as stored at `version`, checked (`graph.store.rows`).
+
+        Raises:
+            RefusedError: `damaged` for a row of another type or text that is not UTF-8.
+        """
+        columns, types = _SHAPES[version]
         where, params = ("WHERE thread_id = ?", (thread_id,)) if thread_id else ("", ())
         with text_refused("write_approvals"):
-            found = self._run(f"SELECT {', '.join(_LEGACY)} FROM write_approvals {where}",
+            found = self._run(f"SELECT {', '.join(columns)} FROM write_approvals {where}",
                               params).fetchall()
         for row in found:
-            check_row("write_approvals", row, _LEGACY_TYPES)
-        rows = [dict(zip(_LEGACY, r, strict=True)) for r in found]
-        turns: dict[str, dict[str, int]] = {}
-        log = SqlAttemptLog(self._db)
+            check_row("write_approvals", row, types)
+        return [dict(zip(columns, r, strict=True)) for r in found]
+
+    def rebuild(self, rows: list[dict[str, Any]]) -> None:
+        """Drops the table and creates it in today's shape holding `rows` (caller's transaction)."""
+        for statement in APPROVALS_MIGRATION:
+            self._run(statement)
         for row in rows:
-            tid = row["thread_id"]
-            if tid not in turns:
-                turns[tid] = {c["id"]: entry["attempt"] for entry in log.rows(tid)
-                              if entry["kind"] == "reason"
-                              for c in entry["payload"].get("tool_calls") or []}
-            failed = legacy_error(row["decision"], row["result"]) is not None
-            row.update(attempt=turns[tid].get(row["tool_call_id"], 0), arguments=None,
-                       error=row["result"] if failed else None,
-                       applied_at=None if failed else row["applied_at"])
-        return rows
+            self._insert(row)
+
+    def lookups(self) -> _ReplyTurns:
+        """The attempt log's reply turns (what the 1 to 2 step reads)."""
+        return _ReplyTurns(self._db)
 
     def _ensure_current(self) -> None:
-        """Migrates a table from before the per-turn key (see module doc); once per store."""
+        """Writes the table back in its current version before the first write (once per store)."""
         if self._current:
             return
-        with self._db.transaction():
-            self._db.serialize_migration(_MIGRATION_LOCK)
-            columns = self._columns()
-            if columns is not None and "attempt" not in columns:
-                rows = self._legacy_rows(None)
-                for statement in APPROVALS_MIGRATION:
-                    self._run(statement)
-                for row in rows:
-                    self._insert(row)
+        upgrade_table(self._db, self)
         self._current = True
 
     def _insert(self, row: dict[str, Any]) -> None:
@@ -102,18 +121,7 @@ class SqlApprovals(SqlTable):
 
         Empty for a database from before approvals; never writes.
         """
-        columns = self._columns()
-        if columns is None:
-            return {}
-        if "attempt" not in columns:
-            found = self._legacy_rows(thread_id)
-        else:
-            with text_refused("write_approvals"):
-                raw = self._run(f"SELECT {', '.join(COLUMNS)} FROM write_approvals "
-                                "WHERE thread_id = ?", (thread_id,)).fetchall()
-            for row in raw:
-                check_row("write_approvals", row, _COLUMN_TYPES)
-            found = [dict(zip(COLUMNS, r, strict=True)) for r in raw]
+        found = read_table(self, thread_id)
         found.sort(key=lambda r: (r["decided_at"], r["attempt"], r["tool_call_id"]))
         return {(r["attempt"], r["tool_call_id"]): r for r in found}
 

@@ -148,10 +148,12 @@ APPROVALS_LEGACY_COLUMNS = ("thread_id", "tool_call_id", "tool", "args_sha256", 
                             "reason", "decided_at", "target", "before_sha256", "after_sha256",
                             "result", "applied_at")
 """Columns of the approvals table before the per-turn key (`PRIMARY KEY (thread_id,
-tool_call_id)`, no `attempt`, `arguments` or `error`)."""
+tool_call_id)`, no `attempt`, `arguments` or `error`): its version 1. Table versions and
+the steps between them are registered in `graph.store.migrations`."""
 APPROVALS_MIGRATION = (f"DROP TABLE {APPROVALS}", APPROVALS_DDL)
-"""Rebuilds a legacy approvals table in today's shape (the rows are re-inserted by
-`graph.store.sql.approvals`, in the same transaction)."""
+"""Rebuilds a legacy approvals table in today's shape (the rows, upgraded by
+`graph.store.migrations`, are re-inserted by `graph.store.sql.approvals` in the same
+transaction)."""
 
 def _digests(marker: str) -> str:
     """The digest table, with its marker row (kept when the table already has one)."""
