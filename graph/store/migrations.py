@@ -40,7 +40,7 @@ The rule, the same for every kind (INVARIANTS I4):
 Adding a step (a later issue): raise the subject's version in `CURRENT` (for state,
 `SCHEMA_VERSION`), add its `Step` to `STEPS`, and keep a fixture of the old version
 (state: a `tests/fixtures/vN.sqlite` from `tests/fixtures/build_fixtures.py`; a table:
-its old DDL in `TABLE_FIXTURES` of `tests/test_store_migrations.py`). A table's backend
+its old DDL in `TABLE_FIXTURES` of `tests/store/test_migrations.py`). A table's backend
 gives it as a `VersionedTable`; on Redis its `rebuild` must be one atomic unit too (one
 `WATCH`/`MULTI` transaction or Lua script, as `graph.store.redis.approvals` updates rows).
 """
