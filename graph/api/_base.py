@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
+from contextlib import ExitStack
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar, cast
 
 from graph.api._args import check_callable, check_source, checked_call
 from graph.checkpoints.load import graph_of
-from graph.errors import RunError, UsageError
+from graph.errors import UsageError
+from graph.known_errors import known_errors
 from graph.settings import Source, check_flag, setting_name, shown
 
 if TYPE_CHECKING:
@@ -28,22 +29,6 @@ if TYPE_CHECKING:
 P = ParamSpec("P")
 R = TypeVar("R")
 ModelFactory = Callable[[str, "Settings"], "ChatModel"]
-
-
-@contextmanager
-def known_errors() -> Iterator[None]:
-    """Raises an environment failure (permission, lost connection) as its `RunError`."""
-    try:
-        yield
-    except RunError:
-        raise
-    except Exception as exc:
-        from graph.cli import known_error
-
-        known = known_error(exc)
-        if known is None:
-            raise
-        raise known from exc
 
 
 class DatabaseBase:

@@ -14,8 +14,9 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from graph.api._args import check_source, checked_call
-from graph.api._base import DatabaseBase, known_errors
+from graph.api._base import DatabaseBase
 from graph.errors import UsageError
+from graph.known_errors import known_errors
 from graph.settings import Source, check_flag, check_names, check_path, setting_name, shown
 
 if TYPE_CHECKING:

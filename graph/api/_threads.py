@@ -14,9 +14,9 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from graph.api._args import check_callable, checked_call, thread_spec
-from graph.api._base import known_errors
 from graph.api._store import StoreOperations
 from graph.errors import ErrorCode, RefusedError, UsageError
+from graph.known_errors import known_errors
 from graph.settings import check_flag, check_names, check_task, check_text, check_whole, shown
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from graph.fleet.request_cap import cap_full, open_cap
 from graph.fleet.tasks_file import BatchItem
 from graph.outcome import Outcome
 from graph.step.advance import advance
-from graph.text import without_key
+from graph.text import silence, without_key
 from nodes.state import FINAL_STATUSES
 
 if TYPE_CHECKING:
@@ -72,8 +72,6 @@ class Progress:
                                           f"({outcome.error_code or 'ok'})\n"))
             self.stream.flush()
         except BrokenPipeError:  # nobody reads the progress any more: the batch goes on
-            from graph.cli import silence
-
             self._bar = None
             silence(self.stream)
 
@@ -84,9 +82,7 @@ class Progress:
             try:
                 bar.close()
             except BrokenPipeError:
-                from graph.cli import silence
-
-                silence(self.stream)
+                    silence(self.stream)
 
     def summary(self) -> str:
         """The final table: threads per status and per error."""

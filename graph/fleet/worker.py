@@ -142,8 +142,8 @@ def pool_for(db: str) -> StorePool:
 
 def warm_up() -> None:
     """Imports what a step needs (LangGraph included) before the first job, not during it."""
-    import graph.cli
     import graph.fleet.request_cap
+    import graph.known_errors
     import graph.step.advance  # noqa: F401
 
 
@@ -194,13 +194,13 @@ def run_step(db: str, thread_id: str, fields: Any, live: bool, cap_id: str | Non
             another ends the job `identity_mismatch` (exit 4) before anything is counted.
 
     Raises:
-        Exception: A bug (an error `graph.cli.known_error` does not know).
+        Exception: A bug (an error `graph.known_errors.known_error` does not know).
     """
     import json
 
-    from graph.cli import known_error
     from graph.errors import BusyError
     from graph.fleet.request_cap import cap_full
+    from graph.known_errors import known_error
     from graph.outcome import Outcome
     from graph.step.advance import advance
 

@@ -36,6 +36,7 @@ import json
 import sys
 
 from graph.cli import Parser, emit, exit_now, guard, resolve_db
+from graph.text import silence
 
 
 def _parser() -> Parser:
@@ -87,8 +88,6 @@ def export(db: str, thread_id: str, output: str) -> dict[str, object]:
 
 def _write_stdout(text: str) -> None:
     """Writes the recording as is (no escapes: it is JSON); a closed pipe is silenced."""
-    from graph.cli import silence
-
     try:
         sys.stdout.write(text)
         sys.stdout.flush()
