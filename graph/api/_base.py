@@ -17,6 +17,7 @@ from graph.checkpoints.load import graph_of
 from graph.errors import UsageError
 from graph.known_errors import known_errors
 from graph.settings import Source, check_flag, setting_name, shown
+from graph.step.checked_graph import CheckedGraph
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -140,12 +141,10 @@ class DatabaseBase:
         at the thread's maximum, whatever checkpoint it starts from (forks, replays,
         `update_state`). An invocation without a live context of this database's
         `invocation` block, or with another thread's or another database's, is refused
-        before anything is written (`graph.api._graph`): `UsageError`, or `RefusedError`
+        before anything is written (`graph.step.checked_graph`): `UsageError`, or `RefusedError`
         `identity_mismatch`; so are malformed configs, forks from a thread's input
         checkpoint and async methods on the synchronous savers (`UsageError`).
         """
-        from graph.api._graph import CheckedGraph
-
         return cast("CompiledStateGraph[Any, Any, Any, Any]",
                     CheckedGraph(graph_of(self.store), self.store.location))
 
