@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
-from graph.checkpoints.load import graph_of
+from graph.checkpoints.load import graph_of, load_thread
 from graph.errors import ErrorCode, ExitCode, RunError
 from graph.fleet.request_cap import cap_full, open_cap
 from graph.fleet.tasks_file import BatchItem
@@ -48,7 +48,7 @@ class Progress:
         self.done = 0
         self._bar: Any = None
         if bar and _is_terminal(self.stream):
-            from tqdm import tqdm
+            from tqdm import tqdm  # noqa: PLC0415 - tqdm: only a batch on a terminal draws a bar
 
             self._bar = tqdm(total=total, file=self.stream, unit="thread", dynamic_ncols=True,
                              mininterval=0.2)
@@ -122,8 +122,6 @@ class BatchReport:
 
 def _held_by_cap(store: Store, item: BatchItem, cap_id: str | None) -> Outcome:
     """A thread's outcome when the cap is full: read only, never advanced."""
-    from graph.checkpoints.load import load_thread
-
     loaded = load_thread(graph_of(store), item.thread_id, store.location)
     if loaded is None:
         outcome = Outcome(item.thread_id, ExitCode.BATCH_CAP, status=None)
