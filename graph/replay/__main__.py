@@ -35,7 +35,12 @@ from __future__ import annotations
 import json
 import sys
 
+from graph.api import Database
 from graph.cli import Parser, emit, exit_now, guard, resolve_db
+from graph.output_file import check_output_path
+from graph.replay.export import export_thread
+from graph.replay.format import META_KEY, serialize, write_recording
+from graph.settings import check_thread_id, resolve_settings
 from graph.text import silence
 
 
@@ -64,12 +69,6 @@ def export(db: str, thread_id: str, output: str) -> dict[str, object]:
         UsageError: An invalid environment setting, or `output` cannot be written or is
             not a regular file (`graph.output_file.check_output_path`).
     """
-    from graph.api import Database
-    from graph.output_file import check_output_path
-    from graph.replay.export import export_thread
-    from graph.replay.format import META_KEY, serialize, write_recording
-    from graph.settings import check_thread_id, resolve_settings
-
     check_thread_id(thread_id)
     if output != "-":
         check_output_path(output, "-o")  # before reading the database: nothing is done for nothing

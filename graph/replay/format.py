@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from graph.errors import UsageError
+from graph.output_file import write_atomic
 from graph.replay.check import MAX_BYTES, check_cassette, parse_json
 
 FORMAT = 1
@@ -187,6 +188,4 @@ def write_recording(path: str | Path, cassette: dict[str, Any], flag: str = "-o"
         UsageError: `path` is not a regular file (`graph.output_file.check_output_path`),
             or its folder does not exist or cannot be written.
     """
-    from graph.output_file import write_atomic
-
     write_atomic(path, serialize(cassette), flag, private=True)
