@@ -16,10 +16,12 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any, NoReturn, TextIO
 
 from graph.errors import RunError, SignalledError, UsageError, error_line
 from graph.known_errors import known_error
+from graph.settings import database_location, parse_seconds
 from graph.text import escape_controls, silence, without_key
 
 PROGRAM = "mandapi-resume"
@@ -37,8 +39,6 @@ def set_console_command(command: str | None) -> None:
 
 def version_line() -> str:
     """`mandapi-resume X.Y.Z`, the installed distribution's version (`importlib.metadata`)."""
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return f"{PROGRAM} {version(PROGRAM)}"
     except PackageNotFoundError:  # run from a source tree that was never installed
@@ -129,8 +129,6 @@ def seconds(text: str) -> float:
     Raises:
         UsageError: Not ASCII digits with an optional fraction (exit 2).
     """
-    from graph.settings import parse_seconds
-
     return parse_seconds(text, "--timeout")
 
 
@@ -140,8 +138,6 @@ def resolve_db(flag: str | None, name: str = "--db") -> str:
     Raises:
         UsageError: The flag was given empty (`graph.settings.check_db_flag`).
     """
-    from graph.settings import database_location
-
     return database_location(flag, name)
 
 
