@@ -31,6 +31,16 @@ from nodes.state import (
 from nodes.tool_specs import tool_specs
 from nodes.tools import tools_node
 
+__all__ = [
+    "END_NODE",
+    "build_graph",
+    "first_state",
+    "graph_signature",
+    "initial_state",
+    "route_after_budget",
+    "route_after_reason",
+]
+
 
 def graph_signature(with_workspace: bool = False, with_writes: bool = False) -> str:
     """The node and tool set of this program's graph, as stored in `thread.graph`.

@@ -24,6 +24,22 @@ from graph.known_errors import known_error
 from graph.settings import database_location, parse_seconds
 from graph.text import escape_controls, silence, without_key
 
+__all__ = [
+    "Finished",
+    "PROGRAM",
+    "Parser",
+    "emit",
+    "exit_now",
+    "guard",
+    "interrupted_error",
+    "report_error",
+    "resolve_db",
+    "seconds",
+    "set_console_command",
+    "version_line",
+    "whole_number",
+]
+
 PROGRAM = "mandapi-resume"
 """The distribution's name, its console script's name and the first word of `--version`."""
 

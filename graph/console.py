@@ -23,6 +23,12 @@ from typing import NoReturn
 from graph.cli import PROGRAM, emit, exit_now, report_error, set_console_command, version_line
 from graph.errors import UsageError
 
+__all__ = [
+    "COMMANDS",
+    "main",
+    "script",
+]
+
 COMMANDS = {
     "run": "graph.run",
     "history": "graph.history",

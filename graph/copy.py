@@ -22,6 +22,10 @@ from graph.api import Database
 from graph.cli import Parser, emit, guard
 from graph.settings import Settings, check_db_flag, check_thread_id
 
+__all__ = [
+    "main",
+]
+
 
 def main(argv: list[str] | None = None) -> int:
     """Copies the threads; returns the exit code."""

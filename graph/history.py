@@ -22,6 +22,13 @@ from graph.threads.history import MAX_CHECKPOINTS_PAGE
 from graph.threads.subtasks import render_parent
 from nodes.write_tools import WRITE_TOOLS, WriteError, parse_write
 
+__all__ = [
+    "LIST_HEADER",
+    "main",
+    "render",
+    "render_list",
+]
+
 
 def _short(text: Any, width: int) -> str:
     text = "" if text is None else " ".join(str(text).split())

@@ -25,6 +25,10 @@ from graph.threads.retention import parse_age
 if TYPE_CHECKING:
     from graph.threads.retention import PruneReport
 
+__all__ = [
+    "main",
+]
+
 
 def main(argv: list[str] | None = None) -> int:
     """Selects and (unless --dry-run) deletes threads; returns the exit code."""

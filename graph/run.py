@@ -41,6 +41,13 @@ from nodes.demo_model import DEMO_MODEL_ID
 if TYPE_CHECKING:
     from graph.step.advance import StepRequest
 
+__all__ = [
+    "INTERRUPTED",
+    "interrupted_outcome",
+    "main",
+    "run",
+]
+
 
 INTERRUPTED = "interrupted; any counted attempt stays counted"
 

@@ -33,6 +33,45 @@ from nodes.demo_model import DEMO_MODEL_ID
 from nodes.mandapi_defaults import DEFAULT_BASE_URL
 from nodes.state import DEFAULT_CONTEXT_TOKENS, DEFAULT_KEEP_CHECKPOINTS, DEFAULT_MAX_ATTEMPTS
 
+__all__ = [
+    "DB_ENV",
+    "DEFAULT_DB",
+    "DEFAULT_TIMEOUT_S",
+    "FIELDS",
+    "KEEP_ALL",
+    "LIMITS",
+    "MAX_TIMEOUT_S",
+    "MODEL_ID_RE",
+    "NewThread",
+    "Settings",
+    "Source",
+    "THREAD_ID_RE",
+    "TRACE_KEYS",
+    "ThreadSpec",
+    "check_db_flag",
+    "check_flag",
+    "check_limit",
+    "check_model_id",
+    "check_names",
+    "check_paid",
+    "check_path",
+    "check_seconds",
+    "check_task",
+    "check_text",
+    "check_thread_id",
+    "check_trace",
+    "check_whole",
+    "database_location",
+    "exact",
+    "live_name",
+    "parse_seconds",
+    "resolve_folder",
+    "resolve_settings",
+    "scrub_key",
+    "setting_name",
+    "shown",
+]
+
 THREAD_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 MODEL_ID_RE = re.compile(r"[\x21-\x7e]{1,200}")
 """API keys and model ids: 1-200 printable ASCII characters, no spaces."""

@@ -61,6 +61,16 @@ if TYPE_CHECKING:
     from graph.store.base import Store
     from nodes.context import ChatModel, NodeContext
 
+__all__ = [
+    "StudioContext",
+    "StudioInput",
+    "StudioLedger",
+    "StudioLog",
+    "create_node",
+    "studio_graph",
+    "studio_tools_node",
+]
+
 
 class StudioInput(TypedDict):
     """What starts a thread in Studio: its task and, optionally, its fixed limits."""

@@ -19,6 +19,11 @@ from graph.api import verify_database
 from graph.cli import Parser, emit, guard, report_error, resolve_db
 from graph.errors import ErrorCode, ExitCode, RefusedError, error_line
 
+__all__ = [
+    "main",
+    "verify",
+]
+
 
 def verify(db: str) -> list[str]:
     """Returns one line per problem found in database `db` (empty when intact).

@@ -17,6 +17,14 @@ from typing import Any, ParamSpec, TypeVar, cast, get_args
 from graph.errors import UsageError
 from graph.settings import Source, ThreadSpec, check_path, check_text, check_whole, exact, setting_name, shown
 
+__all__ = [
+    "SPEC_INTEGERS",
+    "check_callable",
+    "check_source",
+    "checked_call",
+    "thread_spec",
+]
+
 P = ParamSpec("P")
 R = TypeVar("R")
 

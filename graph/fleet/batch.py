@@ -25,6 +25,12 @@ from nodes.state import FINAL_STATUSES
 if TYPE_CHECKING:
     from graph.store.base import Store
 
+__all__ = [
+    "BatchReport",
+    "Progress",
+    "run_batch",
+]
+
 
 class Progress:
     """A batch's progress: a bar with rate and time left on a terminal, else plain lines.

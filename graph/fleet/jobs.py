@@ -43,6 +43,19 @@ from graph.fleet.worker import STEP_THREADS, close_pools, run_step
 from graph.store import open_store
 from graph.store.postgres.locks import advisory_lock
 
+__all__ = [
+    "DEFAULT_QUEUE",
+    "Enqueued",
+    "HEARTBEAT_ENV",
+    "POLL_ENV",
+    "QueueApp",
+    "STALLED_ENV",
+    "enqueue",
+    "ensure_schema",
+    "make_app",
+    "recover_stalled",
+]
+
 HEARTBEAT_ENV, STALLED_ENV = "GRAPH_QUEUE_HEARTBEAT_S", "GRAPH_QUEUE_STALLED_S"
 """How often a worker reports it is alive (seconds, default 5), and how long a silent
 worker is taken for dead before its `doing` jobs are requeued (seconds, default 30)."""

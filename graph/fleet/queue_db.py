@@ -19,6 +19,14 @@ from graph.errors import ErrorCode, RunError, UsageError, error_line
 from graph.store import is_postgres, is_redis, open_store
 from graph.store.postgres.url import CONNECT_TIMEOUT_S, redact
 
+__all__ = [
+    "QUEUE_DB_ENV",
+    "check_worker",
+    "connect_queue",
+    "env_seconds",
+    "queue_db",
+]
+
 QUEUE_DB_ENV = "GRAPH_QUEUE_DB"
 """The PostgreSQL URL of the queue when it is not the checkpoint database `GRAPH_DB`."""
 _POSTGRES = ("postgresql://", "postgres://")

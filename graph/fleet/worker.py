@@ -43,6 +43,18 @@ if TYPE_CHECKING:
     from graph.store.base import Store
     from nodes.context import ChatModel
 
+__all__ = [
+    "MAX_STEP_THREADS",
+    "RESULT_KEYS",
+    "STEP_THREADS",
+    "StepReport",
+    "StorePool",
+    "close_pools",
+    "pool_for",
+    "run_step",
+    "worker_model",
+]
+
 MAX_STEP_THREADS = 256
 """Upper bound of `STEP_THREADS`; threads start on demand, one per job running at once."""
 STEP_THREADS = ThreadPoolExecutor(max_workers=MAX_STEP_THREADS, thread_name_prefix="graph-step")

@@ -43,6 +43,11 @@ from graph.replay.format import META_KEY, serialize, write_recording
 from graph.settings import check_thread_id, resolve_settings
 from graph.text import silence
 
+__all__ = [
+    "export",
+    "main",
+]
+
 
 def _parser() -> Parser:
     parser = Parser("python -m graph.replay", __doc__)

@@ -36,6 +36,10 @@ from nodes.pairing import UnsafeHistoryError
 from nodes.request import prepare_request
 from nodes.state import Message
 
+__all__ = [
+    "export_thread",
+]
+
 
 def _not_replayable(store: Store, thread_id: str, why: str) -> RefusedError:
     return RefusedError(f"cannot export: {why}", error_code=ErrorCode.NOT_REPLAYABLE,

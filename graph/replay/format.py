@@ -29,6 +29,21 @@ from graph.errors import UsageError
 from graph.output_file import write_atomic
 from graph.replay.check import MAX_BYTES, check_cassette, parse_json
 
+__all__ = [
+    "FORMAT",
+    "META_KEY",
+    "NO_ANSWER",
+    "RAISES",
+    "Recording",
+    "deserialize",
+    "encode_json",
+    "interaction",
+    "json_response",
+    "load_recording",
+    "serialize",
+    "write_recording",
+]
+
 FORMAT = 1
 """Version of the `mandapi_replay` metadata; a newer one is refused."""
 META_KEY = "mandapi_replay"
