@@ -27,11 +27,13 @@ from typing import Any
 
 import pytest
 
-OURS = Path(__file__).resolve().parent / "graph"
+__all__ = ["mandapi_replay", "pytest_addoption"]
+
+_OURS = Path(__file__).resolve().parent / "graph"
 """Where this distribution's `graph` package is (beside this module, installed or editable)."""
 
 
-def shadowing_graph() -> str | None:
+def _shadowing_graph() -> str | None:
     """Where the importable `graph` is when it is not this package's, else None.
 
     Returns:
@@ -43,13 +45,13 @@ def shadowing_graph() -> str | None:
     except ImportError as exc:  # a broken local graph.py, or ours not installed
         return f"none that imports ({exc})"
     folders = [Path(p).resolve() for p in getattr(module, "__path__", [])]
-    if OURS in folders:
+    if _OURS in folders:
         return None
     return str(getattr(module, "__file__", None) or (folders[0] if folders else module))
 
 
 def _shadowed_message(where: str) -> str:
-    return (f"mandapi_replay: `import graph` finds {where}, not the mandapi-resume package ({OURS}). "
+    return (f"mandapi_replay: `import graph` finds {where}, not the mandapi-resume package ({_OURS}). "
             "A graph.py or graph/ in this project shadows it: `python -m pytest` puts the current "
             "folder first on sys.path, and bare `pytest` adds it too when a conftest.py sits at "
             "the project root or tests/ has an __init__.py. Run `pytest --import-mode=importlib` "
@@ -79,13 +81,14 @@ def mandapi_replay(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
 
     def replay(recording: str | Path, *, match: str | None = None, db: str | None = None,
                workspace: str | Path | None = None, allow_writes: str | Path | None = None) -> Any:
-        shadow = shadowing_graph()
+        shadow = _shadowing_graph()
         if shadow is not None:
             pytest.fail(_shadowed_message(shadow), pytrace=False)
-        from graph.errors import RunError
-        from graph.replay.format import load_recording
-        from graph.replay.session import ReplayFailure
-        from graph.replay.session import replay as run_replay
+        # Imported only now, after the check above: a project's own `graph` may shadow ours.
+        from graph.errors import RunError  # noqa: PLC0415 - nothing of graph before the fixture is used
+        from graph.replay.format import load_recording  # noqa: PLC0415 - as above
+        from graph.replay.session import ReplayFailure  # noqa: PLC0415 - as above
+        from graph.replay.session import replay as run_replay  # noqa: PLC0415 - as above
 
         number = next(counter)
         try:

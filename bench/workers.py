@@ -64,8 +64,8 @@ def _enqueue(db: str, work: Path, queue: str, threads: int, checkpoints: str | N
     The queue is in PostgreSQL database `db`; the threads' checkpoints in `checkpoints`
     (default `db`). Returns the thread ids.
     """
+    from graph.fleet.jobs import enqueue
     from graph.fleet.tasks_file import read_tasks
-    from graph.queue import enqueue
 
     tasks = work / f"{queue}.jsonl"
     start = sum(1 for _ in tasks.open()) if tasks.exists() else 0
@@ -187,7 +187,7 @@ def measure(admin_url: str, *, delay: float, concurrency: int, processes: int,
         redis: A Redis URL for the variant with checkpoints there (None: no such variant).
         passes: Rounds of every variant.
     """
-    from graph.queue import ensure_schema
+    from graph.fleet.jobs import ensure_schema
     from graph.store import open_store
     from tests.fake_mandapi import FakeMandApi
 

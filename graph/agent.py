@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from langgraph.graph import START, StateGraph
 
+from graph.settings import NewThread
 from nodes.budget import budget_node
 from nodes.context import StepContext
 from nodes.reason import reason_node
@@ -29,6 +30,16 @@ from nodes.state import (
 )
 from nodes.tool_specs import tool_specs
 from nodes.tools import tools_node
+
+__all__ = [
+    "END_NODE",
+    "build_graph",
+    "first_state",
+    "graph_signature",
+    "initial_state",
+    "route_after_budget",
+    "route_after_reason",
+]
 
 
 def graph_signature(with_workspace: bool = False, with_writes: bool = False) -> str:
@@ -73,6 +84,20 @@ def initial_state(*, thread_id: str, task: str, model: str, max_attempts: int, c
             usage=Usage(prompt_tokens=0, completion_tokens=0, total_tokens=0),
         ),
     )
+
+
+def first_state(thread: NewThread, created_at: str) -> ThreadState:
+    """The input that creates `thread` (`graph.settings.ThreadSpec.new_thread`'s values).
+
+    Args:
+        thread: The new thread's checked and resolved settings.
+        created_at: The creation time, ISO 8601 text (UTC).
+    """
+    return initial_state(thread_id=thread.thread_id, task=thread.task, model=thread.model,
+                         max_attempts=thread.max_attempts, created_at=created_at,
+                         workspace=thread.workspace, max_tokens=thread.max_tokens,
+                         context_tokens=thread.context_tokens, allow_writes=thread.allow_writes,
+                         keep_checkpoints=thread.keep_checkpoints)
 
 
 END_NODE: Literal["__end__"] = "__end__"

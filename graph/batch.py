@@ -29,9 +29,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from graph.cli import Parser, emit, guard, whole_number
-from graph.errors import error_line
+from graph.api import Database
+from graph.cli import Parser, emit, guard, resolve_db, whole_number
+from graph.errors import UsageError, error_line
+from graph.fleet.batch import Progress
+from graph.fleet.queue_db import queue_db
+from graph.fleet.request_cap import check_cap_id, check_max_requests
+from graph.fleet.tasks_file import read_tasks
+from graph.output_file import check_output_path, write_atomic
+from graph.settings import check_thread_id, resolve_settings, scrub_key
+from graph.step.tracing import flush_traces, watch_uploads
 from graph.text import without_key
+from graph.threads.subtasks import parent_result, render_parent
+
+__all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,30 +66,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_trace()
     as_json = "--json" in argv
     if "--trace" in argv:  # LangSmith's upload failures: one line at the end (graph.step.tracing)
-        from graph.step.tracing import watch_uploads
-
         watch_uploads()
     try:
         return guard(lambda: _run(parser, argv, as_json), as_json)
     finally:
         if "--trace" in argv:
-            from graph.step.tracing import flush_traces
-
             flush_traces()
 
 
 def _run(parser: Parser, argv: list[str], as_json: bool) -> int:
     args = parser.parse_args(argv)
-    from graph.api import Database
-    from graph.cli import resolve_db
-    from graph.errors import UsageError
-    from graph.fleet.batch import Progress
-    from graph.fleet.request_cap import check_cap_id, check_max_requests
-    from graph.fleet.tasks_file import read_tasks
-    from graph.output_file import check_output_path, write_atomic
-    from graph.settings import check_thread_id, resolve_settings, scrub_key
-    from graph.threads.subtasks import parent_result
-
     if args.parent is not None:
         check_thread_id(args.parent)
     if args.out is not None:
@@ -133,8 +130,6 @@ def _summary(report: Any, progress: Any, cap_id: str, parent: dict[str, Any] | N
     if report.cap_reached:
         emit(f"stopped: request cap {cap_id!r} is full")
     if parent is not None:
-        from graph.threads.subtasks import render_parent
-
         emit("\n".join(["", *render_parent(parent)]))
     if report.failure is not None and report.exit_code != 0:  # as graph.run: one line on stderr
         fields = report.error_fields()
@@ -142,11 +137,9 @@ def _summary(report: Any, progress: Any, cap_id: str, parent: dict[str, Any] | N
 
 
 def _enqueue(args: Any, items: list[Any], settings: Any, cap_id: str, as_json: bool) -> int:
-    """`--enqueue`: one step job per thread on the queue (`graph.queue.enqueue`); exit 0."""
-    from graph.fleet.queue_db import queue_db
-
+    """`--enqueue`: one step job per thread on the queue (`graph.fleet.jobs.enqueue`); exit 0."""
     queue_url = queue_db(settings.db, args.queue_db)  # refused before anything is opened
-    from graph.queue import enqueue
+    from graph.fleet.jobs import enqueue  # noqa: PLC0415 - procrastinate: the postgres extra
 
     for item in items:  # a queued job stores its task: refuse the key before any is queued
         item.spec.check_no_key(settings)
@@ -165,8 +158,6 @@ def _check_no_key(cap_id: str, key: str | None) -> None:
     Raises:
         UsageError: Naming where the id came from, never the key (exit 2).
     """
-    from graph.errors import UsageError
-
     if key and key in cap_id:
         raise UsageError("the request cap's id (--batch-id, --parent or the tasks file's name) "
                          "contains the API key (MANDAPI_API_KEY): name the batch with --batch-id")

@@ -13,14 +13,32 @@ import json
 import os
 import re
 import signal
-import sqlite3
 import sys
 import threading
 from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any, NoReturn, TextIO
 
-from graph.errors import DatabaseLostError, ErrorCode, RunError, SignalledError, UsageError, error_line
-from graph.text import escape_controls, without_key
+from graph.errors import RunError, SignalledError, UsageError, error_line
+from graph.known_errors import known_error
+from graph.settings import database_location, parse_seconds
+from graph.text import escape_controls, silence, without_key
+
+__all__ = [
+    "Finished",
+    "PROGRAM",
+    "Parser",
+    "emit",
+    "exit_now",
+    "guard",
+    "interrupted_error",
+    "report_error",
+    "resolve_db",
+    "seconds",
+    "set_console_command",
+    "version_line",
+    "whole_number",
+]
 
 PROGRAM = "mandapi-resume"
 """The distribution's name, its console script's name and the first word of `--version`."""
@@ -37,8 +55,6 @@ def set_console_command(command: str | None) -> None:
 
 def version_line() -> str:
     """`mandapi-resume X.Y.Z`, the installed distribution's version (`importlib.metadata`)."""
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return f"{PROGRAM} {version(PROGRAM)}"
     except PackageNotFoundError:  # run from a source tree that was never installed
@@ -129,8 +145,6 @@ def seconds(text: str) -> float:
     Raises:
         UsageError: Not ASCII digits with an optional fraction (exit 2).
     """
-    from graph.settings import parse_seconds
-
     return parse_seconds(text, "--timeout")
 
 
@@ -140,8 +154,6 @@ def resolve_db(flag: str | None, name: str = "--db") -> str:
     Raises:
         UsageError: The flag was given empty (`graph.settings.check_db_flag`).
     """
-    from graph.settings import database_location
-
     return database_location(flag, name)
 
 
@@ -186,13 +198,6 @@ def exit_now(code: int) -> NoReturn:
     os._exit(code)
 
 
-def silence(stream: TextIO) -> None:
-    """Points `stream`'s descriptor at /dev/null, after its reader went away."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, stream.fileno())
-    os.close(devnull)
-
-
 def report_error(exc: RunError, as_json: bool, **fields: Any) -> int:
     """Prints `exc` in the one error shape (see module doc); returns its exit code.
 
@@ -213,53 +218,6 @@ def interrupted_error() -> SignalledError:
     """The error every entry point reports after SIGINT or SIGTERM (exit 130)."""
     return SignalledError("interrupted by SIGINT or SIGTERM; any attempt counted before "
                           "stays counted")
-
-
-def known_error(exc: BaseException) -> RunError | None:
-    """The `RunError` for an environment failure that is not a bug, else None.
-
-    Covers a database the user may not read or write, and a database connection lost
-    mid-command (PostgreSQL terminated, SQLite file made unreadable).
-    """
-    if isinstance(exc, RunError):
-        return exc
-    if isinstance(exc, PermissionError):
-        return UsageError(f"permission denied: {exc.filename or exc}",
-                          error_code=ErrorCode.PERMISSION_DENIED)
-    if isinstance(exc, sqlite3.OperationalError) and "readonly" in str(exc):
-        return UsageError(f"the database may not be written here ({exc}): "
-                          "the file and its folder must be writable by this user",
-                          error_code=ErrorCode.PERMISSION_DENIED)
-    if isinstance(exc, sqlite3.OperationalError) and any(
-            why in str(exc) for why in _SQLITE_UNWRITABLE):
-        return DatabaseLostError(
-            f"the SQLite database could not be written ({exc}): a full disk, an I/O error, "
-            "or another process holding SQLite's write lock past the 30-second busy "
-            "timeout; any attempt counted before stays counted and nothing was sent "
-            "after it: free space or wait, then run the command again",
-            error_code=ErrorCode.DB_WRITE_FAILED)
-    from graph.store.redis.conn import known_redis_error
-
-    return _lost_connection(exc) or known_redis_error(exc)
-
-
-_SQLITE_UNWRITABLE = ("database is locked", "database or disk is full", "disk I/O error",
-                      "database table is locked", "unable to open database file")
-"""sqlite3.OperationalError texts of an environment that cannot take a write (not a bug)."""
-
-
-def _lost_connection(exc: BaseException) -> RunError | None:
-    try:
-        import psycopg
-    except ImportError:  # pragma: no cover - the postgres extra is not installed
-        return None
-    if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
-        detail = " ".join(str(exc).split())[:200] or type(exc).__name__
-        return DatabaseLostError(
-            f"lost the connection to PostgreSQL during the command ({detail}); any attempt "
-            "counted before stays counted and nothing was sent after the loss: check the "
-            "server, then run the command again")
-    return None
 
 
 def guard(body: Callable[[], int], as_json: bool, **fields: Any) -> int:

@@ -23,6 +23,12 @@ from typing import NoReturn
 from graph.cli import PROGRAM, emit, exit_now, report_error, set_console_command, version_line
 from graph.errors import UsageError
 
+__all__ = [
+    "COMMANDS",
+    "main",
+    "script",
+]
+
 COMMANDS = {
     "run": "graph.run",
     "history": "graph.history",
@@ -30,7 +36,7 @@ COMMANDS = {
     "verify": "graph.verify",
     "copy": "graph.copy",
     "batch": "graph.batch",
-    "replay": "graph.replay",
+    "replay": "graph.replay.__main__",
 }
 """Each subcommand and the module whose `main(argv)` it runs, imported only when chosen."""
 
@@ -70,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        if exc.name != module_name:
+        if exc.name is None or not f"{module_name}.".startswith(f"{exc.name}."):
             raise  # a dependency of the module is missing: a bug, reported by the script
         return report_error(UsageError(
             f"the {command!r} command is not part of this installation of {PROGRAM} "

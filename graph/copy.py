@@ -18,7 +18,13 @@ from __future__ import annotations
 import json
 import sys
 
+from graph.api import Database
 from graph.cli import Parser, emit, guard
+from graph.settings import Settings, check_db_flag, check_thread_id
+
+__all__ = [
+    "main",
+]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,8 +39,6 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         args = parser.parse_args(argv)
-        from graph.api import Database
-        from graph.settings import Settings, check_db_flag, check_thread_id
 
         check_db_flag(args.source, "--from")
         check_db_flag(args.target, "--to")

@@ -14,9 +14,20 @@ import json
 import sys
 from typing import Any
 
+from graph.api import Database
 from graph.cli import Parser, emit, guard, resolve_db, whole_number
 from graph.outcome import REVIEW_REMINDER
+from graph.settings import Settings, check_thread_id
+from graph.threads.history import MAX_CHECKPOINTS_PAGE
+from graph.threads.subtasks import render_parent
 from nodes.write_tools import WRITE_TOOLS, WriteError, parse_write
+
+__all__ = [
+    "LIST_HEADER",
+    "main",
+    "render",
+    "render_list",
+]
 
 
 def _short(text: Any, width: int) -> str:
@@ -87,8 +98,6 @@ def render(history: dict[str, Any]) -> str:
                      f"{h['keep_checkpoints']} (--keep-checkpoints); the step log above has "
                      "every attempt")
     if history.get("parent_result"):
-        from graph.threads.subtasks import render_parent
-
         lines += ["", "subtasks of this thread", *render_parent(history["parent_result"])]
     return "\n".join(lines)
 
@@ -110,8 +119,6 @@ def render_list(threads: list[dict[str, Any]]) -> str:
 
 
 def _render_parent(data: dict[str, Any]) -> str:
-    from graph.threads.subtasks import render_parent
-
     result = data["parent_result"]
     lines = render_parent(result)
     if result.get("review_required"):
@@ -120,8 +127,6 @@ def _render_parent(data: dict[str, Any]) -> str:
 
 
 def _page(text: str) -> int:
-    from graph.api._store import MAX_CHECKPOINTS_PAGE
-
     value = whole_number(text)
     if not 1 <= value <= MAX_CHECKPOINTS_PAGE:
         raise ValueError(text)
@@ -146,8 +151,6 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         args = parser.parse_args(argv)
-        from graph.api import Database
-        from graph.settings import Settings, check_thread_id
 
         if args.thread is not None:
             check_thread_id(args.thread)

@@ -17,10 +17,17 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
+from graph.api import Database
 from graph.cli import Parser, emit, guard, resolve_db
+from graph.settings import Settings
+from graph.threads.retention import parse_age
 
 if TYPE_CHECKING:
     from graph.threads.retention import PruneReport
+
+__all__ = [
+    "main",
+]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,9 +44,6 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         args = parser.parse_args(argv)
-        from graph.api import Database
-        from graph.settings import Settings
-        from graph.threads.retention import parse_age
 
         completed, failed = parse_age(args.completed), parse_age(args.failed)
         with Database(Settings(db=resolve_db(args.db)), source="flags") as db:

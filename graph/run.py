@@ -28,13 +28,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlsplit
 
-from graph.cli import Finished, Parser, emit, exit_now, known_error, seconds, whole_number
+from graph.cli import Finished, Parser, emit, exit_now, resolve_db, seconds, whole_number
 from graph.errors import ErrorCode, ExitCode, RunError, UsageError
+from graph.known_errors import known_error
 from graph.outcome import Outcome
+from graph.settings import Settings, ThreadSpec, check_paid, check_thread_id, resolve_settings
+from graph.step.tracing import flush_traces, watch_uploads
+from graph.store import is_postgres, is_redis
+from graph.store.poll import quick_answer
+from nodes.demo_model import DEMO_MODEL_ID
 
 if TYPE_CHECKING:
-    from graph.settings import Settings
     from graph.step.advance import StepRequest
+
+__all__ = [
+    "INTERRUPTED",
+    "interrupted_outcome",
+    "main",
+    "run",
+]
 
 
 INTERRUPTED = "interrupted; any counted attempt stays counted"
@@ -42,8 +54,6 @@ INTERRUPTED = "interrupted; any counted attempt stays counted"
 
 def _args(argv: list[str]) -> tuple[str | None, str | None]:
     """`--thread` (checked) and `--db` of `argv`; None for what is missing or invalid."""
-    from graph.settings import check_thread_id
-
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--thread")
     parser.add_argument("--db")
@@ -55,10 +65,8 @@ def _args(argv: list[str]) -> tuple[str | None, str | None]:
 
 def _fill(outcome: Outcome, db_flag: str | None) -> None:
     """Fills `outcome` from the thread's stored state and ledger (read-only)."""
-    from graph.api import Database
-    from graph.checkpoints.load import graph_of, load_thread
-    from graph.cli import resolve_db
-    from graph.settings import Settings
+    from graph.api import Database  # noqa: PLC0415 - LangGraph: only once the quick answer declined (tests/test_poll.py)
+    from graph.checkpoints.load import graph_of, load_thread  # noqa: PLC0415 - LangGraph: only once the quick answer declined (tests/test_poll.py)
 
     thread_id = outcome.thread_id
     assert thread_id is not None
@@ -180,7 +188,6 @@ def run(argv: list[str] | None = None, **step_kwargs: Any) -> Outcome:
     try:
         parser = _parser()
         args = parser.parse_args(argv)
-        from graph.settings import check_thread_id
 
         thread_id = check_thread_id(args.thread)
         quick = _quick_answer(parser, args, thread_id)
@@ -188,7 +195,7 @@ def run(argv: list[str] | None = None, **step_kwargs: Any) -> Outcome:
             return quick
         request = _request(args)
         settings = _settings(args)
-        from graph.api import Database
+        from graph.api import Database  # noqa: PLC0415 - LangGraph: only once the quick answer declined (tests/test_poll.py)
 
         with Database(settings, create=args.task is not None and not args.cancel,
                       model_factory=step_kwargs.pop("model_factory", None),
@@ -219,8 +226,6 @@ def _quick_answer(parser: Parser, args: argparse.Namespace, thread_id: str) -> O
         return None
     if args.db and "://" in args.db and _has_password(args.db):
         return None
-    from graph.settings import resolve_settings
-    from graph.store.poll import quick_answer
 
     try:
         settings = resolve_settings(db=args.db, live=False, timeout_s=args.timeout)
@@ -236,8 +241,7 @@ def _request(args: argparse.Namespace) -> StepRequest:
         UsageError: An invalid setting (`graph.settings.ThreadSpec`), or flags that do not
             go together.
     """
-    from graph.settings import ThreadSpec
-    from graph.step.advance import StepRequest
+    from graph.step.advance import StepRequest  # noqa: PLC0415 - LangGraph: only once the quick answer declined (tests/test_poll.py)
 
     spec = ThreadSpec(thread_id=args.thread, task=args.task, model=args.model,
                       max_attempts=args.max_attempts, max_tokens=args.max_tokens,
@@ -261,10 +265,6 @@ def _settings(args: argparse.Namespace) -> Settings:
         UsageError: See `graph.settings.resolve_settings`; a paid `--model` without
             `--live` when the SQLite file does not exist (before it is created).
     """
-    from graph.settings import check_paid, resolve_settings
-    from graph.store import is_postgres, is_redis
-    from nodes.demo_model import DEMO_MODEL_ID
-
     if args.db and "://" in args.db and _has_password(args.db):
         print("warning: a password in --db is visible in the process list; "
               "put the URL in GRAPH_DB (PostgreSQL: or the password in PGPASSWORD or ~/.pgpass)",
@@ -303,7 +303,6 @@ def main(argv: list[str] | None = None) -> int:
         emit(_parser().format_help().rstrip("\n"))
         return 0
     if "--trace" in argv:  # LangSmith's upload failures: one line at the end (graph.step.tracing)
-        from graph.step.tracing import watch_uploads
 
         watch_uploads()
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
@@ -320,8 +319,6 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
         if "--trace" in argv:
-            from graph.step.tracing import flush_traces
-
             flush_traces()
     if as_json:
         emit(outcome.to_json())

@@ -18,21 +18,59 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from graph.errors import ErrorCode, RefusedError, UsageError
 from nodes.demo_model import DEMO_MODEL_ID
 from nodes.mandapi_defaults import DEFAULT_BASE_URL
+from nodes.state import DEFAULT_CONTEXT_TOKENS, DEFAULT_KEEP_CHECKPOINTS, DEFAULT_MAX_ATTEMPTS
 
-if TYPE_CHECKING:
-    from nodes.state import ThreadState
-
+__all__ = [
+    "DB_ENV",
+    "DEFAULT_DB",
+    "DEFAULT_TIMEOUT_S",
+    "FIELDS",
+    "KEEP_ALL",
+    "LIMITS",
+    "MAX_TIMEOUT_S",
+    "MODEL_ID_RE",
+    "NewThread",
+    "Settings",
+    "Source",
+    "THREAD_ID_RE",
+    "TRACE_KEYS",
+    "ThreadSpec",
+    "check_db_flag",
+    "check_flag",
+    "check_limit",
+    "check_model_id",
+    "check_names",
+    "check_paid",
+    "check_path",
+    "check_seconds",
+    "check_task",
+    "check_text",
+    "check_thread_id",
+    "check_trace",
+    "check_whole",
+    "database_location",
+    "exact",
+    "live_name",
+    "parse_seconds",
+    "resolve_folder",
+    "resolve_settings",
+    "scrub_key",
+    "setting_name",
+    "shown",
+]
 
 THREAD_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 MODEL_ID_RE = re.compile(r"[\x21-\x7e]{1,200}")
@@ -305,11 +343,40 @@ def check_paid(model: str | None, live: bool, source: Source = "flags") -> None:
 
 
 @dataclass(frozen=True)
+class NewThread:
+    """A new thread's fixed settings, checked and resolved (`ThreadSpec.new_thread`).
+
+    What `graph.agent.first_state` builds the thread's first state from.
+
+    Attributes:
+        thread_id: The thread's id.
+        task: The task text.
+        model: The model id (a paid one only with `live`).
+        max_attempts: Model requests allowed.
+        workspace: The read-only tools' folder, absolute, or None.
+        max_tokens: Cap on the tokens the thread may use, or None.
+        context_tokens: Estimated tokens per request before compaction.
+        allow_writes: The write tools' folder, absolute, or None.
+        keep_checkpoints: How many latest checkpoints the thread keeps; None keeps all.
+    """
+
+    thread_id: str
+    task: str
+    model: str
+    max_attempts: int
+    workspace: str | None
+    max_tokens: int | None
+    context_tokens: int
+    allow_writes: str | None
+    keep_checkpoints: int | None
+
+
+@dataclass(frozen=True)
 class ThreadSpec:
     """What a caller gives for a thread's fixed settings; valid once constructed.
 
     Every setting but `thread_id` may be None (not given): a new thread takes the
-    default (`new_thread_state`), a resumed one keeps its stored value; given and different
+    default (`new_thread`), a resumed one keeps its stored value; given and different
     from the stored value, it is refused (`check_against`).
 
     Attributes:
@@ -384,14 +451,14 @@ class ThreadSpec:
         """The given settings as tasks-line fields (what a queued job carries)."""
         return {key: getattr(self, key) for key in FIELDS if getattr(self, key) is not None}
 
-    def new_thread_state(self, settings: Settings, created_at: str) -> ThreadState:
-        """The input that creates the thread: defaults filled in, folders made absolute.
+    def new_thread(self, settings: Settings) -> NewThread:
+        """The settings that create the thread: checked, defaults filled in, folders absolute.
 
         The model is `model`, else `MANDAPI_MODEL_ID` with `--live`, else `offline-demo`.
+        Building the thread's first state from them is `graph.agent.first_state`'s.
 
         Args:
             settings: The invocation's settings (`live`, `env_model`).
-            created_at: The creation time, ISO 8601 text (UTC).
 
         Raises:
             UsageError: No task; a task holding the configured API key (nothing is
@@ -404,14 +471,11 @@ class ThreadSpec:
         if settings.live and not (self.model or settings.env_model):
             raise UsageError(f"{live_name(self.source)} needs a model for a new thread: "
                              f"{self._name('model')} or MANDAPI_MODEL_ID")
-        from graph.agent import initial_state  # the graph's modules: not needed to check flags
-        from nodes.state import DEFAULT_CONTEXT_TOKENS, DEFAULT_MAX_ATTEMPTS
-
         model = self.model or settings.env_model or DEMO_MODEL_ID
         check_paid(model, settings.live, self.source)
-        return initial_state(
+        return NewThread(
             thread_id=self.thread_id, task=self.task, model=model,
-            max_attempts=self.max_attempts or DEFAULT_MAX_ATTEMPTS, created_at=created_at,
+            max_attempts=self.max_attempts or DEFAULT_MAX_ATTEMPTS,
             workspace=resolve_folder(self.workspace), max_tokens=self.max_tokens,
             context_tokens=self.context_tokens or DEFAULT_CONTEXT_TOKENS,
             allow_writes=resolve_folder(self.allow_writes, self._folder("allow_writes")),
@@ -441,8 +505,6 @@ class ThreadSpec:
         """The checkpoints a new thread keeps: the given number, None for `all`, else the default."""
         if self.keep_checkpoints == KEEP_ALL:
             return None
-        from nodes.state import DEFAULT_KEEP_CHECKPOINTS
-
         return int(self.keep_checkpoints or DEFAULT_KEEP_CHECKPOINTS)
 
     def check_against(self, thread: Mapping[str, Any], env_model: str | None) -> None:
@@ -580,9 +642,6 @@ def _check_base_url(url: str) -> str:
     Raises:
         UsageError: Naming what is wrong (exit 2).
     """
-    import ipaddress
-    from urllib.parse import urlsplit
-
     def bad(why: str) -> UsageError:
         return UsageError(f"MANDAPI_BASE_URL {url[:80]!r} is not usable: {why}")
 
@@ -704,6 +763,4 @@ def scrub_key(settings: Settings) -> str | None:
     The key of `--live`, else `MANDAPI_API_KEY` when it is set at all: an offline run
     never sends it, but a workspace file, a task or a folder name may still spell it.
     """
-    import os
-
     return settings.api_key or os.environ.get("MANDAPI_API_KEY") or None

@@ -42,8 +42,14 @@ from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 from typing_extensions import TypedDict
 
+from graph.agent import build_graph, first_state
+from graph.checkpoints.thread_checks import check_tombstone, check_unstarted
 from graph.checkpoints.updates import check_edited
 from graph.errors import ErrorCode, RefusedError, UsageError
+from graph.settings import ThreadSpec, resolve_settings
+from graph.step import models
+from graph.step.approvals import apply_approved, decide
+from graph.store import open_store
 from nodes.context import LedgerEntry
 from nodes.request import PreparedRequests
 from nodes.review import open_calls_of_last, pending_items, split_writes
@@ -54,6 +60,16 @@ if TYPE_CHECKING:
     from graph.settings import Settings
     from graph.store.base import Store
     from nodes.context import ChatModel, NodeContext
+
+__all__ = [
+    "StudioContext",
+    "StudioInput",
+    "StudioLedger",
+    "StudioLog",
+    "create_node",
+    "studio_graph",
+    "studio_tools_node",
+]
 
 
 class StudioInput(TypedDict):
@@ -101,15 +117,11 @@ class StudioContext:
     @cached_property
     def settings(self) -> Settings:
         """The resolved settings (context field, then environment, then default)."""
-        from graph.settings import resolve_settings
-
         return resolve_settings(db=self.db, live=self.live, timeout_s=None)
 
     @contextmanager
     def store(self, *, create: bool = False) -> Iterator[Store]:
         """The ledger's database, open for one use."""
-        from graph.store import open_store
-
         with open_store(self.settings.db, create=create) as store:
             yield store
 
@@ -150,9 +162,7 @@ class StudioContext:
     @cached_property
     def model(self) -> ChatModel:
         """The thread's own model (`graph.step.models.make_model`)."""
-        from graph.step.models import make_model
-
-        return make_model(self._bound()[1], self.settings)
+        return models.make_model(self._bound()[1], self.settings)  # looked up per use: tests swap it
 
     @property
     def charge(self) -> str | None:
@@ -247,9 +257,6 @@ def create_node(state: _CreateState, runtime: Runtime[StudioContext],
             `pruned`.
         UsageError: An invalid task or limit; a paid model without `live`.
     """
-    from graph.checkpoints.thread_checks import check_unstarted
-    from graph.settings import ThreadSpec
-
     thread_id = config["configurable"]["thread_id"]
     context = runtime.context
     if state.get("thread"):
@@ -261,11 +268,9 @@ def create_node(state: _CreateState, runtime: Runtime[StudioContext],
                       max_attempts=state.get("max_attempts"), max_tokens=state.get("max_tokens"),
                       workspace=state.get("workspace"), allow_writes=state.get("allow_writes"),
                       source="line")
-    created = spec.new_thread_state(context.settings,
-                                    datetime.now(UTC).isoformat(timespec="seconds"))
+    created = first_state(spec.new_thread(context.settings),
+                          datetime.now(UTC).isoformat(timespec="seconds"))
     with context.store(create=True) as store:
-        from graph.checkpoints.thread_checks import check_tombstone
-
         check_tombstone(store, thread_id, task=spec.task, restart=False)
         check_unstarted(store.ledger.read(thread_id), store.location, thread_id)
         store.ledger.create(thread_id, created["thread"]["max_attempts"])
@@ -279,9 +284,6 @@ def studio_graph() -> Any:
     gets a `StudioContext` from its `context` (plain fields), which `Studio`'s
     assistant form shows from the graph's context schema.
     """
-    from graph.agent import build_graph
-    from nodes.tools import tools_node
-
     def wrap(node: Callable[..., Any]) -> Callable[..., Any]:
         return _binding(studio_tools_node if node is tools_node else node)
 
@@ -317,8 +319,6 @@ def studio_tools_node(state: ThreadState, runtime: Runtime[StudioContext]) -> Th
     Raises:
         RefusedError: `tampered`, `conflict` (as `graph.step.approvals`).
     """
-    from graph.step.approvals import apply_approved, decide
-
     ctx = runtime.context
     calls = open_calls_of_last(state["messages"])
     writes, reviewed = split_writes(state["thread"].get("allow_writes"), calls)

@@ -3,12 +3,15 @@ r"""Text for a terminal: stored or model-written characters never act as termina
 A reply, a tool's observation or a server's message can hold `ESC[2J` (clear the
 screen), an OSC 52 sequence (set the clipboard), `\r` or a C1 control such as U+009B
 (the one-byte CSI): printed raw, it runs in the reader's terminal. `graph.cli.emit`,
-the one place the commands print, passes every line through `escape_controls`.
+the one place the commands print, passes every line through `escape_controls`; when
+the reader goes away (`| head -1`), `silence` quiets the stream.
 """
 
 from __future__ import annotations
 
+import os
 import re
+from typing import TextIO
 
 _CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 """C0 controls except tab and newline, DEL, C1 controls, and the bidirectional marks,
@@ -31,7 +34,16 @@ def without_key(text: str) -> str:
     The last net of every output (printed lines, progress, `batch --out`): whatever
     echoed the key (an argument, a tasks line's thread id), it is never shown or written.
     """
-    import os
-
     key = os.environ.get("MANDAPI_API_KEY")
     return text.replace(key, "[redacted: API key]") if key and key in text else text
+
+
+def silence(stream: TextIO) -> None:
+    """Points `stream`'s descriptor at /dev/null, after its reader went away.
+
+    After a `BrokenPipeError`, later writes and the interpreter's final flush are then
+    discarded quietly (what CPython's documentation recommends for a closed pipe).
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, stream.fileno())
+    os.close(devnull)

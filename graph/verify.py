@@ -15,8 +15,14 @@ from __future__ import annotations
 import json
 import sys
 
+from graph.api import verify_database
 from graph.cli import Parser, emit, guard, report_error, resolve_db
 from graph.errors import ErrorCode, ExitCode, RefusedError, error_line
+
+__all__ = [
+    "main",
+    "verify",
+]
 
 
 def verify(db: str) -> list[str]:
@@ -27,8 +33,6 @@ def verify(db: str) -> list[str]:
     Raises:
         RefusedError: The file is missing or not a checkpoint database at all.
     """
-    from graph.api import verify_database
-
     return verify_database(db, source="flags").problems
 
 
@@ -41,7 +45,6 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         args = parser.parse_args(argv)
-        from graph.api import verify_database
 
         db = resolve_db(args.db)
         try:

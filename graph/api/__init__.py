@@ -32,9 +32,7 @@ from __future__ import annotations
 import os
 
 from graph.api._args import check_callable, checked_call
-from graph.api._base import ModelFactory
-from graph.api._store import verify_database
-from graph.api._threads import ThreadOperations
+from graph.api._database import Database, ModelFactory, verify_database
 from graph.errors import (
     BusyError,
     DatabaseLostError,
@@ -46,7 +44,7 @@ from graph.errors import (
     UsageError,
 )
 from graph.outcome import Outcome
-from graph.settings import check_flag, check_path, check_seconds
+from graph.settings import check_flag, check_path, check_seconds, resolve_settings
 from graph.threads.retention import Candidate, PruneReport
 from graph.threads.verification import VerifyReport
 
@@ -95,8 +93,6 @@ def open_database(db: str | os.PathLike[str] | None = None, *, create: bool = Fa
             keyword, or a value of the wrong type (`create must be True or False, not
             'yes'`, `timeout_s` given as text).
     """
-    from graph.settings import resolve_settings
-
     path = check_path(db, "db")
     for key, flag in (("create", create), ("read_only", read_only), ("live", live)):
         check_flag(flag, key)
@@ -104,14 +100,3 @@ def open_database(db: str | os.PathLike[str] | None = None, *, create: bool = Fa
     check_callable(model_factory, "model_factory")
     settings = resolve_settings(db=path, live=live, timeout_s=timeout_s, source="keywords")
     return Database(settings, create=create, read_only=read_only, model_factory=model_factory)
-
-
-class Database(ThreadOperations):
-    """An open checkpoint database: the command line's operations as methods.
-
-    Open it with `open_database`. Attributes `location` (path, or URL with its password
-    redacted), `checkpointer` and `graph` are available while it is open. What advances
-    a thread (`run`, `cancel`, `decide`, `batch`, `advance`, `invocation`) is documented
-    on `graph.api._threads.ThreadOperations`; what does not (`history`, `threads`,
-    `prune`, `prune_report`, `verify`, `copy_to`) on `graph.api._store.StoreOperations`.
-    """

@@ -12,13 +12,18 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast, get_args
+from typing import Any, ParamSpec, TypeVar, cast, get_args
 
 from graph.errors import UsageError
-from graph.settings import Source, check_path, check_text, check_whole, exact, setting_name, shown
+from graph.settings import Source, ThreadSpec, check_path, check_text, check_whole, exact, setting_name, shown
 
-if TYPE_CHECKING:
-    from graph.settings import ThreadSpec
+__all__ = [
+    "SPEC_INTEGERS",
+    "check_callable",
+    "check_source",
+    "checked_call",
+    "thread_spec",
+]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -108,8 +113,6 @@ def thread_spec(source: Source, thread_id: object, **given: Any) -> ThreadSpec:
         UsageError: A setting of the wrong type, named with what it got (exit 2), or a
             value `ThreadSpec` refuses.
     """
-    from graph.settings import ThreadSpec
-
     check_text(thread_id, setting_name("thread_id", source), optional=False)
     for key in ("task", "model"):
         check_text(given.get(key), setting_name(key, source))

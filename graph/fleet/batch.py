@@ -13,17 +13,23 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
-from graph.checkpoints.load import graph_of
+from graph.checkpoints.load import graph_of, load_thread
 from graph.errors import ErrorCode, ExitCode, RunError
 from graph.fleet.request_cap import cap_full, open_cap
 from graph.fleet.tasks_file import BatchItem
 from graph.outcome import Outcome
 from graph.step.advance import advance
-from graph.text import without_key
+from graph.text import silence, without_key
 from nodes.state import FINAL_STATUSES
 
 if TYPE_CHECKING:
     from graph.store.base import Store
+
+__all__ = [
+    "BatchReport",
+    "Progress",
+    "run_batch",
+]
 
 
 class Progress:
@@ -48,7 +54,7 @@ class Progress:
         self.done = 0
         self._bar: Any = None
         if bar and _is_terminal(self.stream):
-            from tqdm import tqdm
+            from tqdm import tqdm  # noqa: PLC0415 - tqdm: only a batch on a terminal draws a bar
 
             self._bar = tqdm(total=total, file=self.stream, unit="thread", dynamic_ncols=True,
                              mininterval=0.2)
@@ -72,8 +78,6 @@ class Progress:
                                           f"({outcome.error_code or 'ok'})\n"))
             self.stream.flush()
         except BrokenPipeError:  # nobody reads the progress any more: the batch goes on
-            from graph.cli import silence
-
             self._bar = None
             silence(self.stream)
 
@@ -84,9 +88,7 @@ class Progress:
             try:
                 bar.close()
             except BrokenPipeError:
-                from graph.cli import silence
-
-                silence(self.stream)
+                    silence(self.stream)
 
     def summary(self) -> str:
         """The final table: threads per status and per error."""
@@ -126,8 +128,6 @@ class BatchReport:
 
 def _held_by_cap(store: Store, item: BatchItem, cap_id: str | None) -> Outcome:
     """A thread's outcome when the cap is full: read only, never advanced."""
-    from graph.checkpoints.load import load_thread
-
     loaded = load_thread(graph_of(store), item.thread_id, store.location)
     if loaded is None:
         outcome = Outcome(item.thread_id, ExitCode.BATCH_CAP, status=None)

@@ -9,12 +9,23 @@ neither installed.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from typing import Any
 from urllib.parse import urlsplit
 
-from graph.errors import ErrorCode, UsageError, error_line
+from graph.errors import ErrorCode, RunError, UsageError, error_line
+from graph.store import is_postgres, is_redis, open_store
+from graph.store.postgres.url import CONNECT_TIMEOUT_S, redact
+
+__all__ = [
+    "QUEUE_DB_ENV",
+    "check_worker",
+    "connect_queue",
+    "env_seconds",
+    "queue_db",
+]
 
 QUEUE_DB_ENV = "GRAPH_QUEUE_DB"
 """The PostgreSQL URL of the queue when it is not the checkpoint database `GRAPH_DB`."""
@@ -33,8 +44,6 @@ def queue_db(db: str, flag: str | None = None) -> str:
             are in a SQLite file (one machine's: workers elsewhere could not reach it),
             or procrastinate is not installed (the postgres extra) (exit 2).
     """
-    from graph.store import is_postgres, is_redis
-
     if flag is not None and not flag.strip():
         raise UsageError("--queue-db is empty: give the queue's postgresql:// URL, or leave "
                          f"it out to use ${QUEUE_DB_ENV}, else --db")
@@ -46,7 +55,7 @@ def queue_db(db: str, flag: str | None = None) -> str:
         raise UsageError("the queue lives in PostgreSQL (procrastinate): give --queue-db "
                          f"postgresql://... or {QUEUE_DB_ENV} beside a Redis --db")
     try:
-        import procrastinate  # noqa: F401
+        import procrastinate  # noqa: PLC0415, F401 (procrastinate: the postgres extra)
     except ImportError:
         raise UsageError("--enqueue needs the postgres extra (procrastinate, psycopg): "
                          "pip install -e '.[postgres]'") from None
@@ -56,7 +65,7 @@ def queue_db(db: str, flag: str | None = None) -> str:
 def check_worker(queue_url: str, *, checkpoints: bool = True) -> None:
     """Ends a worker process that could only fail: exit 2 with one `error (CODE)` line.
 
-    Called before procrastinate connects (`graph.queue.QueueApp.open_async`: the queue
+    Called before procrastinate connects (`graph.fleet.jobs.QueueApp.open_async`: the queue
     URL, and the queue reached once) and before the first job is taken
     (`run_worker_async`: also `GRAPH_DB`, opened once as a step would), so a
     misconfigured worker neither retries a connection forever, nor exits 1 when
@@ -69,8 +78,6 @@ def check_worker(queue_url: str, *, checkpoints: bool = True) -> None:
     Raises:
         SystemExit: The refusal's exit code (2), after its error line on stderr.
     """
-    from graph.errors import RunError
-
     try:
         if not queue_url.startswith(_POSTGRES):
             raise UsageError(f"the queue worker's queue is procrastinate's, in PostgreSQL: set "
@@ -82,8 +89,6 @@ def check_worker(queue_url: str, *, checkpoints: bool = True) -> None:
         db = os.environ.get("GRAPH_DB", "")
         if not db.strip():
             raise UsageError("the queue worker needs GRAPH_DB (the checkpoint database's URL)")
-        from graph.store import open_store
-
         with open_store(db, create=True):  # as the first step would: refused now, not per job
             pass
     except RunError as exc:
@@ -93,17 +98,15 @@ def check_worker(queue_url: str, *, checkpoints: bool = True) -> None:
 
 
 def connect_queue(db: str) -> Any:
-    """An autocommit connection to the queue's database (`graph.queue.ensure_schema`).
+    """An autocommit connection to the queue's database (`graph.fleet.jobs.ensure_schema`).
 
     Raises:
         UsageError: `db_unreachable` (exit 2): the database cannot be reached, or `db`
             is not a URL psycopg can use; `usage` when it names no database (libpq would
             pick its own defaults). The password is never shown.
     """
-    import psycopg
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-    from graph.store.postgres.url import CONNECT_TIMEOUT_S, redact
+    import psycopg  # noqa: PLC0415 - psycopg: the postgres extra
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo  # noqa: PLC0415 - psycopg: the postgres extra
 
     try:
         params = conninfo_to_dict(db)
@@ -132,8 +135,6 @@ def env_seconds(name: str, default: float) -> float:
     Raises:
         UsageError: The value is not a positive finite number (exit 2).
     """
-    import math
-
     raw = os.environ.get(name, "")
     if raw == "":
         return default

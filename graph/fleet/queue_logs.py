@@ -15,6 +15,16 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+__all__ = [
+    "ADVANCE_TASK",
+    "LOGGER",
+    "PROCRASTINATE_JOB_LOGGERS",
+    "REDACT",
+    "RedactJobArgs",
+    "log_step",
+    "redact_procrastinate",
+]
+
 ADVANCE_TASK = "graph.advance_thread"
 """The task name of a queued thread step."""
 LOGGER = logging.getLogger("graph.queue")

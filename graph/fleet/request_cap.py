@@ -16,6 +16,15 @@ from graph.settings import Source, setting_name
 if TYPE_CHECKING:
     from graph.store.base import Store
 
+__all__ = [
+    "MAX_REQUESTS_LIMIT",
+    "cap_full",
+    "check_cap",
+    "check_cap_id",
+    "check_max_requests",
+    "open_cap",
+]
+
 MAX_REQUESTS_LIMIT = 10**9
 """Largest accepted `--max-requests` (the smallest is 1)."""
 _CAP_ID = re.compile(r"[^\x00-\x1f\x7f]{1,200}")

@@ -16,6 +16,13 @@ from graph.errors import ErrorCode, UsageError
 from graph.settings import ThreadSpec
 from graph.step.advance import StepRequest
 
+__all__ = [
+    "BatchItem",
+    "MAX_PROBLEMS_SHOWN",
+    "read_tasks",
+    "subtask_id",
+]
+
 MAX_PROBLEMS_SHOWN = 20
 """Invalid lines listed in the one error message; the rest are counted."""
 

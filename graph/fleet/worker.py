@@ -18,6 +18,7 @@ only excludes a second job that runs on another session.
 from __future__ import annotations
 
 import functools
+import json
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -25,10 +26,34 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import httpx
+
+from graph.errors import BusyError, ErrorCode, RefusedError, UsageError
+from graph.fleet.request_cap import cap_full
+from graph.known_errors import known_error
+from graph.outcome import Outcome
+from graph.settings import ThreadSpec, resolve_settings
+from graph.step.advance import StepRequest, advance
+from graph.step.models import make_model
+from graph.store import is_postgres, open_store
+from nodes.demo_model import DEMO_MODEL_ID
+
 if TYPE_CHECKING:
     from graph.settings import Settings
     from graph.store.base import Store
     from nodes.context import ChatModel
+
+__all__ = [
+    "MAX_STEP_THREADS",
+    "RESULT_KEYS",
+    "STEP_THREADS",
+    "StepReport",
+    "StorePool",
+    "close_pools",
+    "pool_for",
+    "run_step",
+    "worker_model",
+]
 
 MAX_STEP_THREADS = 256
 """Upper bound of `STEP_THREADS`; threads start on demand, one per job running at once."""
@@ -94,8 +119,6 @@ class StorePool:
             pooled.stack.close()
 
     def _open(self) -> _Pooled:
-        from graph.store import open_store
-
         stack = ExitStack()
         try:
             store = stack.enter_context(open_store(self.db, create=True))
@@ -134,17 +157,8 @@ def pool_for(db: str) -> StorePool:
     with _POOLS_LOCK:
         pool = _POOLS.get(db)
         if pool is None:
-            from graph.store import is_postgres
-
             pool = _POOLS[db] = StorePool(db, keep=is_postgres(db))
         return pool
-
-
-def warm_up() -> None:
-    """Imports what a step needs (LangGraph included) before the first job, not during it."""
-    import graph.cli
-    import graph.fleet.request_cap
-    import graph.step.advance  # noqa: F401
 
 
 def close_pools() -> None:
@@ -194,16 +208,8 @@ def run_step(db: str, thread_id: str, fields: Any, live: bool, cap_id: str | Non
             another ends the job `identity_mismatch` (exit 4) before anything is counted.
 
     Raises:
-        Exception: A bug (an error `graph.cli.known_error` does not know).
+        Exception: A bug (an error `graph.known_errors.known_error` does not know).
     """
-    import json
-
-    from graph.cli import known_error
-    from graph.errors import BusyError
-    from graph.fleet.request_cap import cap_full
-    from graph.outcome import Outcome
-    from graph.step.advance import advance
-
     again: float | None = None
     try:
         request, settings = _checked_job(db, thread_id, fields, live)
@@ -232,8 +238,6 @@ def _check_bound(store: Any, store_id: str | None, thread_id: str) -> None:
         RefusedError: `identity_mismatch` (exit 4): the thread would be created, and its
             budget spent, in a database its batch never named.
     """
-    from graph.errors import ErrorCode, RefusedError
-
     if store_id is not None and store.store_id != store_id:
         raise RefusedError(f"this job was enqueued for another checkpoint database than this "
                            f"worker's GRAPH_DB ({store.location}); nothing was counted",
@@ -247,8 +251,6 @@ def _tls_context() -> Any:
     Loading the CA bundle costs about 100 ms of CPU, which every step's new client
     would pay again.
     """
-    import httpx
-
     return httpx.create_ssl_context()
 
 
@@ -261,13 +263,8 @@ def worker_model(model_id: str, settings: Settings) -> ChatModel:
     Raises:
         graph.errors.UsageError: As `make_model` (a paid model without `--live`).
     """
-    from graph.step.models import make_model
-    from nodes.demo_model import DEMO_MODEL_ID
-
     if model_id == DEMO_MODEL_ID:
         return make_model(model_id, settings)
-    import httpx
-
     return make_model(model_id, settings,
                       transport=httpx.HTTPTransport(retries=0, verify=_tls_context()))
 
@@ -278,10 +275,6 @@ def _checked_job(db: str, thread_id: str, fields: Any, live: bool) -> tuple[Any,
     Raises:
         graph.errors.UsageError: No `GRAPH_DB`, invalid fields or settings (exit 2).
     """
-    from graph.errors import UsageError
-    from graph.settings import ThreadSpec, resolve_settings
-    from graph.step.advance import StepRequest
-
     if not db:
         raise UsageError("the queue worker needs GRAPH_DB (the checkpoint database's URL)")
     settings = resolve_settings(db=db, live=live, timeout_s=None)

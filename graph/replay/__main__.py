@@ -35,7 +35,18 @@ from __future__ import annotations
 import json
 import sys
 
+from graph.api import Database
 from graph.cli import Parser, emit, exit_now, guard, resolve_db
+from graph.output_file import check_output_path
+from graph.replay.export import export_thread
+from graph.replay.format import META_KEY, serialize, write_recording
+from graph.settings import check_thread_id, resolve_settings
+from graph.text import silence
+
+__all__ = [
+    "export",
+    "main",
+]
 
 
 def _parser() -> Parser:
@@ -63,12 +74,6 @@ def export(db: str, thread_id: str, output: str) -> dict[str, object]:
         UsageError: An invalid environment setting, or `output` cannot be written or is
             not a regular file (`graph.output_file.check_output_path`).
     """
-    from graph.api import Database
-    from graph.output_file import check_output_path
-    from graph.replay.export import export_thread
-    from graph.replay.format import META_KEY, serialize, write_recording
-    from graph.settings import check_thread_id, resolve_settings
-
     check_thread_id(thread_id)
     if output != "-":
         check_output_path(output, "-o")  # before reading the database: nothing is done for nothing
@@ -87,8 +92,6 @@ def export(db: str, thread_id: str, output: str) -> dict[str, object]:
 
 def _write_stdout(text: str) -> None:
     """Writes the recording as is (no escapes: it is JSON); a closed pipe is silenced."""
-    from graph.cli import silence
-
     try:
         sys.stdout.write(text)
         sys.stdout.flush()

@@ -30,6 +30,13 @@ from typing_extensions import TypedDict
 
 from graph.text import escape_controls
 
+__all__ = [
+    "MAX_BYTES",
+    "MAX_DEPTH",
+    "check_cassette",
+    "parse_json",
+]
+
 MAX_BYTES = 64 * 1024 * 1024
 """Longest recording read (bytes); a long compacted thread is well under 1 MB."""
 MAX_DEPTH = 100

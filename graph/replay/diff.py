@@ -21,6 +21,15 @@ from typing import Any
 
 from graph.text import escape_controls
 
+__all__ = [
+    "MAX_DIFF_LINES",
+    "MODES",
+    "compared",
+    "difference",
+    "outcome_difference",
+    "render",
+]
+
 MODES = ("exact", "messages_and_tools")
 MAX_DIFF_LINES = 150
 """Longest diff shown (lines); the rest is cut and counted."""

@@ -26,14 +26,19 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from graph.checkpoints.load import graph_of
+from graph.checkpoints.load import check_stored_thread, graph_of
 from graph.errors import ErrorCode, RefusedError
 from graph.replay.format import FORMAT, META_KEY, NO_ANSWER, interaction, json_response
+from graph.step.approvals import pending_review
 from graph.store.base import Store
 from nodes.errors import RequestErrorCode
 from nodes.pairing import UnsafeHistoryError
 from nodes.request import prepare_request
 from nodes.state import Message
+
+__all__ = [
+    "export_thread",
+]
 
 
 def _not_replayable(store: Store, thread_id: str, why: str) -> RefusedError:
@@ -164,9 +169,6 @@ def export_thread(store: Store, thread_id: str, uri: str) -> dict[str, Any]:
         RefusedError: `no_such_thread`; any refusal of `graph.checkpoints.load.check_stored_thread`
             (the thread is checked whole first); `not_replayable` (module doc).
     """
-    from graph.checkpoints.load import check_stored_thread
-    from graph.step.approvals import pending_review
-
     loaded = check_stored_thread(store, graph_of(store), thread_id)
     if loaded is None:
         raise RefusedError("no such thread", error_code=ErrorCode.NO_SUCH_THREAD,

@@ -26,7 +26,23 @@ from pathlib import Path
 from typing import Any
 
 from graph.errors import UsageError
+from graph.output_file import write_atomic
 from graph.replay.check import MAX_BYTES, check_cassette, parse_json
+
+__all__ = [
+    "FORMAT",
+    "META_KEY",
+    "NO_ANSWER",
+    "RAISES",
+    "Recording",
+    "deserialize",
+    "encode_json",
+    "interaction",
+    "json_response",
+    "load_recording",
+    "serialize",
+    "write_recording",
+]
 
 FORMAT = 1
 """Version of the `mandapi_replay` metadata; a newer one is refused."""
@@ -187,6 +203,4 @@ def write_recording(path: str | Path, cassette: dict[str, Any], flag: str = "-o"
         UsageError: `path` is not a regular file (`graph.output_file.check_output_path`),
             or its folder does not exist or cannot be written.
     """
-    from graph.output_file import write_atomic
-
     write_atomic(path, serialize(cassette), flag, private=True)

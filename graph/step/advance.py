@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from graph.agent import first_state
 from graph.checkpoints.load import LoadedThread, graph_of, load_thread
 from graph.checkpoints.thread_checks import (
     check_ledger,
@@ -177,7 +178,7 @@ def _create(store: Store, request: StepRequest, settings: Settings, entry: Any,
                            thread_id=thread_id)
     if request.approve or request.reject:
         raise UsageError("does not exist, so it waits for no approval", thread_id=thread_id)
-    graph_input = request.spec.new_thread_state(settings, created_at=now())
+    graph_input = first_state(request.spec.new_thread(settings), created_at=now())
     max_attempts = graph_input["thread"]["max_attempts"]
     model = model_factory(graph_input["thread"]["model"], settings)
     store.ledger.create(thread_id, max_attempts)

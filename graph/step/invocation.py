@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from graph.api._graph import refusal
 from graph.errors import ErrorCode, RefusedError
 from graph.outcome import Outcome
 from graph.step.approvals import pending_review
+from graph.step.checked_graph import refusal
 from graph.step.repair import repair_routing, unrouted_output
 from graph.store.migrations import state_write_back
 from nodes.context import AttemptLedger, LedgerEntry, StepContext

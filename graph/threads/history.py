@@ -20,6 +20,8 @@ from graph.errors import ErrorCode, RefusedError
 from graph.store.base import Store
 from nodes.write_tools import canonical_arguments
 
+MAX_CHECKPOINTS_PAGE = 10_000
+"""The most checkpoints one history page lists (`graph.history --checkpoints`, `Database.history`)."""
 OBSERVATION_PREVIEW_CHARS = 80
 
 

@@ -83,3 +83,10 @@ def test_the_script_ignores_a_local_graph_module_that_breaks_python_m(tmp_path: 
                               capture_output=True, text=True, timeout=120)
     assert shadowed.returncode == 1
     assert "ModuleNotFoundError" in shadowed.stderr and "'graph'" in shadowed.stderr
+
+
+def test_the_replay_subcommand_runs_the_replay_face(capsys: pytest.CaptureFixture[str]) -> None:
+    import graph.console
+
+    assert graph.console.main(["replay", "--help"]) == 0
+    assert capsys.readouterr().out.startswith("usage: mandapi-resume replay ")

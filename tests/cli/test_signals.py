@@ -100,17 +100,17 @@ def test_a_batch_interrupted_mid_request_exits_130_in_one_json_object(
 
 
 def test_the_interrupted_report_reads_the_thread_through_graph_api(backend, monkeypatch) -> None:
-    from graph.api._base import DatabaseBase
+    from graph.api import Database
 
     run_cli(["--thread", "t1", "--task", "How long does shipping take?", "--once", "--db", backend.db])
     opened: list[str] = []
-    enter = DatabaseBase.__enter__
+    enter = Database.__enter__
 
     def recording_enter(self):  # type: ignore[no-untyped-def]
         opened.append(self.settings.db)
         return enter(self)
 
-    monkeypatch.setattr(DatabaseBase, "__enter__", recording_enter)
+    monkeypatch.setattr(Database, "__enter__", recording_enter)
     out = interrupted_outcome(["--thread", "t1", "--db", backend.db], "t1")
     assert opened == [backend.db]
     assert (int(out.exit_code), out.status, out.attempts, out.max_attempts) == (130, "ready", 1, 4)

@@ -93,7 +93,7 @@ def _statuses(db: str) -> dict[str, str]:
 
 def _wait_done(db: str, count: int, workers: list[subprocess.Popen], timeout_s: float = 180,
                recover: bool = False) -> None:
-    from graph.queue import recover_stalled
+    from graph.fleet.jobs import recover_stalled
 
     deadline = time.monotonic() + timeout_s
     while True:
@@ -220,7 +220,7 @@ def test_enqueueing_threads_twice_makes_one_job_chain_each_and_says_so(
 def test_a_stalled_step_whose_thread_waits_again_is_failed_and_another_is_requeued(pg) -> None:
     import psycopg
 
-    from graph.queue import _next_step, _recover, ensure_schema, make_app
+    from graph.fleet.jobs import _next_step, _recover, ensure_schema, make_app
 
     ensure_schema(pg.db)
     app = make_app(pg.db)
@@ -254,8 +254,8 @@ def test_one_worker_runs_steps_of_several_threads_at_once_one_per_thread_and_log
     task text."""
     import psycopg
 
+    from graph.fleet.jobs import ensure_schema, make_app
     from graph.fleet.queue_logs import ADVANCE_TASK
-    from graph.queue import ensure_schema, make_app
 
     ids = [f"c{i}" for i in range(8)]
     log = tmp_path / "worker-log.jsonl"
@@ -442,8 +442,8 @@ def test_a_misconfigured_worker_exits_2_naming_the_variable_and_takes_no_job(pg,
     without `GRAPH_DB`, or with one no step can open, took every job and ended each chain;
     an unreachable queue was exit 1 after procrastinate's 30 s pool timeout. Each now ends
     at once, exit 2, naming what is wrong."""
+    from graph.fleet.jobs import ensure_schema, make_app
     from graph.fleet.queue_logs import ADVANCE_TASK
-    from graph.queue import ensure_schema, make_app
 
     ensure_schema(pg.db)
     with make_app(pg.db).open() as app:

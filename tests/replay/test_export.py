@@ -220,17 +220,17 @@ def test_exported_requests_are_byte_for_byte_the_requests_sent(live_env, sqlite_
 
 def test_export_opens_the_database_through_graph_api_and_prints_as_before(
         sqlite_db, tmp_path, capsys, monkeypatch) -> None:
-    from graph.api._base import DatabaseBase
+    from graph.api import Database
 
     run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", str(sqlite_db)])
     opened: list[str] = []
-    enter = DatabaseBase.__enter__
+    enter = Database.__enter__
 
     def recording_enter(self):  # type: ignore[no-untyped-def]
         opened.append(self.settings.db)
         return enter(self)
 
-    monkeypatch.setattr(DatabaseBase, "__enter__", recording_enter)
+    monkeypatch.setattr(Database, "__enter__", recording_enter)
     capsys.readouterr()
     assert export(str(sqlite_db), "t1", tmp_path / "t1.json") == 0
     assert opened == [str(sqlite_db)]

@@ -116,8 +116,8 @@ def test_a_recording_that_runs_out_fails_the_replay(tmp_path) -> None:
 
 
 def test_the_ledger_must_count_one_attempt_per_reply(tmp_path) -> None:
-    from graph.replay.drive import check_end
     from graph.replay.format import load_recording
+    from graph.replay.session import _check_end as check_end
 
     result = replay(RECORDINGS / "shipping.json", db=str(tmp_path / "r.sqlite"))
     check_end(load_recording(RECORDINGS / "shipping.json"), result.db, result.outcomes, played=3)

@@ -1,25 +1,44 @@
-"""`graph.api.Database.graph`: the compiled graph, its invocations checked first.
+"""`graph.api.Database.graph`: the compiled graph a step invokes, its invocations checked first.
 
 A runtime context (`Database.invocation(thread_id)`) carries one thread's ledger and
 attempt log, bound to that database and to its `with` block (`nodes.context.Lease`).
 Invoking another thread or database with it, after its block, or invoking without one,
 would count attempts against the wrong thread or none, or without the thread's lock:
-this wrapper refuses each before LangGraph writes anything (not even the input
-checkpoint; `graph.api._graph_checks`), and the budget node refuses them again for any
-other caller (`nodes.budget.check_invocation`).
+`CheckedGraph` refuses each before LangGraph writes anything (not even the input
+checkpoint), and the budget node refuses them again for any other caller
+(`nodes.budget.check_invocation`). Each check raises the project's typed errors
+(`graph.errors`) before LangGraph reads or writes a checkpoint, so a refused call changes
+nothing stored:
+
+- the arguments' shapes: `config` a dict (a batch: a list or tuple of them) whose
+  `configurable` is a dict, `context` a `nodes.context.StepContext` (`_check_config`,
+  `_check_call`);
+- the context itself: made by `Database.invocation` of this database (its lease's
+  saver is the graph's checkpointer), its `with` block not yet ended (the thread's
+  lock still held: INVARIANTS I8), and for the invoked thread (I1, I2);
+- the checkpoint a fork starts from: never the thread's input checkpoint (`_check_fork`);
+- async methods on a saver that has none (`_check_async`).
+
+`refusal` turns the budget node's own refusal into the `RunError` a step reports
+(`graph.step.invocation`).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.errors import EmptyInputError
 
-from graph.api._graph_checks import check_async, check_call, check_config, check_fork
 from graph.checkpoints.updates import LIBRARY_ERRORS, check_updates, update_pairs
 from graph.errors import ErrorCode, RefusedError, RunError, UsageError
+from graph.settings import check_thread_id, shown
+from nodes.context import StepContext
 from nodes.errors import InvocationErrorCode, InvocationRefusedError
+
+__all__ = ["CheckedGraph", "refusal"]
 
 
 def refusal(exc: InvocationRefusedError, location: str | None = None) -> RunError:
@@ -48,20 +67,20 @@ def _each_config(config: Any) -> list[Any]:
 
 
 class CheckedGraph:
-    """The compiled graph with every invocation checked first (`graph.api._graph_checks`).
+    """The compiled graph with every invocation checked first (see the module doc).
 
     Checked before anything runs, and the budget node's own refusal raised as a
     `RunError`: `invoke`, `stream`, `batch`, `batch_as_completed`, `stream_events`,
     `astream_log`, `transform` and their async forms (`a...`); `with_config` and `copy`
     return a checked graph too. A batch is refused whole when any of its configs is
-    refused. A fork from a thread's input checkpoint is refused (`check_fork`).
+    refused. A fork from a thread's input checkpoint is refused (`_check_fork`).
     `update_state`, `bulk_update_state` and their async forms are the graph's own,
     their configs checked first: they run no node (only a node's channel writers), so
     they send nothing and count nothing, and the next invocation of the thread is
     checked and budgeted like any other; a `messages` update is checked first as a
     load would check the result (`graph.checkpoints.updates`): one that would leave the
     thread unloadable is a `UsageError`, nothing written. On a synchronous checkpointer (every backend
-    here) each async method is refused (`check_async`). Everything else (`get_state`,
+    here) each async method is refused (`_check_async`). Everything else (`get_state`,
     `get_graph`, ...) is the graph's own.
 
     Args:
@@ -79,7 +98,7 @@ class CheckedGraph:
             return found
 
         def checked(*args: Any, **kwargs: Any) -> Any:
-            check_async(self._graph.checkpointer, name, self._location)
+            _check_async(self._graph.checkpointer, name, self._location)
             return found(*args, **kwargs)
 
         return checked
@@ -87,15 +106,15 @@ class CheckedGraph:
     def _check(self, config: Any, kwargs: dict[str, Any], method: str = "") -> None:
         saver = self._graph.checkpointer
         for one in _each_config(config):
-            check_call(one, kwargs.get("context"), saver, self._location)
+            _check_call(one, kwargs.get("context"), saver, self._location)
         if method.startswith("a"):
-            check_async(saver, method, self._location)
+            _check_async(saver, method, self._location)
         for one in _each_config(config):
-            check_fork(one, saver, self._location)
+            _check_fork(one, saver, self._location)
 
     def _check_single(self, config: Any, kwargs: dict[str, Any], method: str) -> None:
         """`_check` for a method taking one config (a list is refused, not batched)."""
-        check_config(config, self._location)
+        _check_config(config, self._location)
         self._check(config, kwargs, method)
 
     def _refused(self, exc: Exception) -> RunError:
@@ -125,7 +144,7 @@ class CheckedGraph:
         return self._iterate(result) if hasattr(result, "__next__") else result
 
     def invoke(self, input: Any, config: Any = None, **kwargs: Any) -> Any:  # noqa: A002
-        """`CompiledStateGraph.invoke`, refused first as `check_call` says."""
+        """`CompiledStateGraph.invoke`, refused first as `_check_call` says."""
         self._check_single(config, kwargs, "invoke")
         try:
             return self._graph.invoke(input, config, **kwargs)
@@ -133,7 +152,7 @@ class CheckedGraph:
             raise self._refused(exc) from None
 
     async def ainvoke(self, input: Any, config: Any = None, **kwargs: Any) -> Any:  # noqa: A002
-        """`CompiledStateGraph.ainvoke`, refused first as `check_call` says."""
+        """`CompiledStateGraph.ainvoke`, refused first as `_check_call` says."""
         self._check_single(config, kwargs, "ainvoke")
         try:
             return await self._graph.ainvoke(input, config, **kwargs)
@@ -158,8 +177,8 @@ class CheckedGraph:
 
     def update_state(self, config: Any, values: Any, as_node: Any = None, **kwargs: Any) -> Any:
         """`CompiledStateGraph.update_state`: its config checked, never the input checkpoint."""
-        check_config(config, self._location, thread_needed=True)
-        check_fork(config, self._graph.checkpointer, self._location)
+        _check_config(config, self._location, thread_needed=True)
+        _check_fork(config, self._graph.checkpointer, self._location)
         check_updates(self._graph, config, [(values, as_node)])
         try:
             return self._graph.update_state(config, values, as_node, **kwargs)
@@ -169,9 +188,9 @@ class CheckedGraph:
     async def aupdate_state(self, config: Any, values: Any, as_node: Any = None,
                             **kwargs: Any) -> Any:
         """`CompiledStateGraph.aupdate_state`, checked as `update_state`."""
-        check_config(config, self._location, thread_needed=True)
-        check_async(self._graph.checkpointer, "aupdate_state", self._location)
-        check_fork(config, self._graph.checkpointer, self._location)
+        _check_config(config, self._location, thread_needed=True)
+        _check_async(self._graph.checkpointer, "aupdate_state", self._location)
+        _check_fork(config, self._graph.checkpointer, self._location)
         check_updates(self._graph, config, [(values, as_node)])
         try:
             return await self._graph.aupdate_state(config, values, as_node, **kwargs)
@@ -180,8 +199,8 @@ class CheckedGraph:
 
     def bulk_update_state(self, config: Any, supersteps: Any, **kwargs: Any) -> Any:
         """`CompiledStateGraph.bulk_update_state`: its config checked as `update_state`."""
-        check_config(config, self._location, thread_needed=True)
-        check_fork(config, self._graph.checkpointer, self._location)
+        _check_config(config, self._location, thread_needed=True)
+        _check_fork(config, self._graph.checkpointer, self._location)
         check_updates(self._graph, config, update_pairs(supersteps))
         try:
             return self._graph.bulk_update_state(config, supersteps, **kwargs)
@@ -190,9 +209,9 @@ class CheckedGraph:
 
     async def abulk_update_state(self, config: Any, supersteps: Any, **kwargs: Any) -> Any:
         """`CompiledStateGraph.abulk_update_state`: checked as `aupdate_state`."""
-        check_config(config, self._location, thread_needed=True)
-        check_async(self._graph.checkpointer, "abulk_update_state", self._location)
-        check_fork(config, self._graph.checkpointer, self._location)
+        _check_config(config, self._location, thread_needed=True)
+        _check_async(self._graph.checkpointer, "abulk_update_state", self._location)
+        _check_fork(config, self._graph.checkpointer, self._location)
         check_updates(self._graph, config, update_pairs(supersteps))
         try:
             return await self._graph.abulk_update_state(config, supersteps, **kwargs)
@@ -221,7 +240,7 @@ def _checked_stream(name: str) -> Any:
         return self._wrapped(getattr(self._graph, name)(input, config, **kwargs))
 
     method.__name__ = name
-    method.__doc__ = f"`CompiledStateGraph.{name}`, refused first as `check_call` says."
+    method.__doc__ = f"`CompiledStateGraph.{name}`, refused first as `_check_call` says."
     return method
 
 
@@ -241,3 +260,117 @@ for _name in ("batch_as_completed", "abatch_as_completed", "stream_events", "ast
     setattr(CheckedGraph, _name, _checked_stream(_name))
 for _name in ("with_config", "copy"):
     setattr(CheckedGraph, _name, _checked_copy(_name))
+
+
+_USAGE = ("invoke the graph with context=: the runtime context of "
+          "Database.invocation(thread_id) (its ledger counts each attempt)")
+
+
+def _check_config(config: Any, location: str | None = None, *,
+                 thread_needed: bool = False) -> dict[str, Any]:
+    """`config` as LangGraph reads it, or a `UsageError` naming what is wrong with it.
+
+    Args:
+        config: A `RunnableConfig` (a dict) or None.
+        location: The database, named in refusals.
+        thread_needed: Refuse a config without `configurable.thread_id` (`update_state`).
+
+    Returns:
+        The `configurable` dict (empty when `config` is None or has none).
+
+    Raises:
+        UsageError: `config` is no dict, its `configurable` is no dict, or (with
+            `thread_needed`) its `thread_id` is missing or no str.
+    """
+    if config is not None and not isinstance(config, Mapping):
+        raise UsageError(f"config must be a dict (a RunnableConfig such as "
+                         f"{{'configurable': {{'thread_id': ...}}}}), not {shown(config)}",
+                         location=location)
+    configurable = (config or {}).get("configurable") or {}
+    if not isinstance(configurable, Mapping):
+        raise UsageError(f"config['configurable'] must be a dict, not {shown(configurable)}",
+                         location=location)
+    if thread_needed and not isinstance(configurable.get("thread_id"), str):
+        raise UsageError("config['configurable'] must name the thread: thread_id, a str, not "
+                         f"{shown(configurable.get('thread_id'))}", location=location)
+    if isinstance(configurable.get("thread_id"), str):
+        check_thread_id(configurable["thread_id"])  # letters, digits, . _ : - (as run's)
+    return dict(configurable)
+
+
+def _check_call(config: Any, context: Any, saver: Any, location: str | None = None) -> None:
+    """Refuses an invocation whose config is malformed or whose context may not run it.
+
+    Args:
+        config: The invocation's config.
+        context: Its `context=`: a live `StepContext` of this database's `invocation`.
+        saver: The graph's checkpointer (the context's lease must name it).
+        location: The database, named in refusals.
+
+    Raises:
+        UsageError: A malformed config; no context, or one that is no `StepContext`, not
+            made by `Database.invocation`, or whose `with` block has ended (`usage`).
+        RefusedError: `identity_mismatch`: the context is another database's, or
+            `config`'s `configurable.thread_id` is not the context's thread.
+    """
+    invoked = _check_config(config, location).get("thread_id")
+    if context is None:
+        raise UsageError(_USAGE, location=location)
+    if not isinstance(context, StepContext):
+        raise UsageError(f"context must be the StepContext of Database.invocation(thread_id), "
+                         f"not {shown(context)}", location=location)
+    lease = context.lease
+    if lease is None or lease.ledger is not context.ledger or lease.thread_id != context.thread_id:
+        raise UsageError("the context was not made by Database.invocation(thread_id) of this "
+                         "database (it holds no lock of the thread)", location=location)
+    if lease.saver is not saver:
+        raise RefusedError("the context is another database's (its ledger would count this "
+                           "thread's attempts there); use this database's invocation()",
+                           error_code=ErrorCode.IDENTITY_MISMATCH, location=location,
+                           thread_id=None if invoked is None else str(invoked))
+    if not lease.alive:
+        raise UsageError("the context's `with Database.invocation()` block has ended and "
+                         "released the thread's lock: invoke the graph inside the block",
+                         location=location, thread_id=context.thread_id)
+    if invoked != context.thread_id:
+        raise RefusedError(f"the context is thread {context.thread_id!r}'s, not this "
+                           "thread's; use Database.invocation() of the thread you invoke",
+                           error_code=ErrorCode.IDENTITY_MISMATCH, location=location,
+                           thread_id=None if invoked is None else str(invoked))
+
+
+def _check_fork(config: Any, saver: Any, location: str | None = None) -> None:
+    """Refuses a fork from a thread's input checkpoint (step -1, next `__start__`).
+
+    That checkpoint holds only the input not yet applied: LangGraph runs nothing from
+    it and writes a checkpoint without the channels every later step has, which the
+    project then reads as damaged (and a second fork fails in LangGraph itself).
+
+    Raises:
+        UsageError: `config` names the input checkpoint of its thread.
+    """
+    configurable = _check_config(config, location)
+    if configurable.get("checkpoint_id") is None:
+        return
+    saved = saver.get_tuple(config)
+    if saved is not None and (saved.metadata or {}).get("source") == "input":
+        raise UsageError("there is nothing to fork at a thread's input checkpoint (step -1): "
+                         "fork from a later checkpoint, or start a new thread "
+                         "(Database.run(..., task=...))", location=location,
+                         thread_id=str(configurable.get("thread_id")),
+                         checkpoint_id=str(configurable["checkpoint_id"]))
+
+
+def _check_async(saver: Any, method: str, location: str | None = None) -> None:
+    """Refuses an async graph method when the checkpointer has no async methods.
+
+    LangGraph's `SqliteSaver`, `PostgresSaver` and `RedisSaver` (every backend here) are
+    synchronous: their `aget_tuple`, `aput`, ... raise `NotImplementedError`.
+
+    Raises:
+        UsageError: The saver is synchronous; names the synchronous method and `db.arun`.
+    """
+    if isinstance(saver, SqliteSaver) or type(saver).aget_tuple is BaseCheckpointSaver.aget_tuple:
+        raise UsageError(f"{method} needs an async checkpointer and this database's is "
+                         f"synchronous: call {method[1:]} (in a worker thread if you need, "
+                         "asyncio.to_thread), or Database.arun", location=location)
