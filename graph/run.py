@@ -190,11 +190,11 @@ def run(argv: list[str] | None = None, **step_kwargs: Any) -> Outcome:
         args = parser.parse_args(argv)
 
         thread_id = check_thread_id(args.thread)
-        quick = _quick_answer(parser, args, thread_id)
+        quick, settings = _quick_answer(parser, args, thread_id)
         if quick is not None:
             return quick
         request = _request(args)
-        settings = _settings(args)
+        settings = settings or _settings(args)  # resolved once: the quick path's, if it ran
         from graph.api import Database  # noqa: PLC0415 - LangGraph: only once the quick answer declined (tests/test_poll.py)
 
         with Database(settings, create=args.task is not None and not args.cancel,
@@ -214,24 +214,30 @@ _QUICK_FLAGS = frozenset({"thread", "once", "json", "db", "timeout"})
 """The flags a finished, pruned or busy thread's answer does not depend on."""
 
 
-def _quick_answer(parser: Parser, args: argparse.Namespace, thread_id: str) -> Outcome | None:
+def _quick_answer(parser: Parser, args: argparse.Namespace, thread_id: str
+                  ) -> tuple[Outcome | None, Settings | None]:
     """The answer of `graph.store.poll` (no LangGraph import), or None for the full path.
 
     Only when every other flag is at its default: a task, model, limit, folder,
-    `--live`, `--cancel` or a decision must be checked against the thread; and not for
-    a `--db` URL holding a password, which the full path warns about.
+    `--live`, `--trace`, `--cancel` or a decision must be checked against the thread;
+    and not for a `--db` URL holding a password, which the full path warns about.
+
+    Returns:
+        The answer (None: take the full path) and the settings it resolved: with every
+        other flag at its default they are exactly what `_settings` would resolve, so
+        the full path reuses them (None when not resolved here).
     """
     if any(value != parser.get_default(name) for name, value in vars(args).items()
            if name not in _QUICK_FLAGS):
-        return None
+        return None, None
     if args.db and "://" in args.db and _has_password(args.db):
-        return None
+        return None, None
 
     try:
         settings = resolve_settings(db=args.db, live=False, timeout_s=args.timeout)
     except UsageError:
-        return None  # the full path reports it
-    return quick_answer(settings.db, thread_id)
+        return None, None  # the full path reports it
+    return quick_answer(settings.db, thread_id), settings
 
 
 def _request(args: argparse.Namespace) -> StepRequest:

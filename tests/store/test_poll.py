@@ -172,15 +172,16 @@ def _full_path(argv: list[str], monkeypatch: pytest.MonkeyPatch,
                capfd: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     """`graph.run`'s `main(argv)` in this process: exit code, stdout, stderr.
 
-    Fails unless `graph.run` went past the quick answer (`_quick_answer` gave None).
+    Fails unless `graph.run` went past the quick answer (`_quick_answer`'s answer is None).
     """
     import graph.run
 
     asked: list[object] = []
 
     def quick_answer(*args: Any) -> Any:
-        asked.append(answer := quick(*args))
-        return answer
+        answer, settings = quick(*args)
+        asked.append(answer)
+        return answer, settings
 
     quick = graph.run._quick_answer
     with monkeypatch.context() as patched:
