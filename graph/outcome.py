@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from graph.errors import ErrorCode, ExitCode, RunError, error_line
+from graph.text import escape_controls
+from nodes.server_errors import stop_hint
 
 REVIEW_REMINDER = "Review required: a person must check this model-written answer before use."
 
@@ -125,8 +127,6 @@ class Outcome:
         (`graph.text.escape_controls`): the text decodes to the same values and
         never drives a terminal it is printed on.
         """
-        from graph.text import escape_controls
-
         data = asdict(self)
         data.pop("next_nodes")
         data.pop("held_back")
@@ -146,7 +146,6 @@ class Outcome:
             f"(attempts {self.attempts}/{self.max_attempts}{tokens}, model {self.model})"
         ]
         if self.stop_reason:
-            from nodes.server_errors import stop_hint
 
             hint = stop_hint(self.stop_reason)
             hint = hint if hint and hint not in (self.error or "") else None  # said once

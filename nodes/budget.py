@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from langgraph.config import get_config
 from langgraph.constants import CONFIG_KEY_CHECKPOINTER
 from langgraph.runtime import Runtime
 
@@ -118,8 +119,6 @@ def _check_lease(ctx: NodeContext, saver: Any) -> None:
 
 def _configurable() -> Any:
     """The running invocation's `configurable`, or {} outside a LangGraph run."""
-    from langgraph.config import get_config
-
     try:
         config = get_config()
     except RuntimeError:  # not inside a LangGraph run

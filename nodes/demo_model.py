@@ -65,7 +65,7 @@ def last_results(messages: Sequence[dict[str, Any]]) -> list[Result]:
 
 
 def _workspace_turn(task: str, results: list[Result], started: bool) -> Turn:
-    from nodes import demo_workspace as ws  # here: ranking stays out of a plain import
+    from nodes import demo_workspace as ws  # noqa: PLC0415 - ranking (rank_bm25, numpy) stays out of a plain import
 
     names = {name for name, _, _ in results}
     if "read_file" in names:
@@ -96,8 +96,8 @@ class OfflineDemoModel:
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply:
         """Returns the next turn: tool calls while it is looking things up, then a cited answer."""
-        from nodes.context import ModelReply  # here: DEMO_MODEL_ID stays cheap to import
-        from nodes.state import Usage
+        from nodes.context import ModelReply  # noqa: PLC0415 - DEMO_MODEL_ID stays cheap to import on graph.run's quick path
+        from nodes.state import Usage  # noqa: PLC0415 - DEMO_MODEL_ID stays cheap to import on graph.run's quick path
 
         task = next((m.get("content") or "" for m in messages if m.get("role") == "user"), "")
         offered = {(spec.get("function") or {}).get("name") for spec in tools}

@@ -44,7 +44,7 @@ def _stemmer() -> Any:
     """
     stemmer = getattr(_LOCAL, "stemmer", None)
     if stemmer is None:
-        import snowballstemmer  # here: only a process that ranks pays for it
+        import snowballstemmer  # noqa: PLC0415 - only a process that ranks pays for it
 
         stemmer = _LOCAL.stemmer = snowballstemmer.stemmer("english")
     return stemmer
@@ -96,7 +96,7 @@ def rank(query: str, documents: Sequence[str]) -> list[tuple[int, float]]:
     corpus = [terms(doc) for doc in documents]
     if not wanted or not any(corpus):
         return []
-    from rank_bm25 import BM25Plus  # here: numpy is imported only by a process that ranks
+    from rank_bm25 import BM25Plus  # noqa: PLC0415 - rank_bm25 brings numpy, imported only by a process that ranks
 
     scores = BM25Plus(corpus).get_scores(wanted)
     matching = [i for i, doc in enumerate(corpus) if set(wanted) & set(doc)]

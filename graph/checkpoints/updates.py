@@ -11,12 +11,17 @@ update first (`UsageError`, nothing written).
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterable
 from typing import Any
 
 from langgraph.errors import InvalidUpdateError
 
+from graph.checkpoints.integrity import check_messages
 from graph.errors import ErrorCode, RefusedError, RunError, UsageError
+from nodes.pairing import UnsafeHistoryError, open_calls
+from nodes.state import append_messages
 
 _SHAPE = ("append OpenAI wire dicts such as {'role': 'user', 'content': '...'}; LangChain "
           "message objects and (role, text) tuples are not stored")
@@ -86,8 +91,6 @@ def merged_messages(stored: list[Any], update: Any) -> list[Any]:
         UsageError: The update is no list (nor a replace or edit) or names a slice
             the stored list does not have.
     """
-    from nodes.state import append_messages
-
     if not isinstance(update, list | dict):
         raise UsageError(f"update_state: messages must be a list of messages ({_SHAPE}), "
                          f"not {type(update).__name__}; nothing was written")
@@ -115,8 +118,6 @@ def check_updates(graph: Any, config: Any, updates: Iterable[tuple[Any, Any]]) -
             before (each reply must be a counted request: `graph.checkpoints.thread_checks`);
             nothing was written.
     """
-    from graph.checkpoints.integrity import check_messages
-
     pending = list(updates)
     for values, as_node in pending:
         check_update_shape(values, as_node)
@@ -150,8 +151,6 @@ def check_updates(graph: Any, config: Any, updates: Iterable[tuple[Any, Any]]) -
 
 def _open(messages: list[Any]) -> list[str] | None:
     """The latest assistant message's unanswered call ids, or None for a broken pairing."""
-    from nodes.pairing import UnsafeHistoryError, open_calls
-
     try:
         return open_calls(messages)
     except (UnsafeHistoryError, KeyError, TypeError, AttributeError):
@@ -173,8 +172,6 @@ def check_edited(messages: Any, task: str, thread_id: str) -> None:
     Raises:
         RefusedError: `damaged`, naming what is wrong and how to restore the thread.
     """
-    from graph.checkpoints.integrity import check_messages
-
     try:
         check_messages(messages, task)
     except RefusedError as exc:
@@ -187,9 +184,6 @@ def check_edited(messages: Any, task: str, thread_id: str) -> None:
 
 def _check_no_key(messages: list[Any]) -> None:
     """Refuses messages that spell `MANDAPI_API_KEY` (INVARIANTS I9: never stored)."""
-    import json
-    import os
-
     key = os.environ.get("MANDAPI_API_KEY")
     if key and key in json.dumps(messages, ensure_ascii=False, default=str):
         raise UsageError("update_state: a message contains the API key (MANDAPI_API_KEY); "

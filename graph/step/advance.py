@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from langsmith import tracing_context
+
 from graph.agent import first_state
 from graph.checkpoints.load import LoadedThread, graph_of, load_thread
 from graph.checkpoints.thread_checks import (
@@ -116,7 +118,6 @@ def advance(
     """
     thread_id = request.thread_id
     config = {"configurable": {"thread_id": thread_id}}
-    from langsmith import tracing_context
 
     # Trace only with --trace: LangSmith's environment switches alone would upload tasks and
     # conversations. The refusal context first, so a busy lock is refused naming the database too.

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
+
 from graph.errors import UsageError
 from graph.settings import Settings, scrub_key
 from nodes.context import ChatModel
 from nodes.demo_model import DEMO_MODEL_ID, OfflineDemoModel
+from nodes.mandapi import MandApiModel
 
 
 def make_model(model_id: str, settings: Settings, *, transport: Any = None) -> ChatModel:
@@ -36,9 +39,7 @@ def make_model(model_id: str, settings: Settings, *, transport: Any = None) -> C
         raise UsageError(
             f"thread model {model_id!r} makes paid requests: add --live and set MANDAPI_API_KEY"
         )
-    import httpx
 
-    from nodes.mandapi import MandApiModel
 
     client = httpx.Client(
         timeout=httpx.Timeout(settings.timeout_s),

@@ -86,7 +86,7 @@ def flush_traces(stream: TextIO | None = None) -> None:
     `stream` (stderr by default); the exit code stays the step's.
     """
     if "langchain_core.tracers.langchain" in sys.modules:
-        from langchain_core.tracers.langchain import wait_for_all_tracers
+        from langchain_core.tracers.langchain import wait_for_all_tracers  # noqa: PLC0415 - graph.run imports this module before its quick answer, which must not import LangChain
 
         wait_for_all_tracers()
     if _watch is not None and _watch.failures:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from graph.checkpoints.load import check_stored_thread, graph_of
 from graph.errors import ErrorCode, RefusedError
 from graph.store.base import Store
 
@@ -40,8 +41,6 @@ def copy_threads(src: Store, dst: Store, thread_ids: list[str] | None = None) ->
         RefusedError: A thread exists at the target (`exists`), is missing at the source
             (`no_such_thread`), or fails its checks at the source.
     """
-    from graph.checkpoints.load import check_stored_thread, graph_of
-
     ids = sorted(thread_ids) if thread_ids else _all_threads(src)
     for thread_id in ids:  # the whole source thread is checked before anything is written
         tombstone = src.tombstones.get(thread_id)

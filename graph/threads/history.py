@@ -18,6 +18,7 @@ from graph.checkpoints.load import (
 )
 from graph.errors import ErrorCode, RefusedError
 from graph.store.base import Store
+from graph.threads.subtasks import stored_parent_result
 from nodes.write_tools import canonical_arguments
 
 MAX_CHECKPOINTS_PAGE = 10_000
@@ -186,8 +187,6 @@ def thread_or_parent(store: Store, thread_id: str, checkpoint_limit: int = 50) -
         RefusedError: `no_such_thread` when `thread_id` is neither a thread nor a parent;
             the thread fails its checks.
     """
-    from graph.threads.subtasks import stored_parent_result
-
     parent = stored_parent_result(store, thread_id)
     try:
         history = thread_history(store, thread_id, checkpoint_limit)

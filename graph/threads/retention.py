@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from graph.checkpoints.load import graph_of
+from graph.checkpoints.load import graph_of, load_thread
 from graph.errors import BusyError, RefusedError, UsageError
 from graph.store.sql.tombstones import Tombstone
 
@@ -76,8 +76,6 @@ def select(store: Store, *, completed: timedelta, failed: timedelta,
         The candidates (by thread id) and one note per thread skipped because it could
         not be read (such a thread is never deleted).
     """
-    from graph.checkpoints.load import load_thread
-
     now = now or datetime.now(UTC)
     chosen, notes = [], []
     for thread_id, updated_at in sorted(store.ledger.updated_at().items()):
@@ -103,8 +101,6 @@ def trim_windows(store: Store, skip: set[str]) -> tuple[int, list[str]]:
         How many checkpoints were deleted, and one note per thread busy in another
         process. An unreadable thread is left as it is (`select` notes it already).
     """
-    from graph.checkpoints.load import load_thread
-
     deleted, notes = 0, []
     for thread_id in sorted(set(store.ledger.updated_at()) - skip):
         try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from graph.checkpoints.load import graph_of
+from graph.checkpoints.load import graph_of, load_thread
 from graph.errors import RefusedError
 from nodes.state import FINAL_STATUSES
 
@@ -58,8 +58,6 @@ def stored_parent_result(store: Store, parent: str) -> dict[str, Any] | None:
         RefusedError: Never for a subtask: one that fails its checks is shown with the
             status `unreadable: CODE`.
     """
-    from graph.checkpoints.load import load_thread
-
     pattern = re.compile(re.escape(parent) + r":sub_(0|[1-9][0-9]{0,8})")
     found = {int(m.group(1)): thread_id for thread_id in store.thread_ids()
              if (m := pattern.fullmatch(thread_id))}

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from graph.checkpoints.load import graph_of
+from graph.checkpoints.load import check_stored_thread, graph_of
 from graph.errors import RefusedError
+from graph.store import integrity_problems, open_store
 
 
 @dataclass
@@ -55,9 +56,6 @@ def check_database(db: str, name: str = "--db") -> VerifyReport:
         RefusedError: The file is missing or not a checkpoint database at all.
         UsageError: `db` is not a usable path or URL, or may not be read by this user.
     """
-    from graph.checkpoints.load import check_stored_thread
-    from graph.store import integrity_problems, open_store
-
     report = VerifyReport(integrity_problems(db, name))
     if report.problems:
         return report
