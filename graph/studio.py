@@ -247,8 +247,8 @@ def create_node(state: _CreateState, runtime: Runtime[StudioContext],
             `pruned`.
         UsageError: An invalid task or limit; a paid model without `live`.
     """
-    from graph.checkpoints.thread_checks import check_unstarted
     from graph.settings import ThreadSpec
+    from graph.store.checks import check_unstarted
 
     thread_id = config["configurable"]["thread_id"]
     context = runtime.context
@@ -264,7 +264,7 @@ def create_node(state: _CreateState, runtime: Runtime[StudioContext],
     created = spec.new_thread_state(context.settings,
                                     datetime.now(UTC).isoformat(timespec="seconds"))
     with context.store(create=True) as store:
-        from graph.checkpoints.thread_checks import check_tombstone
+        from graph.store.checks import check_tombstone
 
         check_tombstone(store, thread_id, task=spec.task, restart=False)
         check_unstarted(store.ledger.read(thread_id), store.location, thread_id)

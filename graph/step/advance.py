@@ -16,12 +16,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from graph.checkpoints.load import LoadedThread, graph_of, load_thread
-from graph.checkpoints.thread_checks import (
-    check_ledger,
-    check_tombstone,
-    check_unstarted,
-    storage_damage_refused,
-)
 from graph.errors import ErrorCode, RefusedError, UsageError
 from graph.outcome import Outcome
 from graph.settings import Settings, ThreadSpec, check_task, resolve_folder, scrub_key
@@ -30,6 +24,12 @@ from graph.step.finished import remember_finished
 from graph.step.invocation import invoke_steps, store_migrated
 from graph.step.local_steps import cancel, review
 from graph.step.models import make_model
+from graph.store.checks import (
+    check_ledger,
+    check_tombstone,
+    check_unstarted,
+    storage_damage_refused,
+)
 from nodes.context import ChatModel, StepContext
 from nodes.state import FINAL_STATUSES, SCHEMA_VERSION
 

@@ -27,10 +27,10 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
-from graph.checkpoints.thread_checks import pruned_refusal
 from graph.errors import BusyError, RunError
 from graph.outcome import Outcome
 from graph.store import is_postgres
+from graph.store.checks import pruned_refusal
 from graph.store.sql.conn import SqliteSql
 from graph.store.sql.summaries import SqlSummaries
 from graph.store.sql.tombstones import SqlTombstones

@@ -23,10 +23,10 @@ back at the end. No LangGraph import.
 
 from __future__ import annotations
 
-from graph.checkpoints.thread_checks import pruned_refusal
 from graph.errors import BusyError, RunError
 from graph.outcome import Outcome
 from graph.store import check_postgres_url
+from graph.store.checks import pruned_refusal
 from graph.store.postgres.locks import held_elsewhere, thread_key
 from graph.store.postgres.url import CONNECT_TIMEOUT_S, redact
 from graph.store.sql.conn import PostgresSql

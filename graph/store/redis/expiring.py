@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, cast
 
-from graph.checkpoints.thread_checks import pruned_refusal
 from graph.errors import RefusedError
+from graph.store.checks import pruned_refusal
 from graph.store.redis import keys
 from graph.store.redis.backend import CHECKPOINT_PREFIX, checkpoint_thread
 from graph.store.redis.conn import server_errors

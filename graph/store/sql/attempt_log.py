@@ -94,7 +94,7 @@ class SqlAttemptLog(SqlTable):
         """The highest attempt number among the thread's `reason` rows; 0 when there are none.
 
         One aggregate instead of the whole log: this is all a step needs
-        (`graph.checkpoints.thread_checks.check_ledger`). Only the value returned is type-checked;
+        (`graph.store.checks.check_ledger`). Only the value returned is type-checked;
         `rows` checks every row (history, verify and copy read them all). Returns 0 for
         a database written before the log existed.
 

@@ -160,7 +160,7 @@ class SqlSummaries(SqlTable):
                                   tuple(fields["next"]))
 
     def _ledger_agrees(self, thread_id: str, fields: dict[str, Any]) -> bool:
-        """The ledger's counts against the summary's, as `graph.checkpoints.thread_checks.check_ledger`."""
+        """The ledger's counts against the summary's, as `graph.store.checks.check_ledger`."""
         row = self._run("SELECT attempts, claimed, max_attempts FROM attempt_ledger "
                         "WHERE thread_id = ?", (thread_id,)).fetchone()
         if row is None or not all(is_int(value) for value in row):

@@ -18,6 +18,9 @@ from graph.errors import ErrorCode, RefusedError, RunError, UsageError
 if TYPE_CHECKING:
     from graph.store.sql.tombstones import Tombstone
 
+__all__ = ["check_ledger", "check_tombstone", "check_unstarted", "pruned_refusal",
+           "storage_damage_refused"]
+
 
 def check_ledger(entry: Any, values: dict[str, Any], thread_id: str, location: str,
                  logged: int) -> None:
