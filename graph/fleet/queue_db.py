@@ -103,7 +103,7 @@ def connect_queue(db: str) -> Any:
     import psycopg
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-    from graph.store.postgres.url import CONNECT_TIMEOUT_S, redact
+    from graph.store.urls import CONNECT_TIMEOUT_S, redact
 
     try:
         params = conninfo_to_dict(db)

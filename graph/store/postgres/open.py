@@ -25,10 +25,10 @@ from graph.errors import ErrorCode, RefusedError, UsageError
 from graph.store.base import Store
 from graph.store.digest import SqlDigests, new_marker
 from graph.store.postgres.locks import AdvisoryThreadLocks, advisory_key, advisory_lock
-from graph.store.postgres.url import CONNECT_TIMEOUT_S, redact
 from graph.store.saver import postgres_saver
 from graph.store.sql.conn import PostgresSql
 from graph.store.sql.schema import LEDGER, POSTGRES_MIGRATIONS_TABLE, TRIGGERS, ddl, postgres_objects_query
+from graph.store.urls import CONNECT_TIMEOUT_S, redact
 
 if TYPE_CHECKING:
     import psycopg

@@ -34,8 +34,8 @@ from graph.store.redis.expiring import ExpiringLedger, ExpiringTombstones
 from graph.store.redis.locks import RedisThreadLocks
 from graph.store.redis.tables import RedisAttemptLog
 from graph.store.redis.ttl import TtlBackend, ttl_ages
-from graph.store.redis.url import redact
 from graph.store.rows import damaged
+from graph.store.urls import redact
 
 if TYPE_CHECKING:
     import redis
