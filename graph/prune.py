@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         from graph.api import Database
         from graph.settings import Settings
-        from graph.threads.retention import parse_age
+        from graph.store.ages import parse_age
 
         completed, failed = parse_age(args.completed), parse_age(args.failed)
         with Database(Settings(db=resolve_db(args.db)), source="flags") as db:

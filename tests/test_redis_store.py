@@ -121,7 +121,7 @@ def test_burying_without_the_threads_lease_is_refused_and_changes_nothing(
     from graph.errors import BusyError
     from graph.store import open_store
     from graph.store.redis.locks import RedisThreadLocks
-    from graph.store.sql.tombstones import Tombstone
+    from graph.store.rows import Tombstone
 
     thread_id = _thread()
     _to_done(capsys, redis_url, thread_id)

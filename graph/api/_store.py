@@ -131,7 +131,7 @@ class StoreOperations(DatabaseBase):
                           failed=self._age("failed", failed), dry_run=dry_run)
 
     def _age(self, key: str, age: str | timedelta) -> timedelta:
-        from graph.threads.retention import parse_age
+        from graph.store.ages import parse_age
 
         if isinstance(age, timedelta):
             if age < timedelta(0):

@@ -30,8 +30,7 @@ from graph.store.redis import keys
 from graph.store.redis import lua as redis_lua
 from graph.store.redis.conn import WAITAOF, check_durable, check_fsynced, make_durable, server_errors
 from graph.store.redis.rows import RedisLedgerRows
-from graph.store.rows import damaged, is_int, is_iso_time
-from graph.store.sql.ledger import LedgerRow
+from graph.store.rows import LedgerRow, damaged, is_int, is_iso_time
 from nodes.context import LedgerEntry
 
 if TYPE_CHECKING:

@@ -15,33 +15,20 @@ writing (`graph.history`) maps the attempts the same way and changes nothing.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
-from graph.store.rows import check_row, is_int, is_text, is_text_or_none, text_refused
+from graph.store.rows import APPROVAL_TYPES, check_row, now, text_refused
 from graph.store.sql.attempt_log import SqlAttemptLog
 from graph.store.sql.conn import SqlTable
 from graph.store.sql.schema import APPROVALS, APPROVALS_COLUMNS, APPROVALS_LEGACY_COLUMNS, APPROVALS_MIGRATION
 from nodes.write_results import legacy_error
 
 COLUMNS = APPROVALS_COLUMNS
-"""Columns of a decision row. `arguments` is the canonical text approved (None on rows
-from before it was kept); `error` says why an approved write was not applied
-(`applied_at` is then None)."""
+"""Columns of a decision row (`graph.store.rows.APPROVAL_COLUMNS`)."""
 _LEGACY = APPROVALS_LEGACY_COLUMNS
-_OPTIONAL = ("arguments", "reason", "target", "before_sha256", "after_sha256", "error",
-             "applied_at")
-_COLUMN_TYPES: dict[str, Any] = {
-    c: is_text_or_none if c in _OPTIONAL else is_text for c in COLUMNS}
-_COLUMN_TYPES["attempt"] = is_int
-_COLUMN_TYPES["decision"] = lambda v: v in ("approve", "reject")
+_COLUMN_TYPES = APPROVAL_TYPES
 _LEGACY_TYPES = {c: _COLUMN_TYPES[c] for c in _LEGACY}
 _MIGRATION_LOCK = 0x6D72_6170  # PostgreSQL advisory lock key: "mrap"
-
-
-def now() -> str:
-    """UTC now, ISO 8601, to the second."""
-    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 class SqlApprovals(SqlTable):

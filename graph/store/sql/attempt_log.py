@@ -17,27 +17,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 from graph.store.rows import (
+    LOG_PAYLOAD_KEYS,
+    check_log_payload,
     check_row,
     damaged,
     is_int,
     is_text,
-    is_text_or_none,
     json_object,
     text_refused,
 )
 from graph.store.sql.conn import SqlTable
 from graph.store.sql.schema import LOG
-
-_PAYLOAD_KEYS: dict[str, dict[str, Any]] = {
-    "reason": {"outcome": is_text, "thought": is_text_or_none,
-               "tool_calls": lambda v: isinstance(v, list) and all(
-                   isinstance(c, dict) and is_text(c.get("id")) for c in v),
-               "usage": lambda v: v is None or isinstance(v, dict),
-               "error_code": is_text_or_none, "message": is_text_or_none},
-    "tool": {"tool_call_id": is_text, "observation": is_text},
-}
-"""Keys the readers of each payload kind use, and their types."""
-_REQUIRED = frozenset({"outcome", "tool_call_id", "observation"})
 
 
 @contextmanager
@@ -171,13 +161,10 @@ class SqlAttemptLog(SqlTable):
         rows = []
         for row in found:
             check_row("attempt_log", row, {"attempt": lambda v: is_int(v, 1),
-                                           "kind": lambda v: v in _PAYLOAD_KEYS,
+                                           "kind": lambda v: v in LOG_PAYLOAD_KEYS,
                                            "payload": is_text, "created_at": is_text})
             payload = json_object("attempt_log", row[2])
-            for key, ok in _PAYLOAD_KEYS[row[1]].items():
-                if key in payload and not ok(payload[key]) or key not in payload and key in _REQUIRED:
-                    raise damaged("attempt_log", f"a {row[1]} payload's {key!r} is missing or "
-                                  "has the wrong type")
+            check_log_payload(row[1], payload)
             rows.append({"attempt": row[0], "kind": row[1], "payload": payload,
                          "created_at": row[3]})
         return rows

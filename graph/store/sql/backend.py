@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from graph.store.parts import Approvals, AttemptLog, Ledger, Summaries, Tombstones
+from graph.store.rows import Tombstone
 from graph.store.sql.conn import Sql
 from graph.store.sql.schema import CHECKPOINTS, TOMBSTONES
-from graph.store.sql.tombstones import Tombstone
 from graph.store.sql.window import count, trim
 
 

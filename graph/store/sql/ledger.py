@@ -15,11 +15,11 @@ The table and its trigger are defined in `graph.store.sql.schema`.
 
 from __future__ import annotations
 
-from dataclasses import astuple, dataclass
+from dataclasses import astuple
 from datetime import UTC, datetime
 from typing import Any
 
-from graph.store.rows import check_row, damaged, is_int, is_iso_time, is_text, text_refused
+from graph.store.rows import LedgerRow, check_row, damaged, is_int, is_iso_time, is_text, text_refused
 from graph.store.sql.conn import SqlTable
 from nodes.context import LedgerEntry
 
@@ -30,23 +30,6 @@ def _now() -> str:
 
 class _Rollback(Exception):
     pass
-
-
-@dataclass(frozen=True)
-class LedgerRow:
-    """A whole ledger row, as `graph.copy` moves it (times: UTC, ISO 8601)."""
-
-    thread_id: str
-    attempts: int
-    claimed: int
-    max_attempts: int
-    created_at: str
-    updated_at: str
-
-    @property
-    def entry(self) -> LedgerEntry:
-        """The counts the nodes use."""
-        return LedgerEntry(self.attempts, self.claimed, self.max_attempts)
 
 
 _SELECTED = "attempts, claimed, max_attempts, created_at, updated_at"

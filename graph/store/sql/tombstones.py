@@ -2,23 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from graph.store.rows import check_row, is_iso_time, is_text, text_refused
+from graph.store.rows import FINAL_STATUSES, Tombstone, check_row, is_iso_time, is_text, text_refused
 from graph.store.sql.conn import SqlTable
 from graph.store.sql.schema import TOMBSTONES
 
-_FINAL = ("done", "exhausted", "cancelled")
-"""The statuses a thread can be pruned in (`graph.threads.retention`)."""
-
-
-@dataclass(frozen=True)
-class Tombstone:
-    """A pruned thread: its id, its status when pruned, and when (UTC, ISO 8601)."""
-
-    thread_id: str
-    final_status: str
-    pruned_at: str
+__all__ = ["SqlTombstones"]
 
 
 class SqlTombstones(SqlTable):
@@ -33,7 +21,7 @@ class SqlTombstones(SqlTable):
         if not rows:
             return None
         check_row("thread_tombstones", rows[0], {
-            "thread_id": is_text, "final_status": lambda v: v in _FINAL,
+            "thread_id": is_text, "final_status": lambda v: v in FINAL_STATUSES,
             "pruned_at": is_iso_time})
         return Tombstone(*rows[0])
 
