@@ -1,4 +1,4 @@
-"""Decisions on write calls in Redis (`graph.store.parts.Approvals`).
+"""Decisions on write calls in Redis (`graph.store.base.Approvals`).
 
 The rows of `graph.store.sql.approvals` (same columns, same key: the thread, the attempt
 whose reply asked for the call, and the call id), as one hash per thread

@@ -1,4 +1,4 @@
-"""The operations of a Redis store on whole threads (`graph.store.parts.Backend`).
+"""The operations of a Redis store on whole threads (`graph.store.base.Backend`).
 
 LangGraph's `RedisSaver` keeps each checkpoint as a JSON document under
 `checkpoint:<thread>:<namespace>:<checkpoint id>` (the root namespace written as a
