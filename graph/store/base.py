@@ -12,6 +12,17 @@ operations on whole threads (`Backend`) and the writer locks (`WriterLocks`). Th
 module imports no backend: the SQL classes (`graph.store.sql`, built into a `Store` by
 `graph.store.sql.build.sql_store` for `graph.store.sqlite` and `graph.store.postgres`)
 and the Redis ones (`graph.store.redis`) implement the protocols.
+
+Where could a second writer be stopped? In one place: `WriterLocks.fence(thread_id)`,
+which every write of a thread's rows goes through before it is made: our tables'
+(ledger, attempt log, decisions, tombstones, summaries) and the checkpointer's `put` and
+`put_writes` (`graph.store.saver.CheckedSaver`). It refuses (`BusyError`, exit 5;
+INVARIANTS I8) a write by a store that does not hold the thread's writer lock while
+another holder does; on Redis it hands the write this store's lease token, which the
+write's Lua script compares with the lock key on the server in the same step
+(`graph.store.redis.lua`), so a writer whose lease ran out is refused even after the
+check. A write of a thread that nobody holds (`graph.copy` importing a new thread, one
+table's tests) passes, as the Redis scripts always allowed.
 """
 
 from __future__ import annotations
@@ -231,6 +242,18 @@ class WriterLocks(Protocol):
     def hold(self, thread_id: str) -> AbstractContextManager[None]:
         """Holds the thread's lock for a block; raises `BusyError` when another has it."""
 
+    def fence(self, thread_id: str) -> str:
+        """The fencing hook: called before each write of the thread's rows (module doc).
+
+        Returns:
+            The token the write carries: on Redis this store's lease token ('' when it
+            holds none), which the write's script checks again on the server; '' on SQL.
+
+        Raises:
+            BusyError: Another store or process holds the thread's writer lock and this
+                store does not (exit 5); nothing was written.
+        """
+
     def close(self) -> None:
         """Releases every lock (after the database connections are closed)."""
 
@@ -252,6 +275,14 @@ class ReadOnlyLocks:
             RuntimeError: Always (a bug: only writers lock threads).
         """
         raise RuntimeError(f"thread {thread_id!r}: a store opened read-only holds no locks")
+
+    def fence(self, thread_id: str) -> str:
+        """Never returns.
+
+        Raises:
+            RuntimeError: Always (a bug: a store opened read-only writes nothing).
+        """
+        raise RuntimeError(f"thread {thread_id!r}: a store opened read-only writes nothing")
 
     def close(self) -> None:
         """Nothing to release."""

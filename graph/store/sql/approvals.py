@@ -110,12 +110,14 @@ class SqlApprovals(SqlTable):
 
     def add(self, row: dict[str, Any]) -> None:
         """Records one decision; a second decision for the same call is refused by the key."""
+        self._fence(row["thread_id"])
         self._ensure_current()
         self._insert({c: row.get(c) for c in COLUMNS})
 
     def plan(self, thread_id: str, attempt: int, tool_call_id: str, before: str | None,
              after: str) -> None:
         """Records, before writing, the file's hash now and the hash it will have after."""
+        self._fence(thread_id)
         self._ensure_current()
         self._run("UPDATE write_approvals SET before_sha256 = ?, after_sha256 = ? WHERE "
                   "thread_id = ? AND attempt = ? AND tool_call_id = ? AND before_sha256 IS NULL",
@@ -123,6 +125,7 @@ class SqlApprovals(SqlTable):
 
     def mark_applied(self, thread_id: str, attempt: int, tool_call_id: str) -> None:
         """Marks an approved write as done."""
+        self._fence(thread_id)
         self._ensure_current()
         self._run("UPDATE write_approvals SET applied_at = ? WHERE thread_id = ? AND attempt = ? "
                   "AND tool_call_id = ? AND applied_at IS NULL AND error IS NULL",
@@ -131,6 +134,7 @@ class SqlApprovals(SqlTable):
     def mark_failed(self, thread_id: str, attempt: int, tool_call_id: str, error: str,
                     result: str) -> None:
         """Records that an approved write could not be applied, why, and what the model is told."""
+        self._fence(thread_id)
         self._ensure_current()
         self._run("UPDATE write_approvals SET error = ?, result = ? WHERE thread_id = ? AND "
                   "attempt = ? AND tool_call_id = ? AND applied_at IS NULL AND error IS NULL",
@@ -138,4 +142,5 @@ class SqlApprovals(SqlTable):
 
     def delete_thread(self, thread_id: str) -> None:
         """Deletes the thread's decisions (retention)."""
+        self._fence(thread_id)
         self._run("DELETE FROM write_approvals WHERE thread_id = ?", (thread_id,))

@@ -60,6 +60,7 @@ class SqlAttemptLog(SqlTable):
         (`graph.store.sql.conn.Sql.deferred`), so a row is never logged for output a kill lost;
         on PostgreSQL it commits at once.
         """
+        self._fence(thread_id)
         with self._db.deferred():
             self._insert(thread_id, attempt, kind, payload,
                          datetime.now(UTC).isoformat(timespec="seconds"))
@@ -72,12 +73,14 @@ class SqlAttemptLog(SqlTable):
 
     def import_rows(self, thread_id: str, rows: list[dict[str, Any]]) -> None:
         """Appends rows as `rows` returned them elsewhere, times kept (`graph.copy`)."""
+        self._fence(thread_id)
         for row in rows:
             self._insert(thread_id, row["attempt"], row["kind"], row["payload"],
                          row["created_at"])
 
     def delete_thread(self, thread_id: str) -> None:
         """Deletes the thread's rows (retention)."""
+        self._fence(thread_id)
         self._run("DELETE FROM attempt_log WHERE thread_id = ?", (thread_id,))
 
     def last_attempt(self, thread_id: str) -> int:

@@ -33,11 +33,16 @@ def sql_store(location: str, checkpointer: BaseCheckpointSaver[str], sql: Sql, *
         summaries: Keep summaries of finished threads (for `graph.store.poll`).
 
     Returns:
-        The open store; closing it closes `conns`, then `locks`.
+        The open store; closing it closes `conns`, then `locks`. Every write of its
+        tables and of a checked `checkpointer` goes through `locks.fence`.
     """
-    ledger, log = ledger_type(sql), SqlAttemptLog(sql)
-    tombstones, approvals = SqlTombstones(sql), SqlApprovals(sql)
-    kept = SqlSummaries(sql) if summaries else None
+    fence = locks.fence
+    ledger, log = ledger_type(sql, fence), SqlAttemptLog(sql, fence)
+    tombstones, approvals = SqlTombstones(sql, fence), SqlApprovals(sql, fence)
+    kept = SqlSummaries(sql, fence) if summaries else None
+    fenced = getattr(checkpointer, "fence_with", None)
+    if fenced is not None:
+        fenced(fence)
     backend = SqlBackend(sql, checkpointer, ledger=ledger, log=log, tombstones=tombstones,
                          approvals=approvals, summaries=kept)
     return Store(location, checkpointer, backend, ledger, log, tombstones, approvals, locks,

@@ -75,6 +75,7 @@ class SqlLedger(SqlTable):
 
     def insert_row(self, row: LedgerRow) -> None:
         """Inserts a whole row as it was elsewhere (`graph.copy`); an existing row is an error."""
+        self._fence(row.thread_id)
         self._run("INSERT INTO attempt_ledger VALUES (?, ?, ?, ?, ?, ?)", astuple(row))
 
     def create(self, thread_id: str, max_attempts: int) -> LedgerEntry:
@@ -87,6 +88,7 @@ class SqlLedger(SqlTable):
         Returns:
             The row after the call (check `max_attempts` and `attempts` on reuse).
         """
+        self._fence(thread_id)
         now = _now()
         with self._db.deferred():
             self._run(
@@ -108,6 +110,7 @@ class SqlLedger(SqlTable):
         Raises:
             LookupError: The ledger has no row for the thread.
         """
+        self._fence(thread_id)
         with self._db.deferred():
             with text_refused("attempt_ledger"):
                 row = self._run(
@@ -133,6 +136,7 @@ class SqlLedger(SqlTable):
         Returns:
             False, changing nothing, when the attempt is not claimable or the cap is full.
         """
+        self._fence(thread_id)
         claim_sql = ("UPDATE attempt_ledger SET claimed = ?, updated_at = ? "
                      "WHERE thread_id = ? AND claimed = ? AND attempts >= ?")
         params = (attempt, _now(), thread_id, attempt - 1, attempt)
@@ -203,6 +207,7 @@ class SqlLedger(SqlTable):
 
     def touch(self, thread_id: str) -> None:
         """Sets the row's `updated_at` to now (a status change without an attempt)."""
+        self._fence(thread_id)
         self._run("UPDATE attempt_ledger SET updated_at = ? WHERE thread_id = ?", (_now(), thread_id))
 
     def updated_at(self) -> dict[str, str]:
@@ -219,4 +224,5 @@ class SqlLedger(SqlTable):
 
     def delete(self, thread_id: str) -> None:
         """Deletes the thread's row: only retention and `--restart-pruned` do this."""
+        self._fence(thread_id)
         self._run("DELETE FROM attempt_ledger WHERE thread_id = ?", (thread_id,))

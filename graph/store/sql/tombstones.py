@@ -27,6 +27,7 @@ class SqlTombstones(SqlTable):
 
     def add(self, tombstone: Tombstone) -> None:
         """Records a tombstone; a thread that already has one keeps it."""
+        self._fence(tombstone.thread_id)
         self._run("INSERT INTO thread_tombstones VALUES (?, ?, ?) ON CONFLICT (thread_id) DO NOTHING",
                   (tombstone.thread_id, tombstone.final_status, tombstone.pruned_at))
 
@@ -40,4 +41,5 @@ class SqlTombstones(SqlTable):
 
     def remove(self, thread_id: str) -> None:
         """Deletes the tombstone (for `--restart-pruned`)."""
+        self._fence(thread_id)
         self._run("DELETE FROM thread_tombstones WHERE thread_id = ?", (thread_id,))
