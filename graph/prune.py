@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from graph.api import Database
 from graph.cli import Parser, emit, guard, resolve_db
 from graph.settings import Settings
-from graph.threads.retention import parse_age
+from graph.store.ages import parse_age
 
 if TYPE_CHECKING:
     from graph.threads.retention import PruneReport

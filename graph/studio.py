@@ -43,13 +43,13 @@ from langgraph.types import interrupt
 from typing_extensions import TypedDict
 
 from graph.agent import build_graph, first_state
-from graph.checkpoints.thread_checks import check_tombstone, check_unstarted
 from graph.checkpoints.updates import check_edited
 from graph.errors import ErrorCode, RefusedError, UsageError
 from graph.settings import ThreadSpec, resolve_settings
 from graph.step import models
 from graph.step.approvals import apply_approved, decide
 from graph.store import open_store
+from graph.store.checks import check_tombstone, check_unstarted
 from nodes.context import LedgerEntry
 from nodes.request import PreparedRequests
 from nodes.review import open_calls_of_last, pending_items, split_writes

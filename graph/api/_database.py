@@ -45,9 +45,10 @@ from graph.step.advance import StepRequest, advance
 from graph.step.checked_graph import CheckedGraph
 from graph.step.models import make_model
 from graph.store import open_store
+from graph.store.ages import parse_age
 from graph.threads.copy import copy_threads
 from graph.threads.history import MAX_CHECKPOINTS_PAGE, list_threads, thread_or_parent
-from graph.threads.retention import parse_age, retain
+from graph.threads.retention import retain
 from graph.threads.verification import VerifyReport, check_database
 from nodes.context import Lease, StepContext
 

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from graph.agent import build_graph
 from graph.checkpoints.integrity import validate_state
-from graph.checkpoints.thread_checks import check_ledger
 from graph.errors import ErrorCode, RefusedError
+from graph.store.checks import check_ledger
 from graph.store.migrations import migrate_state
 from graph.store.serde import CheckpointIntegrityError
 

@@ -115,7 +115,7 @@ def check_updates(graph: Any, config: Any, updates: Iterable[tuple[Any, Any]]) -
             would not load (`graph.checkpoints.integrity`) or leave a tool call unanswered that
             was answered or absent before (`nodes.pairing`), with
             what is wrong and the shape to use, or hold more assistant messages than
-            before (each reply must be a counted request: `graph.checkpoints.thread_checks`);
+            before (each reply must be a counted request: `graph.store.checks`);
             nothing was written.
     """
     pending = list(updates)

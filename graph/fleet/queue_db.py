@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from graph.errors import ErrorCode, RunError, UsageError, error_line
 from graph.store import is_postgres, is_redis, open_store
-from graph.store.postgres.url import CONNECT_TIMEOUT_S, redact
+from graph.store.urls import CONNECT_TIMEOUT_S, redact
 
 __all__ = [
     "QUEUE_DB_ENV",

@@ -19,12 +19,6 @@ from langsmith import tracing_context
 
 from graph.agent import first_state
 from graph.checkpoints.load import LoadedThread, graph_of, load_thread
-from graph.checkpoints.thread_checks import (
-    check_ledger,
-    check_tombstone,
-    check_unstarted,
-    storage_damage_refused,
-)
 from graph.errors import ErrorCode, RefusedError, UsageError
 from graph.outcome import Outcome
 from graph.settings import Settings, ThreadSpec, check_task, resolve_folder, scrub_key
@@ -33,6 +27,12 @@ from graph.step.finished import remember_finished
 from graph.step.invocation import invoke_steps, store_migrated
 from graph.step.local_steps import cancel, review
 from graph.step.models import make_model
+from graph.store.checks import (
+    check_ledger,
+    check_tombstone,
+    check_unstarted,
+    storage_damage_refused,
+)
 from nodes.context import ChatModel, StepContext
 from nodes.state import FINAL_STATUSES
 

@@ -15,10 +15,10 @@ import sys
 from typing import TYPE_CHECKING
 
 from graph.checkpoints.load import graph_of, load_thread
-from graph.checkpoints.thread_checks import check_ledger
 from graph.errors import RunError
 from graph.outcome import Outcome
 from graph.step.approvals import pending_review
+from graph.store.checks import check_ledger
 from nodes.state import FINAL_STATUSES
 
 if TYPE_CHECKING:

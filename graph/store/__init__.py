@@ -6,29 +6,17 @@ The backend is chosen here and nowhere else; what an open database offers is the
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from graph.errors import UsageError
+from graph.store.urls import check_form, check_postgres_url, is_postgres, is_redis
 
 if TYPE_CHECKING:
     from graph.store.base import Store
 
-POSTGRES_PREFIXES = ("postgresql://", "postgres://")
-REDIS_PREFIXES = ("redis://", "rediss://")
-
-
-def is_postgres(db: str) -> bool:
-    """True when `db` is a PostgreSQL connection URL rather than a file path."""
-    return db.startswith(POSTGRES_PREFIXES)
-
-
-def is_redis(db: str) -> bool:
-    """True when `db` is a Redis URL (`redis://` or `rediss://`) rather than a file path."""
-    return db.startswith(REDIS_PREFIXES)
+__all__ = ["check_postgres_url", "integrity_problems", "is_postgres", "is_redis", "open_store"]
 
 
 @contextmanager
@@ -55,7 +43,7 @@ def open_store(db: str, *, create: bool, read_only: bool = False,
             server cannot be reached (`db_unreachable`) or cannot keep a claim on disk
             (`db_not_durable`, exit 2).
     """
-    _check_form(db, name)
+    check_form(db, name)
     if is_postgres(db):
         from graph.store.postgres.open import open_postgres
 
@@ -77,18 +65,6 @@ def open_store(db: str, *, create: bool, read_only: bool = False,
             yield store
 
 
-def _check_form(db: str, name: str) -> None:
-    """Refuses a `--db` that is not a file path, `postgresql://` or `redis://` URL (exit 2)."""
-    if re.match(r"\s*\w+\s*=", db):
-        raise UsageError(f"{name} takes a SQLite file path, a postgresql:// or a redis:// URL, not a "
-                         "libpq "
-                         "key=value string")
-    scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", db)
-    if scheme and not is_postgres(db) and not is_redis(db):
-        raise UsageError(f"{name} {scheme.group(1)}:// is not supported: give a SQLite file "
-                         "path, a postgresql:// or a redis:// URL")
-
-
 def integrity_problems(db: str, name: str = "--db") -> list[str]:
     """SQLite's full integrity check of file `db`, one line per problem (empty when intact).
 
@@ -107,41 +83,3 @@ def integrity_problems(db: str, name: str = "--db") -> list[str]:
     check_sqlite_access(db, read_only=True, name=name)
     check_database(Path(db))
     return [f"{db}: integrity_check: {row}" for row in integrity_check(Path(db))]
-
-
-def check_postgres_url(db: str, name: str = "--db") -> None:
-    """Refuses a `postgresql://` URL that libpq or `urllib` cannot parse, before connecting.
-
-    `name` is how the message names the setting (`--db`, or `db` from `graph.api`).
-
-    Raises:
-        UsageError: Naming what is wrong (exit 2); a password is never shown.
-    """
-    from urllib.parse import urlsplit
-
-    from graph.store.postgres.url import redact
-
-    try:
-        import psycopg.conninfo
-
-        urlsplit(db).port  # noqa: B018 - parsing the port is the check
-        psycopg.conninfo.conninfo_to_dict(db)
-    except ImportError:
-        raise UsageError("PostgreSQL needs the postgres extra: pip install -e '.[postgres]'") \
-            from None
-    except Exception as exc:  # noqa: BLE001 - ValueError or psycopg.ProgrammingError
-        detail = " ".join(str(exc).split()).replace(db, redact(db))
-        password = _password(db)
-        if password:
-            detail = detail.replace(password, "***")
-        raise UsageError(f"{name} {redact(db)} is not a valid PostgreSQL URL: {detail[:200]}") \
-            from None
-
-
-def _password(db: str) -> str | None:
-    from urllib.parse import urlsplit
-
-    try:
-        return urlsplit(db).password
-    except ValueError:
-        return None

@@ -1,31 +1,239 @@
-"""An open checkpoint database, whatever the backend: the `Store` every entry point uses.
+"""An open checkpoint database, whatever the backend: the one interface storage offers.
 
 A `Store` holds LangGraph's checkpointer and our tables on their connections, the
-per-thread writer locks, and the graph compiled once with its checkpointer. It offers
-the per-thread operations retention, copy and verify need, so no module outside
-storage writes SQL for our tables (`graph.store.sql.schema` lists them). It holds no SQL itself:
-its parts are typed by the protocols of `graph.store.parts`, and what depends on the
-backend is its `backend` (`graph.store.sql.backend` for SQLite and PostgreSQL,
-`graph.store.redis.backend` for Redis).
+per-thread writer locks, and (kept by `graph.checkpoints.load.graph_of`) the graph
+compiled with its checkpointer. It offers the per-thread operations retention, copy
+and verify need, so no module outside storage writes SQL for our tables
+(`graph.store.sql.schema` lists them) or asks which backend it has.
+
+Everything a `Store` is made of is typed here by what its callers use: the protocols
+`Ledger`, `AttemptLog`, `Tombstones`, `Approvals`, `Summaries`, the backend's own
+operations on whole threads (`Backend`) and the writer locks (`WriterLocks`). This
+module imports no backend: the SQL classes (`graph.store.sql`, built into a `Store` by
+`graph.store.sql.build.sql_store` for `graph.store.sqlite` and `graph.store.postgres`)
+and the Redis ones (`graph.store.redis`) implement the protocols.
+
+Where could a second writer be stopped? In one place: `WriterLocks.fence(thread_id)`,
+which every write of a thread's rows goes through before it is made: our tables'
+(ledger, attempt log, decisions, tombstones, summaries) and the checkpointer's `put` and
+`put_writes` (`graph.store.saver.CheckedSaver`). It refuses (`BusyError`, exit 5;
+INVARIANTS I8) a write by a store that does not hold the thread's writer lock while
+another holder does; on Redis it hands the write this store's lease token, which the
+write's Lua script compares with the lock key on the server in the same step
+(`graph.store.redis.lua`), so a writer whose lease ran out is refused even after the
+check. A write of a thread that nobody holds (`graph.copy` importing a new thread, one
+table's tests) passes, as the Redis scripts always allowed.
 """
 
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
-from graph.store.parts import Approvals, AttemptLog, Backend, Ledger, Summaries, Tombstones
-from graph.store.sql.approvals import SqlApprovals
-from graph.store.sql.attempt_log import SqlAttemptLog
-from graph.store.sql.backend import SqlBackend
-from graph.store.sql.conn import Sql
-from graph.store.sql.ledger import LedgerRow, SqlLedger
-from graph.store.sql.summaries import SqlSummaries
-from graph.store.sql.tombstones import SqlTombstones, Tombstone
+from graph.store.rows import LedgerRow, Tombstone
+
+if TYPE_CHECKING:
+    from graph.outcome import Outcome
+    from nodes.context import LedgerEntry
+
+__all__ = ["Approvals", "AttemptLog", "Backend", "Closable", "Ledger", "ReadOnlyLocks", "Store",
+           "Summaries", "ThreadExport", "Tombstones", "WriterLocks"]
+
+
+class Ledger(Protocol):
+    """The attempt ledger and request caps (`graph.store.sql.ledger`, `graph.store.redis.ledger`)."""
+
+    def read(self, thread_id: str) -> LedgerEntry | None:
+        """The thread's counts, or None when it has no row."""
+
+    def row(self, thread_id: str) -> LedgerRow | None:
+        """The thread's whole row, read with exact types, or None."""
+
+    def insert_row(self, row: LedgerRow) -> None:
+        """Inserts a whole row as it was elsewhere (`graph.copy`)."""
+
+    def create(self, thread_id: str, max_attempts: int) -> LedgerEntry:
+        """Creates the thread's row with no attempts; keeps an existing row as it is."""
+
+    def count(self, thread_id: str) -> LedgerEntry:
+        """Counts a new attempt unless an unclaimed one exists or the maximum is reached."""
+
+    def claim(self, thread_id: str, attempt: int, charge: str | None = None) -> bool:
+        """Marks counted attempt `attempt` as sent, durably; True exactly once per attempt."""
+
+    def make_durable(self, what: str) -> None:
+        """Waits until every write acknowledged so far is on disk."""
+
+    def ensure_cap(self, cap_id: str, max_requests: int) -> tuple[int, int]:
+        """Creates request cap `cap_id` if new; returns its `(requests, max_requests)`."""
+
+    def insert_cap(self, cap_id: str, requests: int, max_requests: int) -> None:
+        """Inserts a cap with its count as it was elsewhere (`graph.copy`)."""
+
+    def cap(self, cap_id: str) -> tuple[int, int] | None:
+        """`(requests, max_requests)` of a request cap, or None."""
+
+    def caps(self) -> dict[str, tuple[int, int]]:
+        """Every request cap, checked."""
+
+    def touch(self, thread_id: str) -> None:
+        """Sets the row's `updated_at` to now."""
+
+    def updated_at(self) -> dict[str, str]:
+        """`updated_at` of every thread in the ledger, by thread id."""
+
+    def thread_ids(self) -> set[str]:
+        """Every thread id in the ledger, read without checking the rows."""
+
+    def delete(self, thread_id: str) -> None:
+        """Deletes the thread's row (retention, `--restart-pruned`)."""
+
+
+class AttemptLog(Protocol):
+    """The append-only attempt log (`graph.store.sql.attempt_log` says what it holds)."""
+
+    def record(self, thread_id: str, attempt: int, kind: str, payload: dict[str, Any]) -> None:
+        """Appends one row (`kind`: `reason` or `tool`)."""
+
+    def import_rows(self, thread_id: str, rows: list[dict[str, Any]]) -> None:
+        """Appends rows as `rows` returned them elsewhere, times kept (`graph.copy`)."""
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Deletes the thread's rows (retention)."""
+
+    def last_attempt(self, thread_id: str) -> int:
+        """The highest attempt of the thread's `reason` rows; 0 when none.
+
+        Raises:
+            RefusedError: `damaged` for a stored value of the wrong form.
+        """
+
+    def last_attempt_and_rows(self, thread_id: str) -> tuple[int, list[dict[str, Any]] | None]:
+        """`last_attempt`, and the rows it came from where `covers` judges rows, else None.
+
+        A step passes both on (`check_ledger`, then `covers(..., rows)`), so a log whose
+        checks read every row (Redis) is read once per step, not twice.
+
+        Raises:
+            RefusedError: `damaged`, as `last_attempt` and `rows`.
+        """
+
+    def used_tokens(self, thread_id: str) -> int:
+        """The sum of `usage.total_tokens` over the thread's `reason` rows; 0 when none.
+
+        Raises:
+            RefusedError: `damaged` when the sum is not a non-negative integer.
+        """
+
+    def covers(self, thread_id: str, values: dict[str, Any],
+               rows: list[dict[str, Any]] | None = None) -> None:
+        """Refuses a log that lacks rows the thread's checkpoint `values` show were made.
+
+        `rows`, when given, are judged instead of reading the stored ones: a step's
+        (`last_attempt_and_rows`), or another store's (`graph.copy`).
+
+        Raises:
+            RefusedError: `damaged` (exit 4).
+        """
+
+    def rows(self, thread_id: str) -> list[dict[str, Any]]:
+        """The thread's rows, oldest first: `attempt`, `kind`, `payload`, `created_at`.
+
+        Raises:
+            RefusedError: `damaged` for a row that fails its checks.
+        """
+
+
+class Tombstones(Protocol):
+    """Tombstones of pruned threads (`graph.store.sql.tombstones`)."""
+
+    def get(self, thread_id: str) -> Tombstone | None:
+        """The thread's tombstone, or None; `damaged` raised for a malformed one."""
+
+    def add(self, tombstone: Tombstone) -> None:
+        """Records a tombstone; a thread that already has one keeps it."""
+
+    def thread_ids(self) -> set[str]:
+        """Every tombstoned thread id, read without checking the rows."""
+
+    def remove(self, thread_id: str) -> None:
+        """Deletes the tombstone (for `--restart-pruned`)."""
+
+
+class Approvals(Protocol):
+    """Decisions on write calls, one per call of one turn (`graph.store.sql.approvals`)."""
+
+    def rows(self, thread_id: str) -> dict[tuple[int, str], dict[str, Any]]:
+        """Every decision of a thread by (attempt, call id), in decision order."""
+
+    def turn(self, thread_id: str, attempt: int) -> dict[str, dict[str, Any]]:
+        """The decisions on the calls of one turn, by call id."""
+
+    def add(self, row: dict[str, Any]) -> None:
+        """Records one decision; a second one for the same call is refused."""
+
+    def plan(self, thread_id: str, attempt: int, tool_call_id: str, before: str | None,
+             after: str) -> None:
+        """Records, before writing, the file's hash now and the hash it will have after."""
+
+    def mark_applied(self, thread_id: str, attempt: int, tool_call_id: str) -> None:
+        """Marks an approved write as done."""
+
+    def mark_failed(self, thread_id: str, attempt: int, tool_call_id: str, error: str,
+                    result: str) -> None:
+        """Records that an approved write could not be applied, and why."""
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Deletes the thread's decisions (retention)."""
+
+
+class Summaries(Protocol):
+    """Summaries of finished threads (`graph.store.sql.summaries`)."""
+
+    def keep(self, thread_id: str, outcome: Outcome) -> None:
+        """Stores the summary of a finished thread's outcome."""
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Deletes the thread's summary."""
+
+
+class Backend(Protocol):
+    """A backend's operations on whole threads and on the database itself.
+
+    `graph.store.base.Store` delegates to it everything that depends on how the
+    checkpoints and our tables are stored.
+    """
+
+    def commit(self) -> None:
+        """Commits what the last graph call left kept back (nothing where writes commit at once)."""
+
+    def checkpoint_thread_ids(self) -> set[str]:
+        """Every thread id with a checkpoint, read without decoding any."""
+
+    def count_checkpoints(self, thread_id: str) -> int:
+        """How many checkpoints the thread has stored, read without decoding any."""
+
+    def bury(self, tombstone: Tombstone) -> None:
+        """Deletes a finished thread, leaving its tombstone (`graph.store.base.Store.bury`)."""
+
+    def trim(self, thread_id: str, keep: int | None) -> int:
+        """Deletes the thread's checkpoints older than its latest `keep`; returns how many."""
+
+    def expire_finished(self, thread_id: str, status: str) -> None:
+        """Gives a finished thread's keys their time-to-live (`graph.store.redis.ttl`); else nothing."""
+
+    def buried_with_checkpoints(self) -> set[str]:
+        """Tombstoned thread ids that still have checkpoints (an interrupted `bury`)."""
+
+    def used_bytes(self) -> int:
+        """Bytes the database uses (0 where this is not known)."""
+
+    def reclaim_space(self) -> None:
+        """Gives free space back where the backend can (SQLite's `VACUUM`)."""
 
 
 class WriterLocks(Protocol):
@@ -33,6 +241,18 @@ class WriterLocks(Protocol):
 
     def hold(self, thread_id: str) -> AbstractContextManager[None]:
         """Holds the thread's lock for a block; raises `BusyError` when another has it."""
+
+    def fence(self, thread_id: str) -> str:
+        """The fencing hook: called before each write of the thread's rows (module doc).
+
+        Returns:
+            The token the write carries: on Redis this store's lease token ('' when it
+            holds none), which the write's script checks again on the server; '' on SQL.
+
+        Raises:
+            BusyError: Another store or process holds the thread's writer lock and this
+                store does not (exit 5); nothing was written.
+        """
 
     def close(self) -> None:
         """Releases every lock (after the database connections are closed)."""
@@ -56,6 +276,14 @@ class ReadOnlyLocks:
         """
         raise RuntimeError(f"thread {thread_id!r}: a store opened read-only holds no locks")
 
+    def fence(self, thread_id: str) -> str:
+        """Never returns.
+
+        Raises:
+            RuntimeError: Always (a bug: a store opened read-only writes nothing).
+        """
+        raise RuntimeError(f"thread {thread_id!r}: a store opened read-only writes nothing")
+
     def close(self) -> None:
         """Nothing to release."""
 
@@ -69,7 +297,7 @@ class ThreadExport:
         ledger: Its ledger row, or None (a pruned thread has none).
         tombstone: Its tombstone, or None.
         checkpoints: Every checkpoint with its pending writes, newest first.
-        log: Its attempt-log rows, oldest first (`SqlAttemptLog.rows`).
+        log: Its attempt-log rows, oldest first (`AttemptLog.rows`).
         decisions: Its decisions on write calls, in decision order.
     """
 
@@ -85,8 +313,9 @@ class ThreadExport:
 class Store:
     """An open checkpoint database (a SQLite file, PostgreSQL or Redis).
 
-    Holds no SQL: what depends on how things are stored is in `backend`
-    (`graph.store.parts`).
+    Holds no SQL: what depends on how things are stored is in `backend` and the
+    tables (the protocols of this module). Built by `graph.store.sql.build.sql_store`
+    (SQLite, PostgreSQL) and `graph.store.redis.open.open_redis`.
 
     Attributes:
         location: The file path, or the URL with its password redacted, for messages.
@@ -120,33 +349,17 @@ class Store:
     """The agent graph compiled with this store's checkpointer, kept by
     `graph.checkpoints.load.graph_of` (the store builds no graph)."""
 
-    @classmethod
-    def build(cls, location: str, checkpointer: BaseCheckpointSaver[str], sql: Sql, *,
-              locks: WriterLocks, conns: tuple[Closable, ...],
-              ledger_type: type[SqlLedger] = SqlLedger, summaries: bool = False) -> Store:
-        """A store whose tables all run on `sql` (SQLite or PostgreSQL).
-
-        `ledger_type` lets a backend add what its claims need (`graph.store.sqlite.ledger`);
-        `conns` are every connection the store closes, in order; `summaries` keeps
-        summaries of finished threads (for `graph.store.poll`).
-        """
-        ledger, log = ledger_type(sql), SqlAttemptLog(sql)
-        tombstones, approvals = SqlTombstones(sql), SqlApprovals(sql)
-        kept = SqlSummaries(sql) if summaries else None
-        backend = SqlBackend(sql, checkpointer, ledger=ledger, log=log, tombstones=tombstones,
-                             approvals=approvals, summaries=kept)
-        return cls(location, checkpointer, backend, ledger, log, tombstones, approvals, locks,
-                   conns, kept)
-
     @property
-    def sql(self) -> Sql:
-        """The SQL connection of a SQLite or PostgreSQL store (tests and SQL-only tools).
+    def sql(self) -> Any:
+        """The SQL connection (`graph.store.sql.conn.Sql`) of a SQLite or PostgreSQL store.
+
+        For tests and SQL-only tools; code that works on any store never asks for it.
 
         Raises:
             AttributeError: The store is not SQL (Redis).
         """
         sql = getattr(self.backend, "sql", None)
-        if not isinstance(sql, Sql):
+        if sql is None:
             raise AttributeError(f"{self.location}: this store has no SQL connection")
         return sql
 

@@ -27,10 +27,9 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
-from graph.checkpoints.thread_checks import pruned_refusal
 from graph.errors import BusyError, RunError
 from graph.outcome import Outcome
-from graph.store import is_postgres
+from graph.store.checks import pruned_refusal
 from graph.store.sql.conn import SqliteSql
 from graph.store.sql.summaries import SqlSummaries
 from graph.store.sql.tombstones import SqlTombstones
@@ -38,6 +37,7 @@ from graph.store.sqlite.access import check_sqlite_access, read_only_uri
 from graph.store.sqlite.file import check_database, schema_needs_setup
 from graph.store.sqlite.locks import ThreadLocks
 from graph.store.sqlite.names import NameSlot, check_one_name
+from graph.store.urls import is_postgres
 
 
 def quick_answer(db: str, thread_id: str) -> Outcome | None:

@@ -83,9 +83,23 @@ class CheckedSaver(BaseCheckpointSaver[str]):
         """Around a `put_writes` to checkpoint `config`: here nothing (each statement commits)."""
         return nullcontext()
 
+    fence: Callable[[str], str] | None = None
+    """The store's fencing hook (`graph.store.base.WriterLocks.fence`), set by `fence_with`;
+    None for a saver used on its own (tests)."""
+
+    def fence_with(self, fence: Callable[[str], str]) -> None:
+        """Sends every later `put` and `put_writes` through the store's fencing hook."""
+        self.fence = fence
+
+    def _fenced(self, config: RunnableConfig) -> None:
+        """Refuses a write to `config`'s thread by a store that may not write it (`fence`)."""
+        if self.fence is not None:
+            self.fence(str(config["configurable"]["thread_id"]))
+
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
             new_versions: ChannelVersions) -> RunnableConfig:
-        """Records the checkpoint's digest, then saves it like LangGraph."""
+        """Records the checkpoint's digest, then saves it like LangGraph (fenced first)."""
+        self._fenced(config)
         starts = (metadata.get("source"), metadata.get("step")) in (("input", -1), ("loop", 0))
         with self._checkpoint_block(starts):
             if self.digests is not None:
@@ -100,7 +114,8 @@ class CheckedSaver(BaseCheckpointSaver[str]):
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                    task_path: str = "") -> None:
-        """Records each write's digest, then saves them like LangGraph."""
+        """Records each write's digest, then saves them like LangGraph (fenced first)."""
+        self._fenced(config)
         with self._writes_block(config):
             if self.digests is not None:
                 conf = config["configurable"]

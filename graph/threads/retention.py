@@ -20,44 +20,16 @@ not stepped since, gives its older checkpoints back without waiting for its next
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from graph.checkpoints.load import graph_of, load_thread
-from graph.errors import BusyError, RefusedError, UsageError
-from graph.store.sql.tombstones import Tombstone
+from graph.errors import BusyError, RefusedError
+from graph.store.rows import Tombstone
 
 if TYPE_CHECKING:  # the graph's modules load only when threads are read
     from graph.store.base import Store
-
-_AGE = re.compile(r"([0-9]+)([smhd])")  # ASCII digits only, like the documented form
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
-
-
-def parse_age(text: str, name: str = "age") -> timedelta:
-    """Parses `90s`, `30m`, `24h` or `7d`.
-
-    Args:
-        text: The age as given.
-        name: How a refusal names it: `age` (the command's wording for `--completed`
-            and `--failed`), or the keyword of `graph.api` (`completed`, `failed`).
-
-    Raises:
-        UsageError: Anything else, or not text (exit 2).
-    """
-    match = _AGE.fullmatch(text) if isinstance(text, str) else None
-    if not match:
-        raise UsageError(f"{name} {text!r} must look like 90s, 30m, 24h or 7d")
-    try:
-        age = timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
-    except (OverflowError, ValueError):  # ValueError: past 4,300 digits (CVE-2020-10735)
-        raise UsageError(f"{name} {text[:40]!r} is too large") from None
-    if age > timedelta(days=36_500):
-        raise UsageError(f"{name} {text!r} is more than a hundred years")
-    return age
-
 
 @dataclass(frozen=True)
 class Candidate:

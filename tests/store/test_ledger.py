@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from graph.errors import ErrorCode, RefusedError
-from graph.store.sql.ledger import LedgerRow, SqlLedger
+from graph.store.rows import LedgerRow
+from graph.store.sql.ledger import SqlLedger
 from nodes.context import LedgerEntry
 from tests.memory_ledger import MemoryLedger
 

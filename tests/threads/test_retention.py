@@ -14,7 +14,8 @@ import pytest
 from graph.errors import UsageError
 from graph.prune import main as prune_main
 from graph.store import open_store
-from graph.threads.retention import parse_age, prune, select
+from graph.store.ages import parse_age
+from graph.threads.retention import prune, select
 from tests.conftest import run_cli
 from tests.fakes import NeverFinishes
 from tests.pg_pool import create_database, own_name

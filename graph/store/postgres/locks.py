@@ -98,6 +98,7 @@ class AdvisoryThreadLocks:
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self._conn = conn
+        self._held: set[str] = set()
 
     @contextmanager
     def hold(self, thread_id: str) -> Iterator[None]:
@@ -109,10 +110,24 @@ class AdvisoryThreadLocks:
         key = thread_key(thread_id)
         if not _try_lock(self._conn, key):
             raise BusyError.for_thread(thread_id)
+        self._held.add(thread_id)
         try:
             yield
         finally:
+            self._held.discard(thread_id)
             _unlock(self._conn, key)
+
+    def fence(self, thread_id: str) -> str:
+        """The fencing hook (`graph.store.base.WriterLocks.fence`): '' unless refused.
+
+        A thread held here costs nothing; otherwise `pg_locks` is read (`held_elsewhere`).
+
+        Raises:
+            BusyError: Another session holds the thread's lock, this one not.
+        """
+        if thread_id not in self._held and held_elsewhere(self._conn, thread_key(thread_id)):
+            raise BusyError.for_thread(thread_id)
+        return ""
 
     def close(self) -> None:
         """Nothing to do: the locks end with the control connection's session."""

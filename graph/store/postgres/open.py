@@ -25,10 +25,11 @@ from graph.errors import ErrorCode, RefusedError, UsageError
 from graph.store.base import Store
 from graph.store.digest import SqlDigests, new_marker
 from graph.store.postgres.locks import AdvisoryThreadLocks, advisory_key, advisory_lock
-from graph.store.postgres.url import CONNECT_TIMEOUT_S, redact
 from graph.store.saver import postgres_saver
+from graph.store.sql.build import sql_store
 from graph.store.sql.conn import PostgresSql
 from graph.store.sql.schema import LEDGER, POSTGRES_MIGRATIONS_TABLE, TRIGGERS, ddl, postgres_objects_query
+from graph.store.urls import CONNECT_TIMEOUT_S, redact
 
 if TYPE_CHECKING:
     import psycopg
@@ -144,7 +145,7 @@ def open_postgres(url: str, *, create: bool = True, read_only: bool = False
             if not read_only:  # a reader of an older schema reads what is there
                 _setup_serialized(control, checkpointer)
         _check_triggers(db, location)
-        yield Store.build(location, checkpointer, db, locks=AdvisoryThreadLocks(control),
+        yield sql_store(location, checkpointer, db, locks=AdvisoryThreadLocks(control),
                           conns=(saver_conn, control), summaries=True)
     finally:
         saver_conn.close()

@@ -23,16 +23,15 @@ back at the end. No LangGraph import.
 
 from __future__ import annotations
 
-from graph.checkpoints.thread_checks import pruned_refusal
 from graph.errors import BusyError, RunError
 from graph.outcome import Outcome
-from graph.store import check_postgres_url
+from graph.store.checks import pruned_refusal
 from graph.store.postgres.locks import held_elsewhere, thread_key
-from graph.store.postgres.url import CONNECT_TIMEOUT_S, redact
 from graph.store.sql.conn import PostgresSql
 from graph.store.sql.schema import postgres_objects_query
 from graph.store.sql.summaries import SqlSummaries
 from graph.store.sql.tombstones import SqlTombstones
+from graph.store.urls import CONNECT_TIMEOUT_S, check_postgres_url, redact
 
 
 def postgres_answer(url: str, thread_id: str) -> Outcome | None:

@@ -1,4 +1,4 @@
-"""Decisions on write calls in Redis (`graph.store.parts.Approvals`).
+"""Decisions on write calls in Redis (`graph.store.base.Approvals`).
 
 The rows of `graph.store.sql.approvals` (same columns, same key: the thread, the attempt
 whose reply asked for the call, and the call id), as one hash per thread
@@ -21,8 +21,8 @@ from graph.errors import ErrorCode, RefusedError
 from graph.store.redis import keys
 from graph.store.redis.conn import server_errors
 from graph.store.redis.tables import RedisTable
-from graph.store.rows import check_row, damaged
-from graph.store.sql.approvals import _COLUMN_TYPES, COLUMNS, now
+from graph.store.rows import APPROVAL_COLUMNS as COLUMNS
+from graph.store.rows import APPROVAL_TYPES, check_row, damaged, now
 
 
 def _field(attempt: int, tool_call_id: str) -> bytes:
@@ -41,7 +41,7 @@ def _row(thread_id: str, field: bytes, raw: bytes) -> dict[str, Any]:
         raise damaged("write_approvals", "a decision is not JSON") from None
     if not isinstance(row, dict) or set(row) != set(COLUMNS):
         raise damaged("write_approvals", "a decision has other fields")
-    check_row("write_approvals", tuple(row[c] for c in COLUMNS), _COLUMN_TYPES)
+    check_row("write_approvals", tuple(row[c] for c in COLUMNS), APPROVAL_TYPES)
     if row["decision"] not in ("approve", "reject"):  # the SQL table's CHECK
         raise damaged("write_approvals", "a decision is neither approve nor reject")
     if row["thread_id"] != thread_id or _field(row["attempt"], row["tool_call_id"]) != field:

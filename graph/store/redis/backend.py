@@ -1,4 +1,4 @@
-"""The operations of a Redis store on whole threads (`graph.store.parts.Backend`).
+"""The operations of a Redis store on whole threads (`graph.store.base.Backend`).
 
 LangGraph's `RedisSaver` keeps each checkpoint as a JSON document under
 `checkpoint:<thread>:<namespace>:<checkpoint id>` (the root namespace written as a
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from graph.errors import BusyError
 from graph.store.redis import keys
 from graph.store.redis.conn import server_errors
-from graph.store.sql.tombstones import Tombstone
+from graph.store.rows import Tombstone
 
 if TYPE_CHECKING:
     import redis
@@ -85,7 +85,7 @@ class RedisBackend:
 
     def count_checkpoints(self, thread_id: str) -> int:
         """How many checkpoint keys the thread has."""
-        found = self._checkpoint_keys(f"{CHECKPOINT_PREFIX}{_glob(thread_id)}:*")
+        found = self._checkpoint_keys(f"{CHECKPOINT_PREFIX}{keys.glob_escape(thread_id)}:*")
         return sum(1 for key in found if checkpoint_thread(key) == thread_id)
 
     def bury(self, tombstone: Tombstone) -> None:
@@ -154,7 +154,3 @@ class RedisBackend:
     def reclaim_space(self) -> None:
         """Nothing: Redis frees a deleted key's memory at once."""
 
-
-def _glob(text: str) -> str:
-    """`text` with the `SCAN MATCH` wildcards escaped."""
-    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)

@@ -23,12 +23,11 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from graph.errors import DatabaseLostError, ErrorCode, NotDurableError, UsageError
-from graph.store.redis.url import check_url, redact
+from graph.store.urls import check_redis_url, redact
 
 if TYPE_CHECKING:
     import redis
 
-REDIS_PREFIXES = ("redis://", "rediss://", "unix://")
 WAITAOF_TIMEOUT_MS = 5_000
 """How long a claim waits for its fsync before the step gives up (milliseconds)."""
 SOCKET_TIMEOUT_S = 30.0
@@ -43,11 +42,6 @@ under the command timeout (`SOCKET_TIMEOUT_S`): a `rediss://` URL naming a plain
 _FSYNC_POLICIES = ("always", "everysec")
 
 
-def is_redis(db: str) -> bool:
-    """True when `db` is a Redis URL (`redis://`, `rediss://`, `unix://`)."""
-    return db.startswith(REDIS_PREFIXES)
-
-
 def connect(url: str) -> redis.Redis:
     """A client (a connection pool, safe across threads) that answers bytes and never retries.
 
@@ -58,7 +52,7 @@ def connect(url: str) -> redis.Redis:
 
     Raises:
         UsageError: The redis extra is not installed or the URL is refused (`usage`,
-            `check_url`), or the server cannot be reached or refuses the login
+            `check_redis_url`), or the server cannot be reached or refuses the login
             (`db_unreachable`; exit 2).
     """
     try:
@@ -67,7 +61,7 @@ def connect(url: str) -> redis.Redis:
         from redis.retry import Retry
     except ImportError:
         raise UsageError("Redis needs the redis extra: pip install -e '.[redis]'") from None
-    check_url(url)
+    check_redis_url(url)
     try:
         extra = ({} if url.startswith("unix://")
                  else {"connection_class": _connection_class(url.startswith("rediss://"))})

@@ -13,88 +13,19 @@ expire between its tombstone check and its ledger row's creation is refused as
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, cast
 
-from graph.checkpoints.thread_checks import pruned_refusal
 from graph.errors import RefusedError
+from graph.store.checks import pruned_refusal
 from graph.store.redis import keys
 from graph.store.redis.backend import CHECKPOINT_PREFIX, checkpoint_thread
 from graph.store.redis.conn import server_errors
 from graph.store.redis.ledger import RedisLedger
-from graph.store.redis.tables import RedisTombstones, _text
-from graph.store.redis.ttl import EXPIRING, checkpoint_keys, mark_key, thread_keys
-from graph.store.rows import damaged
-from graph.store.sql.tombstones import _FINAL, Tombstone
+from graph.store.redis.tables import RedisTombstones
+from graph.store.redis.ttl import EXPIRING, expired, mark_key, read_mark, thread_keys
+from graph.store.rows import Tombstone
+from nodes.context import LedgerEntry
 
-if TYPE_CHECKING:
-    import redis
-
-    from graph.store.sql.ledger import LedgerEntry
-
-_FIELDS = {"final_status", "expires_at_ms", "checkpoints"}
-
-
-@dataclass(frozen=True)
-class Mark:
-    """A thread's expiry mark: its final status, expiry time (ms since the epoch), checkpoints."""
-
-    final_status: str
-    expires_at_ms: int
-    checkpoints: int
-
-    @property
-    def pruned_at(self) -> str:
-        """The expiry time, UTC, ISO 8601 to the second (a tombstone's `pruned_at`)."""
-        return datetime.fromtimestamp(self.expires_at_ms / 1000, UTC).isoformat(timespec="seconds")
-
-
-def read_mark(client: redis.Redis, thread_id: str) -> Mark | None:
-    """The thread's mark, or None.
-
-    Raises:
-        RefusedError: `damaged` (in `thread_tombstones`) for a mark of the wrong form.
-    """
-    import redis as redis_lib
-
-    try:
-        raw = cast("dict[bytes, bytes]", client.hgetall(mark_key(thread_id)))
-    except redis_lib.ResponseError as exc:
-        if "WRONGTYPE" not in str(exc):
-            raise
-        raise damaged("thread_tombstones", f"thread {thread_id!r} has an expiry mark of the "
-                      "wrong type") from None
-    if not raw:
-        return None
-    fields = {_text("thread_tombstones", k): _text("thread_tombstones", v) for k, v in raw.items()}
-    numbers = (fields.get("expires_at_ms", ""), fields.get("checkpoints", ""))
-    if (set(fields) != _FIELDS or fields["final_status"] not in _FINAL
-            or not all(n.isascii() and n.isdigit() and len(n) <= 15 for n in numbers)):
-        raise damaged("thread_tombstones", f"thread {thread_id!r} has an expiry mark of the "
-                      "wrong form")
-    return Mark(fields["final_status"], int(numbers[0]), int(numbers[1]))
-
-
-def expired(client: redis.Redis, thread_id: str, mark: Mark,
-            checkpoints: Counter[str] | None = None) -> bool:
-    """True once the marked thread is not whole (module doc).
-
-    Args:
-        client: The server's client.
-        thread_id: The marked thread.
-        mark: Its mark (`read_mark`).
-        checkpoints: Checkpoint keys per thread id, counted by one `SCAN` for many
-            threads; None counts this thread's now.
-    """
-    seconds, micros = client.time()
-    if int(seconds) * 1000 + int(micros) // 1000 >= mark.expires_at_ms:
-        return True
-    if not client.exists(keys.ledger_key(thread_id)):
-        return True
-    left = (len(checkpoint_keys(client, thread_id)) if checkpoints is None
-            else checkpoints[thread_id])
-    return left < mark.checkpoints
+__all__ = ["ExpiringLedger", "ExpiringTombstones"]
 
 
 class ExpiringTombstones(RedisTombstones):

@@ -85,6 +85,11 @@ def approvals_key(thread_id: str) -> bytes:
     return _encode(APPROVALS + thread_id)
 
 
+def glob_escape(text: str) -> str:
+    """`text` with the `SCAN MATCH` wildcards escaped."""
+    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)
+
+
 def pattern(prefix: str) -> bytes:
     """A `SCAN MATCH` pattern for every key that starts with `prefix` (one of ours)."""
     return prefix.encode() + b"*"

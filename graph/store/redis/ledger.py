@@ -30,8 +30,7 @@ from graph.store.redis import keys
 from graph.store.redis import lua as redis_lua
 from graph.store.redis.conn import WAITAOF, check_durable, check_fsynced, make_durable, server_errors
 from graph.store.redis.rows import RedisLedgerRows
-from graph.store.rows import damaged, is_int, is_iso_time
-from graph.store.sql.ledger import LedgerRow
+from graph.store.rows import LedgerRow, damaged, is_int, is_iso_time
 from nodes.context import LedgerEntry
 
 if TYPE_CHECKING:
@@ -97,6 +96,10 @@ class RedisLedger(RedisLedgerRows):
         return LedgerEntry(*(int(v) for v in reply[1:4]))
 
     def _token(self, thread_id: str) -> str:
+        """The store's fencing hook (`graph.store.base.WriterLocks.fence`) for the thread's row.
+
+        Returns the lease token the scripts compare on the server ('' for none).
+        """
         return self._tokens(thread_id) or ""
 
     def create(self, thread_id: str, max_attempts: int) -> LedgerEntry:
@@ -111,6 +114,7 @@ class RedisLedger(RedisLedgerRows):
         """
         if not is_int(max_attempts, 1):
             raise ValueError(f"max_attempts must be at least 1, not {max_attempts!r}")
+        self._token(thread_id)  # the fencing hook: a script without a lease check
         reply = self._run("CREATE", [keys.ledger_key(thread_id)], [max_attempts, _now()])
         return self._entry(thread_id, reply)
 
@@ -191,6 +195,7 @@ class RedisLedger(RedisLedgerRows):
                 and row.max_attempts >= 1 and is_iso_time(row.created_at)
                 and is_iso_time(row.updated_at)):
             raise ValueError(f"impossible ledger row {row!r}")
+        self._token(thread_id)  # the fencing hook: a script without a lease check
         if self._run("INSERT_ROW", [keys.ledger_key(thread_id)], values)[0] == "exists":
             raise RefusedError("the thread has a ledger row here already", thread_id=thread_id,
                                error_code=ErrorCode.EXISTS, location=self.location)
@@ -218,9 +223,11 @@ class RedisLedger(RedisLedgerRows):
 
     def touch(self, thread_id: str) -> None:
         """Sets the row's `updated_at` to now (a status change without an attempt)."""
+        self._token(thread_id)  # the fencing hook: a script without a lease check
         self._run("TOUCH", [keys.ledger_key(thread_id)], [_now()])
 
     def delete(self, thread_id: str) -> None:
         """Deletes the thread's row: only retention and `--restart-pruned` do this."""
+        self._token(thread_id)  # the fencing hook
         with server_errors(self.location):
             self._client.delete(keys.ledger_key(thread_id))

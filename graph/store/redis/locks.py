@@ -124,6 +124,24 @@ class RedisThreadLocks:
         except redis.RedisError:
             pass  # the lease runs out by itself
 
+    def fence(self, thread_id: str) -> str:
+        """The fencing hook (`graph.store.base.WriterLocks.fence`): the token a write carries.
+
+        While this object holds the thread, its token, unchecked here: the write's script
+        compares it with the lock key on the server (`graph.store.redis.lua`), in the same
+        step as the write. Otherwise '' after checking that nobody holds the thread.
+
+        Raises:
+            BusyError: Another process holds the thread's lease, this one not (exit 5).
+            DatabaseLostError: The server was lost (exit 6).
+        """
+        token = self.token(thread_id)
+        if token is not None:
+            return token
+        if self.held_elsewhere(thread_id):
+            raise BusyError.for_thread(thread_id).at(location=self.location)
+        return ""
+
     def held_elsewhere(self, thread_id: str) -> bool:
         """True when someone other than a `hold` of this object has the thread's lease.
 

@@ -34,8 +34,8 @@ from graph.store.redis.expiring import ExpiringLedger, ExpiringTombstones
 from graph.store.redis.locks import RedisThreadLocks
 from graph.store.redis.tables import RedisAttemptLog
 from graph.store.redis.ttl import TtlBackend, ttl_ages
-from graph.store.redis.url import redact
 from graph.store.rows import damaged
+from graph.store.urls import redact
 
 if TYPE_CHECKING:
     import redis
@@ -170,7 +170,7 @@ def open_redis(url: str, *, create: bool = True, read_only: bool = False) -> Ite
             locks, tokens = ReadOnlyLocks(), _no_token
         else:
             redis_locks = RedisThreadLocks(client, location)
-            locks, tokens = redis_locks, redis_locks.token
+            locks, tokens = redis_locks, redis_locks.fence
         ledger = ExpiringLedger(client, location, tokens=tokens)
         if not read_only:
             ledger.check_durable()  # before anything is written
@@ -185,6 +185,7 @@ def open_redis(url: str, *, create: bool = True, read_only: bool = False) -> Ite
                 checkpointer.setup()  # only reads: the indexes exist (checked above)
         else:
             _set_up(checkpointer, client, location)
+            checkpointer.fence_with(redis_locks.fence)
         backend = TtlBackend(client, location, checkpointer, ledger, tokens=tokens,
                              ages=ttl_ages() if not read_only else {}, hold=locks.hold)
         store = Store(location, checkpointer, backend,

@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING
 from graph.errors import RefusedError
 from graph.store.redis import keys
 from graph.store.redis.conn import server_errors
-from graph.store.rows import damaged, is_iso_time
-from graph.store.sql.ledger import LedgerRow
+from graph.store.rows import LedgerRow, damaged, is_iso_time
 from nodes.context import LedgerEntry
 
 if TYPE_CHECKING:

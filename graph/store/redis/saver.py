@@ -99,6 +99,7 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
         as damaged). `put` and `put_writes` therefore hold one lock, and a checkpoint whose
         writes were already saved gets `has_writes` set back to true before `put` returns.
         """
+        self._fenced(config)  # before the digest is recorded
         conf = config["configurable"]
         key = (str(conf["thread_id"]), str(conf.get("checkpoint_ns", "")), checkpoint["id"],
                METADATA, 0)

@@ -1,4 +1,4 @@
-"""The attempt log and the tombstones in Redis (`graph.store.parts.AttemptLog`, `Tombstones`).
+"""The attempt log and the tombstones in Redis (`graph.store.base.AttemptLog`, `Tombstones`).
 
 The same rows as the SQL tables (`graph.store.sql.attempt_log`, `graph.store.sql.tombstones`), under the
 keys of `graph.store.redis.keys`: a thread's attempt log is a list of JSON objects, appended
@@ -16,9 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 from graph.store.redis import keys
 from graph.store.redis.conn import make_durable, server_errors
-from graph.store.rows import damaged, is_int, is_iso_time, is_text
-from graph.store.sql.attempt_log import _PAYLOAD_KEYS, _REQUIRED
-from graph.store.sql.tombstones import _FINAL, Tombstone
+from graph.store.rows import (
+    FINAL_STATUSES,
+    LOG_PAYLOAD_KEYS,
+    Tombstone,
+    check_log_payload,
+    damaged,
+    is_int,
+    is_iso_time,
+    is_text,
+)
 
 if TYPE_CHECKING:
     import redis
@@ -71,7 +78,12 @@ class RedisTable:
                 raise damaged(table, f"key {args[0]!r:.60} has the wrong type") from None
 
 
-def _text(table: str, value: bytes) -> str:
+def decoded(table: str, value: bytes) -> str:
+    """A stored value as text.
+
+    Raises:
+        RefusedError: `damaged`, naming `table`, for bytes that are not UTF-8.
+    """
     try:
         return value.decode()
     except UnicodeDecodeError:
@@ -85,7 +97,7 @@ def _log_row(raw: bytes, thread_id: str) -> dict[str, Any]:
     copied from another thread's log is refused, even where counts and tokens agree.
     """
     try:
-        row = json.loads(_text("attempt_log", raw))
+        row = json.loads(decoded("attempt_log", raw))
     except ValueError:
         raise damaged("attempt_log", "a row is not JSON") from None
     if isinstance(row, dict) and "thread_id" in row:
@@ -93,14 +105,11 @@ def _log_row(raw: bytes, thread_id: str) -> dict[str, Any]:
             raise damaged("attempt_log", f"a row of thread {thread_id!r}'s log names another "
                           "thread: copied from its log")
     if (not isinstance(row, dict) or set(row) != {"attempt", "kind", "payload", "created_at"}
-            or not is_int(row["attempt"], 1) or row["kind"] not in _PAYLOAD_KEYS
+            or not is_int(row["attempt"], 1) or row["kind"] not in LOG_PAYLOAD_KEYS
             or not isinstance(row["payload"], dict) or not is_text(row["created_at"])):
         raise damaged("attempt_log", "a row has other fields or a field of the wrong type")
     payload = row["payload"]
-    for key, ok in _PAYLOAD_KEYS[row["kind"]].items():
-        if key in payload and not ok(payload[key]) or key not in payload and key in _REQUIRED:
-            raise damaged("attempt_log", f"a {row['kind']} payload's {key!r} is missing or "
-                          "has the wrong type")
+    check_log_payload(row["kind"], payload)
     tokens = (payload.get("usage") or {}).get("total_tokens")  # summed for the token cap
     if tokens is not None and not is_int(tokens):
         raise damaged("attempt_log", "the recorded token usage is not a whole number")
@@ -255,9 +264,9 @@ class RedisTombstones(RedisTable):
                                              keys.tombstone_key(thread_id))
         if not raw:
             return None
-        fields = {_text("thread_tombstones", k): _text("thread_tombstones", v)
+        fields = {decoded("thread_tombstones", k): decoded("thread_tombstones", v)
                   for k, v in raw.items()}
-        if (set(fields) != {"final_status", "pruned_at"} or fields["final_status"] not in _FINAL
+        if (set(fields) != {"final_status", "pruned_at"} or fields["final_status"] not in FINAL_STATUSES
                 or not is_iso_time(fields["pruned_at"])):
             raise damaged("thread_tombstones", f"thread {thread_id!r} has a tombstone of the "
                           "wrong form")

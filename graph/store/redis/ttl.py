@@ -17,7 +17,7 @@ the thread is whole the mark changes nothing; it acts as a tombstone
 (`graph.store.redis.expiring.ExpiringTombstones`) once the expiry time has passed, the ledger
 hash is gone, or fewer checkpoints are left than were counted: Redis removes each key on
 its own, and a thread missing any part is refused as `pruned` (exit 4), never resumed
-or restarted with a fresh budget. `--restart-pruned` starts it anew as after
+or restarted with a fresh budget (`read_mark`, `expired`). `--restart-pruned` starts it anew as after
 `graph.prune`, which also sweeps the leftovers of expired threads, turning their marks
 into ordinary tombstones.
 """
@@ -25,20 +25,27 @@ into ordinary tombstones.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from graph.errors import BusyError
+from graph.store.ages import parse_age
 from graph.store.redis import keys
-from graph.store.redis.backend import CHECKPOINT_PREFIX, RedisBackend, _glob, checkpoint_thread
+from graph.store.redis.backend import CHECKPOINT_PREFIX, RedisBackend, checkpoint_thread
 from graph.store.redis.conn import server_errors
-from graph.threads.retention import parse_age
-from nodes.state import FINAL_STATUSES
+from graph.store.redis.tables import decoded
+from graph.store.rows import FINAL_STATUSES, damaged
 
 if TYPE_CHECKING:
     import redis
+
+__all__ = ["COMPLETED_ENV", "DEFAULT_COMPLETED", "DEFAULT_FAILED", "EXPIRING", "FAILED_ENV", "Mark",
+           "TtlBackend", "checkpoint_keys", "expired", "mark_key", "read_mark", "thread_keys",
+           "ttl_ages"]
 
 COMPLETED_ENV = "GRAPH_TTL_COMPLETED"
 """The time-to-live of a `done` thread's keys (default `DEFAULT_COMPLETED`)."""
@@ -109,7 +116,7 @@ def _scan(client: redis.Redis, match: str) -> list[bytes]:
 
 def checkpoint_keys(client: redis.Redis, thread_id: str) -> list[bytes]:
     """The thread's `checkpoint:` keys (one per checkpoint), found by `SCAN`."""
-    found = _scan(client, f"{CHECKPOINT_PREFIX}{_glob(thread_id)}:*")
+    found = _scan(client, f"{CHECKPOINT_PREFIX}{keys.glob_escape(thread_id)}:*")
     return [key for key in found if checkpoint_thread(key) == thread_id]
 
 
@@ -117,7 +124,7 @@ def thread_keys(client: redis.Redis, thread_id: str) -> list[bytes]:
     """Every key of the thread but its ledger hash, lock and mark (module doc), found now."""
     found = checkpoint_keys(client, thread_id)
     for prefix, parts in _LANGGRAPH_KEYS:
-        for key in _scan(client, f"{prefix}{_glob(thread_id)}:*"):
+        for key in _scan(client, f"{prefix}{keys.glob_escape(thread_id)}:*"):
             rest = key.decode("utf-8", "surrogateescape")[len(prefix):].rsplit(":", parts)
             if len(rest) == parts + 1 and rest[0] == thread_id:
                 found.append(key)
@@ -125,6 +132,70 @@ def thread_keys(client: redis.Redis, thread_id: str) -> list[bytes]:
     found += sorted(cast("set[bytes]", client.smembers(digests)))
     return [*found, digests, keys.saved_key(thread_id), keys.log_key(thread_id),
             keys.approvals_key(thread_id)]
+
+
+_FIELDS = {"final_status", "expires_at_ms", "checkpoints"}
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A thread's expiry mark: its final status, expiry time (ms since the epoch), checkpoints."""
+
+    final_status: str
+    expires_at_ms: int
+    checkpoints: int
+
+    @property
+    def pruned_at(self) -> str:
+        """The expiry time, UTC, ISO 8601 to the second (a tombstone's `pruned_at`)."""
+        return datetime.fromtimestamp(self.expires_at_ms / 1000, UTC).isoformat(timespec="seconds")
+
+
+def read_mark(client: redis.Redis, thread_id: str) -> Mark | None:
+    """The thread's mark, or None.
+
+    Raises:
+        RefusedError: `damaged` (in `thread_tombstones`) for a mark of the wrong form.
+    """
+    import redis as redis_lib
+
+    try:
+        raw = cast("dict[bytes, bytes]", client.hgetall(mark_key(thread_id)))
+    except redis_lib.ResponseError as exc:
+        if "WRONGTYPE" not in str(exc):
+            raise
+        raise damaged("thread_tombstones", f"thread {thread_id!r} has an expiry mark of the "
+                      "wrong type") from None
+    if not raw:
+        return None
+    fields = {decoded("thread_tombstones", k): decoded("thread_tombstones", v) for k, v in raw.items()}
+    numbers = (fields.get("expires_at_ms", ""), fields.get("checkpoints", ""))
+    if (set(fields) != _FIELDS or fields["final_status"] not in FINAL_STATUSES
+            or not all(n.isascii() and n.isdigit() and len(n) <= 15 for n in numbers)):
+        raise damaged("thread_tombstones", f"thread {thread_id!r} has an expiry mark of the "
+                      "wrong form")
+    return Mark(fields["final_status"], int(numbers[0]), int(numbers[1]))
+
+
+def expired(client: redis.Redis, thread_id: str, mark: Mark,
+            checkpoints: Counter[str] | None = None) -> bool:
+    """True once the marked thread is not whole (module doc).
+
+    Args:
+        client: The server's client.
+        thread_id: The marked thread.
+        mark: Its mark (`read_mark`).
+        checkpoints: Checkpoint keys per thread id, counted by one `SCAN` for many
+            threads; None counts this thread's now.
+    """
+    seconds, micros = client.time()
+    if int(seconds) * 1000 + int(micros) // 1000 >= mark.expires_at_ms:
+        return True
+    if not client.exists(keys.ledger_key(thread_id)):
+        return True
+    left = (len(checkpoint_keys(client, thread_id)) if checkpoints is None
+            else checkpoints[thread_id])
+    return left < mark.checkpoints
 
 
 class TtlBackend(RedisBackend):
@@ -172,12 +243,10 @@ class TtlBackend(RedisBackend):
     def buried_with_checkpoints(self) -> set[str]:
         """Tombstoned threads with checkpoints, and the expired ones settled now.
 
-        Each expired thread's mark (`graph.store.redis.expiring.expired`) becomes an ordinary
+        Each expired thread's mark (`expired`) becomes an ordinary
         tombstone and its remaining keys are deleted, holding its lock (a busy one is left
         for the next prune). `graph.store.base.Store.sweep_buried` is the caller.
         """
-        from graph.store.redis.expiring import expired, read_mark
-
         with server_errors(self.location):
             marked = [keys.suffix(key, EXPIRING)
                       for key in self._client.scan_iter(match=keys.pattern(EXPIRING), count=1000)]

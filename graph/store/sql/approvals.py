@@ -14,34 +14,21 @@ table, in one transaction serialized between processes.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 from graph.store.migrations import read_table, upgrade_table
-from graph.store.rows import check_row, is_int, is_text, is_text_or_none, text_refused
+from graph.store.rows import APPROVAL_TYPES, check_row, now, text_refused
 from graph.store.sql.attempt_log import SqlAttemptLog
 from graph.store.sql.conn import Sql, SqlTable
 from graph.store.sql.schema import APPROVALS, APPROVALS_COLUMNS, APPROVALS_LEGACY_COLUMNS, APPROVALS_MIGRATION
 
 COLUMNS = APPROVALS_COLUMNS
-"""Columns of a decision row. `arguments` is the canonical text approved (None on rows
-from before it was kept); `error` says why an approved write was not applied
-(`applied_at` is then None)."""
+"""Columns of a decision row (`graph.store.rows.APPROVAL_COLUMNS`)."""
 _LEGACY = APPROVALS_LEGACY_COLUMNS
-_OPTIONAL = ("arguments", "reason", "target", "before_sha256", "after_sha256", "error",
-             "applied_at")
-_COLUMN_TYPES: dict[str, Any] = {
-    c: is_text_or_none if c in _OPTIONAL else is_text for c in COLUMNS}
-_COLUMN_TYPES["attempt"] = is_int
-_COLUMN_TYPES["decision"] = lambda v: v in ("approve", "reject")
+_COLUMN_TYPES = APPROVAL_TYPES
 _LEGACY_TYPES = {c: _COLUMN_TYPES[c] for c in _LEGACY}
 _SHAPES = {1: (_LEGACY, _LEGACY_TYPES), 2: (COLUMNS, _COLUMN_TYPES)}
 """The columns and their checks of each version of the table."""
-
-
-def now() -> str:
-    """UTC now, ISO 8601, to the second."""
-    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 class _ReplyTurns:
@@ -131,12 +118,14 @@ class SqlApprovals(SqlTable):
 
     def add(self, row: dict[str, Any]) -> None:
         """Records one decision; a second decision for the same call is refused by the key."""
+        self._fence(row["thread_id"])
         self._ensure_current()
         self._insert({c: row.get(c) for c in COLUMNS})
 
     def plan(self, thread_id: str, attempt: int, tool_call_id: str, before: str | None,
              after: str) -> None:
         """Records, before writing, the file's hash now and the hash it will have after."""
+        self._fence(thread_id)
         self._ensure_current()
         self._run("UPDATE write_approvals SET before_sha256 = ?, after_sha256 = ? WHERE "
                   "thread_id = ? AND attempt = ? AND tool_call_id = ? AND before_sha256 IS NULL",
@@ -144,6 +133,7 @@ class SqlApprovals(SqlTable):
 
     def mark_applied(self, thread_id: str, attempt: int, tool_call_id: str) -> None:
         """Marks an approved write as done."""
+        self._fence(thread_id)
         self._ensure_current()
         self._run("UPDATE write_approvals SET applied_at = ? WHERE thread_id = ? AND attempt = ? "
                   "AND tool_call_id = ? AND applied_at IS NULL AND error IS NULL",
@@ -152,6 +142,7 @@ class SqlApprovals(SqlTable):
     def mark_failed(self, thread_id: str, attempt: int, tool_call_id: str, error: str,
                     result: str) -> None:
         """Records that an approved write could not be applied, why, and what the model is told."""
+        self._fence(thread_id)
         self._ensure_current()
         self._run("UPDATE write_approvals SET error = ?, result = ? WHERE thread_id = ? AND "
                   "attempt = ? AND tool_call_id = ? AND applied_at IS NULL AND error IS NULL",
@@ -159,4 +150,5 @@ class SqlApprovals(SqlTable):
 
     def delete_thread(self, thread_id: str) -> None:
         """Deletes the thread's decisions (retention)."""
+        self._fence(thread_id)
         self._run("DELETE FROM write_approvals WHERE thread_id = ?", (thread_id,))

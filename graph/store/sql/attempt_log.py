@@ -17,27 +17,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 from graph.store.rows import (
+    LOG_PAYLOAD_KEYS,
+    check_log_payload,
     check_row,
     damaged,
     is_int,
     is_text,
-    is_text_or_none,
     json_object,
     text_refused,
 )
 from graph.store.sql.conn import SqlTable
 from graph.store.sql.schema import LOG
-
-_PAYLOAD_KEYS: dict[str, dict[str, Any]] = {
-    "reason": {"outcome": is_text, "thought": is_text_or_none,
-               "tool_calls": lambda v: isinstance(v, list) and all(
-                   isinstance(c, dict) and is_text(c.get("id")) for c in v),
-               "usage": lambda v: v is None or isinstance(v, dict),
-               "error_code": is_text_or_none, "message": is_text_or_none},
-    "tool": {"tool_call_id": is_text, "observation": is_text},
-}
-"""Keys the readers of each payload kind use, and their types."""
-_REQUIRED = frozenset({"outcome", "tool_call_id", "observation"})
 
 
 @contextmanager
@@ -70,6 +60,7 @@ class SqlAttemptLog(SqlTable):
         (`graph.store.sql.conn.Sql.deferred`), so a row is never logged for output a kill lost;
         on PostgreSQL it commits at once.
         """
+        self._fence(thread_id)
         with self._db.deferred():
             self._insert(thread_id, attempt, kind, payload,
                          datetime.now(UTC).isoformat(timespec="seconds"))
@@ -82,19 +73,21 @@ class SqlAttemptLog(SqlTable):
 
     def import_rows(self, thread_id: str, rows: list[dict[str, Any]]) -> None:
         """Appends rows as `rows` returned them elsewhere, times kept (`graph.copy`)."""
+        self._fence(thread_id)
         for row in rows:
             self._insert(thread_id, row["attempt"], row["kind"], row["payload"],
                          row["created_at"])
 
     def delete_thread(self, thread_id: str) -> None:
         """Deletes the thread's rows (retention)."""
+        self._fence(thread_id)
         self._run("DELETE FROM attempt_log WHERE thread_id = ?", (thread_id,))
 
     def last_attempt(self, thread_id: str) -> int:
         """The highest attempt number among the thread's `reason` rows; 0 when there are none.
 
         One aggregate instead of the whole log: this is all a step needs
-        (`graph.checkpoints.thread_checks.check_ledger`). Only the value returned is type-checked;
+        (`graph.store.checks.check_ledger`). Only the value returned is type-checked;
         `rows` checks every row (history, verify and copy read them all). Returns 0 for
         a database written before the log existed.
 
@@ -171,13 +164,10 @@ class SqlAttemptLog(SqlTable):
         rows = []
         for row in found:
             check_row("attempt_log", row, {"attempt": lambda v: is_int(v, 1),
-                                           "kind": lambda v: v in _PAYLOAD_KEYS,
+                                           "kind": lambda v: v in LOG_PAYLOAD_KEYS,
                                            "payload": is_text, "created_at": is_text})
             payload = json_object("attempt_log", row[2])
-            for key, ok in _PAYLOAD_KEYS[row[1]].items():
-                if key in payload and not ok(payload[key]) or key not in payload and key in _REQUIRED:
-                    raise damaged("attempt_log", f"a {row[1]} payload's {key!r} is missing or "
-                                  "has the wrong type")
+            check_log_payload(row[1], payload)
             rows.append({"attempt": row[0], "kind": row[1], "payload": payload,
                          "created_at": row[3]})
         return rows

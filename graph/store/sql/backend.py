@@ -1,4 +1,4 @@
-"""The operations of a SQL store (SQLite or PostgreSQL) on whole threads: `graph.store.parts.Backend`.
+"""The operations of a SQL store (SQLite or PostgreSQL) on whole threads: `graph.store.base.Backend`.
 
 `graph.store.base.Store` delegates to this what needs SQL: listing the threads that have
 checkpoints, burying a thread in one transaction, trimming its checkpoint window
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from graph.store.parts import Approvals, AttemptLog, Ledger, Summaries, Tombstones
+from graph.store.base import Approvals, AttemptLog, Ledger, Summaries, Tombstones
+from graph.store.rows import Tombstone
 from graph.store.sql.conn import Sql
 from graph.store.sql.schema import CHECKPOINTS, TOMBSTONES
-from graph.store.sql.tombstones import Tombstone
 from graph.store.sql.window import count, trim
 
 

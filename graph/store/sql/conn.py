@@ -15,7 +15,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -273,10 +273,19 @@ class SqlTable:
 
     Args:
         db: The connection the table's statements run on.
+        fence: The store's fencing hook (`graph.store.base.WriterLocks.fence`), called
+            before each write of a thread's rows; None for a table used on its own
+            (tests, the quick poll, which only reads).
     """
 
-    def __init__(self, db: Sql) -> None:
+    def __init__(self, db: Sql, fence: Callable[[str], str] | None = None) -> None:
         self._db = db
+        self._fencer = fence
+
+    def _fence(self, thread_id: str) -> None:
+        """Refuses a write of the thread's rows by a store that may not write it (`fence`)."""
+        if self._fencer is not None:
+            self._fencer(thread_id)
 
     def _run(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
         """Runs one statement written with `?` markers; returns the cursor."""

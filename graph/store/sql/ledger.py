@@ -15,11 +15,11 @@ The table and its trigger are defined in `graph.store.sql.schema`.
 
 from __future__ import annotations
 
-from dataclasses import astuple, dataclass
+from dataclasses import astuple
 from datetime import UTC, datetime
 from typing import Any
 
-from graph.store.rows import check_row, damaged, is_int, is_iso_time, is_text, text_refused
+from graph.store.rows import LedgerRow, check_row, damaged, is_int, is_iso_time, is_text, text_refused
 from graph.store.sql.conn import SqlTable
 from nodes.context import LedgerEntry
 
@@ -30,23 +30,6 @@ def _now() -> str:
 
 class _Rollback(Exception):
     pass
-
-
-@dataclass(frozen=True)
-class LedgerRow:
-    """A whole ledger row, as `graph.copy` moves it (times: UTC, ISO 8601)."""
-
-    thread_id: str
-    attempts: int
-    claimed: int
-    max_attempts: int
-    created_at: str
-    updated_at: str
-
-    @property
-    def entry(self) -> LedgerEntry:
-        """The counts the nodes use."""
-        return LedgerEntry(self.attempts, self.claimed, self.max_attempts)
 
 
 _SELECTED = "attempts, claimed, max_attempts, created_at, updated_at"
@@ -92,6 +75,7 @@ class SqlLedger(SqlTable):
 
     def insert_row(self, row: LedgerRow) -> None:
         """Inserts a whole row as it was elsewhere (`graph.copy`); an existing row is an error."""
+        self._fence(row.thread_id)
         self._run("INSERT INTO attempt_ledger VALUES (?, ?, ?, ?, ?, ?)", astuple(row))
 
     def create(self, thread_id: str, max_attempts: int) -> LedgerEntry:
@@ -104,6 +88,7 @@ class SqlLedger(SqlTable):
         Returns:
             The row after the call (check `max_attempts` and `attempts` on reuse).
         """
+        self._fence(thread_id)
         now = _now()
         with self._db.deferred():
             self._run(
@@ -125,6 +110,7 @@ class SqlLedger(SqlTable):
         Raises:
             LookupError: The ledger has no row for the thread.
         """
+        self._fence(thread_id)
         with self._db.deferred():
             with text_refused("attempt_ledger"):
                 row = self._run(
@@ -150,6 +136,7 @@ class SqlLedger(SqlTable):
         Returns:
             False, changing nothing, when the attempt is not claimable or the cap is full.
         """
+        self._fence(thread_id)
         claim_sql = ("UPDATE attempt_ledger SET claimed = ?, updated_at = ? "
                      "WHERE thread_id = ? AND claimed = ? AND attempts >= ?")
         params = (attempt, _now(), thread_id, attempt - 1, attempt)
@@ -220,6 +207,7 @@ class SqlLedger(SqlTable):
 
     def touch(self, thread_id: str) -> None:
         """Sets the row's `updated_at` to now (a status change without an attempt)."""
+        self._fence(thread_id)
         self._run("UPDATE attempt_ledger SET updated_at = ? WHERE thread_id = ?", (_now(), thread_id))
 
     def updated_at(self) -> dict[str, str]:
@@ -236,4 +224,5 @@ class SqlLedger(SqlTable):
 
     def delete(self, thread_id: str) -> None:
         """Deletes the thread's row: only retention and `--restart-pruned` do this."""
+        self._fence(thread_id)
         self._run("DELETE FROM attempt_ledger WHERE thread_id = ?", (thread_id,))

@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from graph.store.rows import APPROVAL_COLUMNS
+
 Backend = Literal["sqlite", "postgres"]
 """The two database engines a store runs on."""
 
@@ -140,9 +142,7 @@ CREATE TABLE IF NOT EXISTS {APPROVALS} (
     PRIMARY KEY (thread_id, attempt, tool_call_id)
 );"""
 """The approvals table of today (keyed per turn)."""
-APPROVALS_COLUMNS = ("thread_id", "attempt", "tool_call_id", "tool", "arguments", "args_sha256",
-                     "decision", "reason", "decided_at", "target", "before_sha256",
-                     "after_sha256", "result", "error", "applied_at")
+APPROVALS_COLUMNS = APPROVAL_COLUMNS
 """Columns of a decision row, in table order."""
 APPROVALS_LEGACY_COLUMNS = ("thread_id", "tool_call_id", "tool", "args_sha256", "decision",
                             "reason", "decided_at", "target", "before_sha256", "after_sha256",

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from typing import Any
 
 from graph.outcome import Outcome
@@ -105,8 +106,8 @@ def _fields(text: str) -> dict[str, Any] | None:
 class SqlSummaries(SqlTable):
     """Reads and writes `thread_summaries` (see `graph.store.sql.conn.SqlTable`)."""
 
-    def __init__(self, db: Sql) -> None:
-        super().__init__(db)
+    def __init__(self, db: Sql, fence: Callable[[str], str] | None = None) -> None:
+        super().__init__(db, fence)
         self._fingerprinted = _POSTGRES if isinstance(db, PostgresSql) else _SQLITE
 
     def fingerprint(self, thread_id: str, text: str) -> str:
@@ -126,6 +127,7 @@ class SqlSummaries(SqlTable):
         Writes only when the stored summary is missing or differs. Call it holding the
         thread's writer lock, with an outcome of a finished thread (`Outcome.from_state`).
         """
+        self._fence(thread_id)
         text = _summary_text(outcome)
         row = (text, self.fingerprint(thread_id, text))
         if self._stored(thread_id) != row:
@@ -160,7 +162,7 @@ class SqlSummaries(SqlTable):
                                   tuple(fields["next"]))
 
     def _ledger_agrees(self, thread_id: str, fields: dict[str, Any]) -> bool:
-        """The ledger's counts against the summary's, as `graph.checkpoints.thread_checks.check_ledger`."""
+        """The ledger's counts against the summary's, as `graph.store.checks.check_ledger`."""
         row = self._run("SELECT attempts, claimed, max_attempts FROM attempt_ledger "
                         "WHERE thread_id = ?", (thread_id,)).fetchone()
         if row is None or not all(is_int(value) for value in row):
@@ -171,4 +173,5 @@ class SqlSummaries(SqlTable):
 
     def delete_thread(self, thread_id: str) -> None:
         """Deletes the thread's summary (with the thread)."""
+        self._fence(thread_id)
         self._run(f"DELETE FROM {SUMMARIES} WHERE thread_id = ?", (thread_id,))

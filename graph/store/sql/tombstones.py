@@ -2,23 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from graph.store.rows import check_row, is_iso_time, is_text, text_refused
+from graph.store.rows import FINAL_STATUSES, Tombstone, check_row, is_iso_time, is_text, text_refused
 from graph.store.sql.conn import SqlTable
 from graph.store.sql.schema import TOMBSTONES
 
-_FINAL = ("done", "exhausted", "cancelled")
-"""The statuses a thread can be pruned in (`graph.threads.retention`)."""
-
-
-@dataclass(frozen=True)
-class Tombstone:
-    """A pruned thread: its id, its status when pruned, and when (UTC, ISO 8601)."""
-
-    thread_id: str
-    final_status: str
-    pruned_at: str
+__all__ = ["SqlTombstones"]
 
 
 class SqlTombstones(SqlTable):
@@ -33,12 +21,13 @@ class SqlTombstones(SqlTable):
         if not rows:
             return None
         check_row("thread_tombstones", rows[0], {
-            "thread_id": is_text, "final_status": lambda v: v in _FINAL,
+            "thread_id": is_text, "final_status": lambda v: v in FINAL_STATUSES,
             "pruned_at": is_iso_time})
         return Tombstone(*rows[0])
 
     def add(self, tombstone: Tombstone) -> None:
         """Records a tombstone; a thread that already has one keeps it."""
+        self._fence(tombstone.thread_id)
         self._run("INSERT INTO thread_tombstones VALUES (?, ?, ?) ON CONFLICT (thread_id) DO NOTHING",
                   (tombstone.thread_id, tombstone.final_status, tombstone.pruned_at))
 
@@ -52,4 +41,5 @@ class SqlTombstones(SqlTable):
 
     def remove(self, thread_id: str) -> None:
         """Deletes the tombstone (for `--restart-pruned`)."""
+        self._fence(thread_id)
         self._run("DELETE FROM thread_tombstones WHERE thread_id = ?", (thread_id,))

@@ -49,6 +49,7 @@ class ThreadLocks:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        self._held: set[str] = set()
 
     def _set(self, lock_type: int, thread_id: str) -> None:
         offset = _offset(thread_id)
@@ -72,10 +73,22 @@ class ThreadLocks:
             if exc.errno in (errno.EAGAIN, errno.EACCES):
                 raise BusyError.for_thread(thread_id) from None
             raise
+        self._held.add(thread_id)
         try:
             yield
         finally:
+            self._held.discard(thread_id)
             self._set(fcntl.F_UNLCK, thread_id)
+
+    def fence(self, thread_id: str) -> str:
+        """The fencing hook (`graph.store.base.WriterLocks.fence`): '' unless refused.
+
+        Raises:
+            BusyError: Another process (or handle) holds the thread's lock, this one not.
+        """
+        if thread_id not in self._held and self.held_elsewhere(thread_id):
+            raise BusyError.for_thread(thread_id).at(location=str(self.path))
+        return ""
 
     def held_elsewhere(self, thread_id: str) -> bool:
         """True when another process (or handle) holds the thread's lock; nothing is taken.

@@ -22,6 +22,7 @@ from graph.errors import UsageError
 from graph.store.base import ReadOnlyLocks, Store, WriterLocks
 from graph.store.digest import SqlDigests, new_marker
 from graph.store.saver import sqlite_saver
+from graph.store.sql.build import sql_store
 from graph.store.sql.conn import SqliteSql
 from graph.store.sql.schema import ddl as ddl_sql
 from graph.store.sqlite.file import check_database, schema_needs_setup
@@ -160,5 +161,5 @@ def _open_store(path: Path, read_only: bool) -> Store:
             sql = SqliteSql(conn)
             checkpointer = _saver(sql, ddl=ddl_needed)
             locks = ThreadLocks(path)
-    return Store.build(str(path), checkpointer, sql, locks=locks, conns=(conn,),
+    return sql_store(str(path), checkpointer, sql, locks=locks, conns=(conn,),
                        ledger_type=SqliteLedger, summaries=True)

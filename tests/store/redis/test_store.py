@@ -121,7 +121,7 @@ def test_burying_without_the_threads_lease_is_refused_and_changes_nothing(
     from graph.errors import BusyError
     from graph.store import open_store
     from graph.store.redis.locks import RedisThreadLocks
-    from graph.store.sql.tombstones import Tombstone
+    from graph.store.rows import Tombstone
 
     thread_id = _thread()
     _to_done(capsys, redis_url, thread_id)
@@ -208,7 +208,7 @@ def test_a_redis_url_the_client_would_misread_is_a_usage_error_and_writes_nothin
     or `?db=` naming another database (the first of two), `?port=`, or a URL with no host,
     reached another database or server than written (localhost:6379 among them), and a
     query password was shown. Only database 0 is taken: RediSearch's indexes span a
-    server's database numbers (`graph.store.redis.url.check_url`). `rediss://` to this plain
+    server's database numbers (`graph.store.urls.check_redis_url`). `rediss://` to this plain
     server is refused when its TLS handshake times out: after `CONNECT_TIMEOUT_S`, 1 s
     here instead of 10 (`tests/store/redis/test_connect.py` shows it is not the 30 s command
     timeout)."""

@@ -18,8 +18,8 @@ import pytest
 
 from graph.errors import RefusedError
 from graph.store.redis import keys as redis_keys
+from graph.store.rows import Tombstone
 from graph.store.sql.approvals import COLUMNS
-from graph.store.sql.tombstones import Tombstone
 
 
 @pytest.fixture

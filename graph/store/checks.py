@@ -16,7 +16,10 @@ from typing import TYPE_CHECKING, Any
 from graph.errors import ErrorCode, RefusedError, RunError, UsageError
 
 if TYPE_CHECKING:
-    from graph.store.sql.tombstones import Tombstone
+    from graph.store.rows import Tombstone
+
+__all__ = ["check_ledger", "check_tombstone", "check_unstarted", "pruned_refusal",
+           "storage_damage_refused"]
 
 
 def check_ledger(entry: Any, values: dict[str, Any], thread_id: str, location: str,
