@@ -20,8 +20,8 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any, NoReturn, TextIO
 
 from graph.errors import RunError, SignalledError, UsageError, error_line
-from graph.known_errors import known_error
 from graph.settings import database_location, parse_seconds
+from graph.store.failures import known_error
 from graph.text import escape_controls, silence, without_key
 
 __all__ = [

@@ -30,11 +30,11 @@ from urllib.parse import urlsplit
 
 from graph.cli import Finished, Parser, emit, exit_now, resolve_db, seconds, whole_number
 from graph.errors import ErrorCode, ExitCode, RunError, UsageError
-from graph.known_errors import known_error
 from graph.outcome import Outcome
 from graph.settings import Settings, ThreadSpec, check_paid, check_thread_id, resolve_settings
 from graph.step.tracing import flush_traces, watch_uploads
 from graph.store import is_postgres, is_redis
+from graph.store.failures import known_error
 from graph.store.poll import quick_answer
 from nodes.demo_model import DEMO_MODEL_ID
 

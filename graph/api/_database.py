@@ -26,7 +26,6 @@ from graph.errors import ErrorCode, RefusedError, UsageError
 from graph.fleet.batch import Progress, run_batch
 from graph.fleet.request_cap import check_cap
 from graph.fleet.tasks_file import BatchItem
-from graph.known_errors import known_errors
 from graph.settings import (
     Settings,
     Source,
@@ -46,6 +45,7 @@ from graph.step.checked_graph import CheckedGraph
 from graph.step.models import make_model
 from graph.store import open_store
 from graph.store.ages import parse_age
+from graph.store.failures import known_errors
 from graph.threads.copy import copy_threads
 from graph.threads.history import MAX_CHECKPOINTS_PAGE, list_threads, thread_or_parent
 from graph.threads.retention import retain

@@ -30,12 +30,12 @@ import httpx
 
 from graph.errors import BusyError, ErrorCode, RefusedError, UsageError
 from graph.fleet.request_cap import cap_full
-from graph.known_errors import known_error
 from graph.outcome import Outcome
 from graph.settings import ThreadSpec, resolve_settings
 from graph.step.advance import StepRequest, advance
 from graph.step.models import make_model
 from graph.store import is_postgres, open_store
+from graph.store.failures import known_error
 from nodes.demo_model import DEMO_MODEL_ID
 
 if TYPE_CHECKING:
@@ -208,7 +208,7 @@ def run_step(db: str, thread_id: str, fields: Any, live: bool, cap_id: str | Non
             another ends the job `identity_mismatch` (exit 4) before anything is counted.
 
     Raises:
-        Exception: A bug (an error `graph.known_errors.known_error` does not know).
+        Exception: A bug (an error `graph.store.failures.known_error` does not know).
     """
     again: float | None = None
     try:

@@ -45,20 +45,20 @@ def open_store(db: str, *, create: bool, read_only: bool = False,
     """
     check_form(db, name)
     if is_postgres(db):
-        from graph.store.postgres.open import open_postgres
+        from graph.store.postgres.open import open_postgres  # noqa: PLC0415 - a backend's modules (and its extra) load only when open_store chooses it; graph.store stays light for graph.run's quick path
 
         check_postgres_url(db, name)
 
         with open_postgres(db, create=create, read_only=read_only) as store:
             yield store
     elif is_redis(db):
-        from graph.store.redis.open import open_redis
+        from graph.store.redis.open import open_redis  # noqa: PLC0415 - a backend's modules (and its extra) load only when open_store chooses it; graph.store stays light for graph.run's quick path
 
         with open_redis(db, create=create, read_only=read_only) as store:
             yield store
     else:
-        from graph.store.sqlite.access import check_sqlite_access
-        from graph.store.sqlite.open import open_sqlite
+        from graph.store.sqlite.access import check_sqlite_access  # noqa: PLC0415 - a backend's modules (and its extra) load only when open_store chooses it; graph.store stays light for graph.run's quick path
+        from graph.store.sqlite.open import open_sqlite  # noqa: PLC0415 - a backend's modules (and its extra) load only when open_store chooses it; graph.store stays light for graph.run's quick path
 
         check_sqlite_access(db, read_only=read_only, name=name)
         with open_sqlite(Path(db), create=create, read_only=read_only) as store:
@@ -77,8 +77,8 @@ def integrity_problems(db: str, name: str = "--db") -> list[str]:
     """
     if is_postgres(db) or is_redis(db):
         return []
-    from graph.store.sqlite.access import check_sqlite_access
-    from graph.store.sqlite.file import check_database, integrity_check
+    from graph.store.sqlite.access import check_sqlite_access  # noqa: PLC0415 - a backend's modules (and its extra) load only when open_store chooses it; graph.store stays light for graph.run's quick path
+    from graph.store.sqlite.file import check_database, integrity_check  # noqa: PLC0415 - a backend's modules (and its extra) load only when open_store chooses it; graph.store stays light for graph.run's quick path
 
     check_sqlite_access(db, read_only=True, name=name)
     check_database(Path(db))

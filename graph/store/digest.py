@@ -29,6 +29,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from graph.store.sql.conn import Sql, SqlTable
@@ -37,8 +38,6 @@ from graph.store.sql.schema import CHECKPOINTS, DIGEST_MARKER_KEY, DIGESTS
 
 def new_marker() -> str:
     """A checkpoint id (LangGraph's time-ordered uuid6) for the moment of creation."""
-    from langgraph.checkpoint.base.id import uuid6
-
     return str(uuid6())
 
 

@@ -52,7 +52,7 @@ def quick_answer(db: str, thread_id: str) -> Outcome | None:
     """
     answer: Callable[[str, str], Outcome | None]
     if is_postgres(db):
-        from graph.store.postgres.poll import postgres_answer
+        from graph.store.postgres.poll import postgres_answer  # noqa: PLC0415 - the postgres extra: imported only where a PostgreSQL store is used
 
         answer = postgres_answer
     elif "://" in db or "=" in db:

@@ -33,6 +33,7 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     CheckpointTuple,
 )
+from langgraph.checkpoint.sqlite import SqliteSaver
 
 from graph.store.digest import SqlDigests, checkpoint_digest, write_digest
 from graph.store.serde import CheckpointIntegrityError, make_serde
@@ -257,7 +258,6 @@ def sqlite_saver(sql: SqliteSql, digests: SqlDigests) -> SqliteSaver:
         sql: The store's connection, shared by the saver and our tables.
         digests: Our digest table on the same connection.
     """
-    from langgraph.checkpoint.sqlite import SqliteSaver
 
     class CheckedSqliteSaver(CheckedSaver, SqliteSaver):
         saved_after: dict[tuple[str, str], str | None]  # the parent of the last saved, by slot
@@ -305,7 +305,7 @@ def _slot(config: RunnableConfig) -> tuple[str, str]:
 
 def postgres_saver(conn: psycopg.Connection[Any], digests: SqlDigests) -> PostgresSaver:
     """A checked `PostgresSaver` on `conn` (dict rows), recording into `digests`."""
-    from langgraph.checkpoint.postgres import PostgresSaver
+    from langgraph.checkpoint.postgres import PostgresSaver  # noqa: PLC0415 - the postgres extra: imported only where a PostgreSQL store is used
 
     class CheckedPostgresSaver(CheckedSaver, PostgresSaver):
         pass

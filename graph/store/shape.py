@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from langgraph.types import Interrupt
+
 STATE_CHANNELS = frozenset({"thread", "messages", "progress"})
 """Channels every checkpoint after the input holds (the graph writes all three first)."""
 _SOURCES = frozenset({"input", "loop", "update", "fork"})
@@ -79,7 +81,6 @@ def check_checkpoint(checkpoint: Any, checkpoint_id: str, source: str) -> None:
 
 
 def _check_interrupt(value: Any) -> None:
-    from langgraph.types import Interrupt
 
     if not isinstance(value, (list, tuple)) or not value:
         raise ValueError("its __interrupt__ write is not a non-empty list of interrupts")

@@ -270,8 +270,8 @@ def _prunes_killed_mid_bury(runner: RedisRunner, fake: FakeMandApi, kills: Count
         kills["mid_bury"] += 1
     assert not runner.prune(None)  # finishes the prune, sweeping what the kills left
     assert verify(db) == []
-    for thread_id in ids:
-        outcome = runner.child(_argv(thread_id, db), None)
+    for thread_id in ids:  # the default lease: a starved host must not lose it mid-check
+        outcome = runner.child(_argv(thread_id, db), None, short_lease=False)
         assert outcome is not None and outcome["exit_code"] == 4, outcome
         assert outcome["error_code"] == "pruned", outcome
         assert fake.count_for(f"[{thread_id}]") == received[thread_id]

@@ -89,9 +89,9 @@ def _connect(url: str, location: str, read_only: bool
     Raises:
         UsageError: `db_unreachable` (exit 2), the password never shown.
     """
-    import psycopg
-    from psycopg.conninfo import make_conninfo
-    from psycopg.rows import dict_row
+    import psycopg  # noqa: PLC0415 - the postgres extra: imported only where a PostgreSQL store is used
+    from psycopg.conninfo import make_conninfo  # noqa: PLC0415 - the postgres extra: imported only where a PostgreSQL store is used
+    from psycopg.rows import dict_row  # noqa: PLC0415 - the postgres extra: imported only where a PostgreSQL store is used
 
     conninfo = make_conninfo(url, connect_timeout=CONNECT_TIMEOUT_S,
                              options="-c default_transaction_read_only=on" if read_only else None)
@@ -130,7 +130,7 @@ def open_postgres(url: str, *, create: bool = True, read_only: bool = False
         RefusedError: `no_such_file` for a database holding no checkpoint ledger;
             `damaged` for a dropped trigger of ours.
     """
-    from langgraph.checkpoint.postgres import PostgresSaver
+    from langgraph.checkpoint.postgres import PostgresSaver  # noqa: PLC0415 - the postgres extra: imported only where a PostgreSQL store is used
 
     location = redact(url)
     saver_conn, control = _connect(url, location, read_only)

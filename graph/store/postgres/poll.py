@@ -48,8 +48,8 @@ def postgres_answer(url: str, thread_id: str) -> Outcome | None:
         Exception: Anything psycopg or a check raises; `graph.store.poll` takes the full path.
     """
     check_postgres_url(url)
-    import psycopg
-    from psycopg.conninfo import make_conninfo
+    import psycopg  # noqa: PLC0415 - the postgres extra: imported only where a PostgreSQL store is used
+    from psycopg.conninfo import make_conninfo  # noqa: PLC0415 - the postgres extra: imported only where a PostgreSQL store is used
 
     conninfo = make_conninfo(url, connect_timeout=CONNECT_TIMEOUT_S,
                              application_name="mandapi-resume")  # the URL's `options` kept

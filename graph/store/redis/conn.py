@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from graph.errors import DatabaseLostError, ErrorCode, NotDurableError, UsageError
+from graph.store.redis.keys import FSYNC
 from graph.store.urls import check_redis_url, redact
 
 if TYPE_CHECKING:
@@ -56,9 +57,9 @@ def connect(url: str) -> redis.Redis:
             (`db_unreachable`; exit 2).
     """
     try:
-        import redis
-        from redis.backoff import NoBackoff
-        from redis.retry import Retry
+        import redis  # noqa: PLC0415 - the redis extra: imported only where a Redis store is used
+        from redis.backoff import NoBackoff  # noqa: PLC0415 - the redis extra: imported only where a Redis store is used
+        from redis.retry import Retry  # noqa: PLC0415 - the redis extra: imported only where a Redis store is used
     except ImportError:
         raise UsageError("Redis needs the redis extra: pip install -e '.[redis]'") from None
     check_redis_url(url)
@@ -96,7 +97,7 @@ def _connection_class(tls: bool) -> type:
     each connect) on the socket until the connection is open, TLS handshake included,
     then sets the command timeout (`SOCKET_TIMEOUT_S`).
     """
-    import redis
+    import redis  # noqa: PLC0415 - the redis extra: imported only where a Redis store is used
 
     def bounded(conn: Any, open_socket: Callable[[], Any]) -> Any:
         command_timeout = conn.socket_timeout
@@ -128,7 +129,7 @@ def server_errors(location: str | None = None) -> Iterator[None]:
             for a command the server refused (out of memory, a read-only replica, an AOF
             it cannot write); exit 6.
     """
-    import redis
+    import redis  # noqa: PLC0415 - the redis extra: imported only where a Redis store is used
 
     try:
         yield
@@ -148,8 +149,8 @@ def known_redis_error(exc: BaseException) -> DatabaseLostError | None:
     bug. None for anything else, and when the redis package is not installed.
     """
     try:
-        import redis
-        from redisvl.exceptions import RedisVLError
+        import redis  # noqa: PLC0415 - the redis extra: imported only where a Redis store is used
+        from redisvl.exceptions import RedisVLError  # noqa: PLC0415 - the redis extra: imported only where a Redis store is used
     except ImportError:
         return None
     if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
@@ -189,7 +190,7 @@ def check_durable(client: redis.Redis, location: str) -> None:
             an `allkeys-*` eviction policy could drop the ledger, the settings cannot be
             read (`CONFIG` renamed or not permitted), or the server has no `WAITAOF`.
     """
-    import redis
+    import redis  # noqa: PLC0415 - the redis extra: imported only where a Redis store is used
 
     try:
         config = {_text(k): _text(v) for k, v in client.config_get("append*").items()}
@@ -232,8 +233,6 @@ def make_durable(client: redis.Redis, location: str, what: str) -> None:
         NotDurableError: Not confirmed in time (exit 6); the effect must not happen.
         DatabaseLostError: The server was lost (exit 6).
     """
-    from graph.store.redis.keys import FSYNC
-
     with server_errors(location):
         pipe = client.pipeline(transaction=False)
         pipe.incr(FSYNC)
@@ -255,7 +254,7 @@ def check_fsynced(reply: Any, what: str) -> None:
             (exit 6; the claim stays: the attempt is spent, never handed out twice).
         DatabaseLostError: The connection was lost (`server_errors`).
     """
-    import redis
+    import redis  # noqa: PLC0415 - the redis extra: imported only where a Redis store is used
 
     if isinstance(reply, redis.ResponseError):
         detail = f"refuses WAITAOF ({_text(reply)[:80]})"

@@ -106,7 +106,7 @@ class RedisThreadLocks:
 
     def _keep(self, key: bytes, token: str, stop: threading.Event) -> None:
         """Renews the lease every third of it until `stop`, or until it is no longer ours."""
-        import redis
+        import redis  # noqa: PLC0415 - the redis extra: imported only where a Redis store is used
 
         while not stop.wait(self.lease_ms / 3000):
             try:
@@ -117,7 +117,7 @@ class RedisThreadLocks:
 
     def _let_go(self, key: bytes, token: str) -> None:
         """Deletes the lock if it still holds `token`; a lost server lets it expire instead."""
-        import redis
+        import redis  # noqa: PLC0415 - the redis extra: imported only where a Redis store is used
 
         try:
             self._release(keys=[key], args=[token])

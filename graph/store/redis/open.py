@@ -32,6 +32,7 @@ from graph.store.redis.approvals import RedisApprovals
 from graph.store.redis.conn import connect, server_errors
 from graph.store.redis.expiring import ExpiringLedger, ExpiringTombstones
 from graph.store.redis.locks import RedisThreadLocks
+from graph.store.redis.saver import CheckedRedisSaver
 from graph.store.redis.tables import RedisAttemptLog
 from graph.store.redis.ttl import TtlBackend, ttl_ages
 from graph.store.rows import damaged
@@ -55,8 +56,6 @@ SETUP_TIMEOUT_S = 60.0
 
 def _saver(client: redis.Redis) -> Any:
     """The checked checkpointer on `client` (`graph.store.redis.saver`; indexes not yet set up)."""
-    from graph.store.redis.saver import CheckedRedisSaver
-
     return CheckedRedisSaver(redis_client=client)
 
 
@@ -72,7 +71,7 @@ def _is_set_up(client: redis.Redis, location: str) -> bool:
         UsageError: `usage` (exit 2): the server lacks the RediSearch or RedisJSON module
             (`FT.*`, `JSON.*` unknown), which `RedisSaver` needs; nothing was written.
     """
-    import redis
+    import redis  # noqa: PLC0415 - the redis extra: imported only where a Redis store is used
 
     with server_errors(location):
         try:
@@ -100,7 +99,7 @@ def _set_up(checkpointer: Any, client: redis.Redis, location: str) -> None:
         BusyError: Another process held the set-up lock for `SETUP_TIMEOUT_S` (exit 5).
         DatabaseLostError: The server refused the indexes (`db_write_failed`, exit 6).
     """
-    from redisvl.exceptions import RedisVLError
+    from redisvl.exceptions import RedisVLError  # noqa: PLC0415 - the redis extra: imported only where a Redis store is used
 
     token, deadline = secrets.token_hex(16), time.monotonic() + SETUP_TIMEOUT_S
     with server_errors(location):
@@ -126,7 +125,7 @@ def _store_id(client: redis.Redis, location: str, *, write: bool) -> str | None:
     Raises:
         RefusedError: `damaged` (exit 4): the key is not a string (nothing writes that).
     """
-    import redis
+    import redis  # noqa: PLC0415 - the redis extra: imported only where a Redis store is used
 
     with server_errors(location):
         try:

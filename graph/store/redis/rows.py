@@ -57,7 +57,7 @@ class RedisLedgerRows:
         Raises:
             RefusedError: `damaged` when the key is not a hash or holds non-UTF-8 bytes.
         """
-        import redis
+        import redis  # noqa: PLC0415 - the redis extra: imported only where a Redis store is used
 
         try:
             with server_errors(self.location):

@@ -67,7 +67,7 @@ class RedisTable:
 
     def _call(self, table: str, method: str, *args: Any) -> Any:
         """`client.<method>(*args)`; a key of the wrong type is `damaged` in `table`."""
-        import redis
+        import redis  # noqa: PLC0415 - the redis extra: imported only where a Redis store is used
 
         with server_errors(self.location):
             try:

@@ -157,7 +157,7 @@ def read_mark(client: redis.Redis, thread_id: str) -> Mark | None:
     Raises:
         RefusedError: `damaged` (in `thread_tombstones`) for a mark of the wrong form.
     """
-    import redis as redis_lib
+    import redis as redis_lib  # noqa: PLC0415 - the redis extra: imported only where a Redis store is used
 
     try:
         raw = cast("dict[bytes, bytes]", client.hgetall(mark_key(thread_id)))

@@ -25,6 +25,7 @@ from graph.store.saver import sqlite_saver
 from graph.store.sql.build import sql_store
 from graph.store.sql.conn import SqliteSql
 from graph.store.sql.schema import ddl as ddl_sql
+from graph.store.sqlite.access import read_only_uri
 from graph.store.sqlite.file import check_database, schema_needs_setup
 from graph.store.sqlite.ledger import SqliteLedger
 from graph.store.sqlite.locks import ThreadLocks
@@ -145,7 +146,6 @@ def _open_store(path: Path, read_only: bool) -> Store:
     """Connects (one connection: saver, our tables, digests), setting the schema up when it must."""
     locks: WriterLocks
     if read_only:
-        from graph.store.sqlite.access import read_only_uri
 
         schema_needs_setup(path)  # refuses a dropped trigger for readers too
         conn = sqlite3.connect(read_only_uri(path), uri=True, check_same_thread=False,

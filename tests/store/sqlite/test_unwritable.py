@@ -44,7 +44,7 @@ def test_a_write_lock_held_past_the_busy_timeout_is_db_write_failed_and_counts_n
 
 
 def test_known_sqlite_write_failures_map_to_db_write_failed() -> None:
-    from graph.known_errors import known_error
+    from graph.store.failures import known_error
 
     for text in ("database or disk is full", "disk I/O error", "database is locked"):
         error = known_error(sqlite3.OperationalError(text))

@@ -1,4 +1,7 @@
-"""Which exceptions are the environment's failures (exit 2 or 6), not bugs (exit 1).
+"""Which backend exceptions are the environment's failures (exit 2 or 6), not bugs (exit 1).
+
+The store translates them: sqlite3's, psycopg's and redis's exceptions are named here
+only, so no layer above store catches a driver's exception type.
 
 A database the user may not read or write, a full disk, SQLite's write lock held past
 its busy timeout, a PostgreSQL or Redis connection lost mid-command: each is reported
