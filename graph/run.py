@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlsplit
 
@@ -33,7 +32,7 @@ from graph.errors import ErrorCode, ExitCode, RunError, UsageError
 from graph.outcome import Outcome
 from graph.settings import Settings, ThreadSpec, check_paid, check_thread_id, resolve_settings
 from graph.step.tracing import flush_traces, watch_uploads
-from graph.store import is_postgres, is_redis
+from graph.store import creates_file
 from graph.store.failures import known_error
 from graph.store.poll import quick_answer
 from nodes.demo_model import DEMO_MODEL_ID
@@ -277,9 +276,7 @@ def _settings(args: argparse.Namespace) -> Settings:
               file=sys.stderr)
     settings = resolve_settings(db=args.db, live=args.live, timeout_s=args.timeout,
                                 trace=args.trace)
-    if (args.model not in (None, DEMO_MODEL_ID) and not is_postgres(settings.db)
-            and not is_redis(settings.db)
-            and not Path(settings.db).exists()):
+    if args.model not in (None, DEMO_MODEL_ID) and creates_file(settings.db):
         check_paid(args.model, args.live)  # certainly a new thread: before the file exists
     return settings
 

@@ -724,7 +724,7 @@ def resolve_settings(
             timeout outside (0, 3600] seconds or not written as plain digits, a base
             URL that is not plain http(s) without credentials, a malformed
             `MANDAPI_MODEL_ID`, an empty `--db`, or `--trace` without a LangSmith key
-            (`graph.step.tracing.check_trace`). All are checked before anything is counted.
+            (`check_trace`). All are checked before anything is counted.
     """
     env = os.environ if environ is None else environ
     check_db_flag(db, setting_name("db", source))

@@ -166,8 +166,9 @@ def _patch_rest(kill_at: str, claimed: list[bool]) -> None:
     window.execute = patched_execute  # type: ignore[assignment]
 
     import graph.step.approvals as approvals
+    from graph.store.sql.approvals import SqlApprovals
 
-    write, mark = approvals.atomic_write, approvals.SqlApprovals.mark_applied
+    write, mark = approvals.atomic_write, SqlApprovals.mark_applied
 
     def patched_write(path: Any, data: bytes) -> None:
         if kill_at == "before_write":
@@ -182,7 +183,7 @@ def _patch_rest(kill_at: str, claimed: list[bool]) -> None:
             _die()
 
     approvals.atomic_write = patched_write  # type: ignore[assignment]
-    approvals.SqlApprovals.mark_applied = patched_mark  # type: ignore[method-assign]
+    SqlApprovals.mark_applied = patched_mark  # type: ignore[method-assign]
 
 
 def _patch_redis(kill_at: str) -> None:

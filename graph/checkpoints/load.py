@@ -6,7 +6,6 @@ refuse exactly the same stored data.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from graph.agent import build_graph
 from graph.checkpoints.integrity import validate_state
 from graph.errors import ErrorCode, RefusedError
 from graph.store.checks import check_ledger
+from graph.store.failures import undecodable
 from graph.store.migrations import migrate_state
 from graph.store.serde import CheckpointIntegrityError
 
@@ -65,8 +65,8 @@ def refused_as(where: str, thread_id: str | None = None) -> Iterator[None]:
     except CheckpointIntegrityError as exc:
         raise RefusedError(str(exc), error_code=ErrorCode(exc.error_code), location=where,
                            thread_id=thread_id) from None
-    except sqlite3.DatabaseError as exc:
-        if isinstance(exc, sqlite3.OperationalError) and "decode" not in str(exc):
+    except Exception as exc:
+        if not undecodable(exc):
             raise
         raise RefusedError(f"the database is damaged ({exc})", error_code=ErrorCode.DAMAGED,
                            location=where, thread_id=thread_id) from None

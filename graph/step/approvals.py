@@ -37,7 +37,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from graph.errors import ErrorCode, RefusedError, UsageError
-from graph.store.sql.approvals import SqlApprovals, now
+from graph.store.rows import now
 from nodes.files import file_sha256, sha256_hex
 from nodes.write_results import WriteOutcome, WriteResult, write_outcome
 from nodes.write_tools import (
@@ -53,7 +53,7 @@ from nodes.write_tools import (
 if TYPE_CHECKING:
     from graph.store.base import Store
 
-__all__ = ["SqlApprovals", "apply_approved", "decide", "pending_review"]
+__all__ = ["apply_approved", "decide", "pending_review"]
 
 
 def pending_review(snapshot: Any) -> list[dict[str, Any]] | None:

@@ -10,8 +10,6 @@ PostgreSQL (`graph.store.sql.summaries`).
 
 from __future__ import annotations
 
-import sqlite3
-import sys
 from typing import TYPE_CHECKING
 
 from graph.checkpoints.load import graph_of, load_thread
@@ -19,6 +17,7 @@ from graph.errors import RunError
 from graph.outcome import Outcome
 from graph.step.approvals import pending_review
 from graph.store.checks import check_ledger
+from graph.store.failures import driver_errors
 from nodes.state import FINAL_STATUSES
 
 if TYPE_CHECKING:
@@ -47,7 +46,7 @@ def remember_finished(store: Store, outcome: Outcome, *, checked: bool = False) 
         store.backend.expire_finished(thread_id, outcome.status)  # Redis: `graph.store.redis.ttl`
     if store.summaries is None or thread_id is None or outcome.status not in FINAL_STATUSES:
         return outcome
-    expected: tuple[type[Exception], ...] = (RunError, *_database_errors())
+    expected: tuple[type[Exception], ...] = (RunError, *driver_errors())
     try:
         summary = outcome if checked else _checked_summary(store, thread_id)
         if summary is not None:
@@ -55,12 +54,6 @@ def remember_finished(store: Store, outcome: Outcome, *, checked: bool = False) 
     except expected:
         pass  # no summary: the next invocation takes the full path
     return outcome
-
-
-def _database_errors() -> tuple[type[Exception], ...]:
-    """The drivers' errors: sqlite3's, and psycopg's once it is imported (a PostgreSQL store)."""
-    psycopg = sys.modules.get("psycopg")
-    return (sqlite3.Error,) if psycopg is None else (sqlite3.Error, psycopg.Error)
 
 
 def _checked_summary(store: Store, thread_id: str) -> Outcome | None:

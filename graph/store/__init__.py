@@ -16,7 +16,8 @@ from graph.store.urls import check_form, check_postgres_url, is_postgres, is_red
 if TYPE_CHECKING:
     from graph.store.base import Store
 
-__all__ = ["check_postgres_url", "integrity_problems", "is_postgres", "is_redis", "open_store"]
+__all__ = ["check_postgres_url", "creates_file", "integrity_problems", "is_postgres", "is_redis",
+           "open_store"]
 
 
 @contextmanager
@@ -83,3 +84,12 @@ def integrity_problems(db: str, name: str = "--db") -> list[str]:
     check_sqlite_access(db, read_only=True, name=name)
     check_database(Path(db))
     return [f"{db}: integrity_check: {row}" for row in integrity_check(Path(db))]
+
+
+def creates_file(db: str) -> bool:
+    """True when opening `db` with `create=True` would make a new database file.
+
+    A SQLite path that does not exist yet; never a PostgreSQL or Redis URL (their
+    databases are the server's). Lets a caller refuse before anything is created.
+    """
+    return not (is_postgres(db) or is_redis(db)) and not Path(db).exists()

@@ -23,6 +23,12 @@ write's Lua script compares with the lock key on the server in the same step
 (`graph.store.redis.lua`), so a writer whose lease ran out is refused even after the
 check. A write of a thread that nobody holds (`graph.copy` importing a new thread, one
 table's tests) passes, as the Redis scripts always allowed.
+
+Not yet behind the hook (each is done under the thread's writer lock, which `hold`
+took for the whole step; issue 28 closes them): the checkpoint window's trims and a
+thread's deletion (`graph.store.sql.window`, `CheckedSaver.delete_thread`,
+`RedisBackend.trim`), and on Redis the attempt log, the decisions and the tombstones,
+which are plain commands without the lease check; request caps are not a thread's rows.
 """
 
 from __future__ import annotations

@@ -13,13 +13,14 @@ an outcome asks here: the commands (`graph.cli.guard`, `graph.run`), the Python 
 from __future__ import annotations
 
 import sqlite3
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from graph.errors import DatabaseLostError, ErrorCode, RunError, UsageError
 from graph.store.redis.conn import known_redis_error
 
-__all__ = ["known_error", "known_errors"]
+__all__ = ["driver_errors", "known_error", "known_errors", "undecodable"]
 
 
 def known_error(exc: BaseException) -> RunError | None:
@@ -79,3 +80,24 @@ def _lost_connection(exc: BaseException) -> RunError | None:
             "counted before stays counted and nothing was sent after the loss: check the "
             "server, then run the command again")
     return None
+
+
+def driver_errors() -> tuple[type[Exception], ...]:
+    """The database drivers' own error types: sqlite3's, and psycopg's once it is imported.
+
+    For a caller that must not fail on any storage error (a best-effort write such as a
+    finished thread's summary) without naming a driver itself.
+    """
+    psycopg = sys.modules.get("psycopg")
+    return (sqlite3.Error,) if psycopg is None else (sqlite3.Error, psycopg.Error)
+
+
+def undecodable(exc: BaseException) -> bool:
+    """True when SQLite reports stored bytes it cannot read (a damaged file).
+
+    Not a failure of the environment: any `sqlite3.DatabaseError` but an
+    `OperationalError` other than a decoding one.
+    """
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return False
+    return not isinstance(exc, sqlite3.OperationalError) or "decode" in str(exc)
