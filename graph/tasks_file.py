@@ -13,5 +13,9 @@ warnings.warn("graph.tasks_file moved to graph.fleet.tasks_file; the old name go
               DeprecationWarning, stacklevel=2)
 
 
+__all__ = list(getattr(_moved, "__all__", [n for n in vars(_moved) if not n.startswith("_")]))
+"""What `from graph.tasks_file import *` gives: the new module's public names."""
+
+
 def __getattr__(name: str) -> Any:
     return getattr(_moved, name)

@@ -13,5 +13,9 @@ warnings.warn("graph.thread_history moved to graph.threads.history; the old name
               DeprecationWarning, stacklevel=2)
 
 
+__all__ = list(getattr(_moved, "__all__", [n for n in vars(_moved) if not n.startswith("_")]))
+"""What `from graph.thread_history import *` gives: the new module's public names."""
+
+
 def __getattr__(name: str) -> Any:
     return getattr(_moved, name)

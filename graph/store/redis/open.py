@@ -32,7 +32,6 @@ from graph.store.redis.approvals import RedisApprovals
 from graph.store.redis.conn import connect, server_errors
 from graph.store.redis.expiring import ExpiringLedger, ExpiringTombstones
 from graph.store.redis.locks import RedisThreadLocks
-from graph.store.redis.saver import CheckedRedisSaver
 from graph.store.redis.tables import RedisAttemptLog
 from graph.store.redis.ttl import TtlBackend, ttl_ages
 from graph.store.rows import damaged
@@ -56,6 +55,10 @@ SETUP_TIMEOUT_S = 60.0
 
 def _saver(client: redis.Redis) -> Any:
     """The checked checkpointer on `client` (`graph.store.redis.saver`; indexes not yet set up)."""
+    # The saver imports redis and langgraph-checkpoint-redis at its top: only once
+    # `graph.store.redis.conn.connect` has refused a missing extra with its usage error.
+    from graph.store.redis.saver import CheckedRedisSaver  # noqa: PLC0415 - the redis extra
+
     return CheckedRedisSaver(redis_client=client)
 
 

@@ -136,3 +136,22 @@ def test_a_tls_server_with_an_untrusted_certificate_is_unreachable_not_a_bug(
     with pytest.raises(UsageError) as refused:
         connect(f"{url}?ssl_cert_reqs=required")  # the self-signed certificate is not trusted
     assert refused.value.error_code == ErrorCode.DB_UNREACHABLE
+
+
+@pytest.mark.parametrize("face", ["graph.run", "graph.history", "graph.verify"])
+def test_a_redis_url_without_the_redis_extra_is_a_usage_error_not_a_bug(face: str) -> None:
+    """Found by a new user after issue 27's import hoisting: exit 1 (ModuleNotFoundError)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import subprocess_env
+
+    argv = {"graph.run": ["--thread", "t", "--once", "--json"],
+            "graph.history": ["--thread", "t", "--json"], "graph.verify": ["--json"]}[face]
+    code = ("import sys; sys.modules['redis'] = None; import runpy; "
+            f"sys.argv = ['{face}', *{argv!r}, '--db', 'redis://127.0.0.1:1/0']; "
+            f"runpy.run_module('{face}', run_name='__main__')")
+    done = subprocess.run([sys.executable, "-c", code], env=subprocess_env(), capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2, (done.stdout, done.stderr[-2000:])
+    assert "Redis needs the redis extra" in done.stdout + done.stderr
