@@ -211,7 +211,8 @@ class Database:
         checkpoint and async methods on the synchronous savers (`UsageError`).
         """
         return cast("CompiledStateGraph[Any, Any, Any, Any]",
-                    CheckedGraph(graph_of(self.store), self.store.location))
+                    CheckedGraph(graph_of(self.store), self.store.location,
+                                 supports_async=self.store.supports_async))
 
     def _writable(self, call: str) -> None:
         """Refuses `call` on a database opened with `read_only=True`, before anything is read.

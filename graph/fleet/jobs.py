@@ -36,12 +36,11 @@ from procrastinate.app import WorkerOptions
 from procrastinate.jobs import Status
 from typing_extensions import Unpack
 
-from graph.fleet.queue_db import QUEUE_DB_ENV, check_worker, connect_queue, env_seconds, queue_db
+from graph.fleet.queue_db import QUEUE_DB_ENV, check_worker, env_seconds, queue_db
 from graph.fleet.queue_logs import ADVANCE_TASK, log_step, redact_procrastinate
 from graph.fleet.request_cap import open_cap
 from graph.fleet.worker import STEP_THREADS, close_pools, run_step
-from graph.store import open_store
-from graph.store.postgres.locks import advisory_lock
+from graph.store import open_queue_db, open_store, queue_lock
 
 __all__ = [
     "DEFAULT_QUEUE",
@@ -206,7 +205,7 @@ def ensure_schema(db: str) -> None:
         UsageError: `db_unreachable` (exit 2): the queue's database cannot be reached, or
             its URL is not one psycopg can use.
     """
-    with connect_queue(db) as conn, advisory_lock(conn, _SCHEMA_LOCK, what="queue schema"):
+    with open_queue_db(db) as conn, queue_lock(conn, _SCHEMA_LOCK, what="queue schema"):
         row = conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()
         if row is None or row[0] is None:
             app = make_app(db)
@@ -252,7 +251,7 @@ def enqueue(db: str, items: list[Any], *, live: bool, cap_id: str | None,
             maximum (`graph.fleet.request_cap.open_cap`).
     """
     url = queue_db(db, queue_url)
-    connect_queue(url).close()  # reachable, before anything is written anywhere
+    open_queue_db(url).close()  # reachable, before anything is written anywhere
     with open_store(db, create=True) as store:  # our tables, and the cap
         cap_id = open_cap(store, cap_id, max_requests)
         bound = {"store_id": store.store_id} if store.store_id else {}

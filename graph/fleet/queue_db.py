@@ -12,24 +12,19 @@ from __future__ import annotations
 import math
 import os
 import sys
-from typing import Any
-from urllib.parse import urlsplit
 
-from graph.errors import ErrorCode, RunError, UsageError, error_line
-from graph.store import is_postgres, is_redis, open_store
-from graph.store.urls import CONNECT_TIMEOUT_S, redact
+from graph.errors import RunError, UsageError, error_line
+from graph.store import holds_queue, open_queue_db, open_store, reached_by_workers
 
 __all__ = [
     "QUEUE_DB_ENV",
     "check_worker",
-    "connect_queue",
     "env_seconds",
     "queue_db",
 ]
 
 QUEUE_DB_ENV = "GRAPH_QUEUE_DB"
 """The PostgreSQL URL of the queue when it is not the checkpoint database `GRAPH_DB`."""
-_POSTGRES = ("postgresql://", "postgres://")
 
 
 def queue_db(db: str, flag: str | None = None) -> str:
@@ -47,11 +42,11 @@ def queue_db(db: str, flag: str | None = None) -> str:
     if flag is not None and not flag.strip():
         raise UsageError("--queue-db is empty: give the queue's postgresql:// URL, or leave "
                          f"it out to use ${QUEUE_DB_ENV}, else --db")
-    if not (is_postgres(db) or is_redis(db)):
+    if not reached_by_workers(db):
         raise UsageError("--enqueue needs a PostgreSQL or Redis --db that every worker reaches; "
                          "a SQLite file is one machine's: run the batch without --enqueue")
     url = flag or os.environ.get(QUEUE_DB_ENV) or db
-    if not is_postgres(url):
+    if not holds_queue(url):
         raise UsageError("the queue lives in PostgreSQL (procrastinate): give --queue-db "
                          f"postgresql://... or {QUEUE_DB_ENV} beside a Redis --db")
     try:
@@ -79,12 +74,12 @@ def check_worker(queue_url: str, *, checkpoints: bool = True) -> None:
         SystemExit: The refusal's exit code (2), after its error line on stderr.
     """
     try:
-        if not queue_url.startswith(_POSTGRES):
+        if not holds_queue(queue_url):
             raise UsageError(f"the queue worker's queue is procrastinate's, in PostgreSQL: set "
                              f"{QUEUE_DB_ENV}=postgresql://... (or GRAPH_DB, when the "
                              "checkpoints are there too)")
         if not checkpoints:
-            connect_queue(queue_url).close()
+            open_queue_db(queue_url).close()
             return
         db = os.environ.get("GRAPH_DB", "")
         if not db.strip():
@@ -95,38 +90,6 @@ def check_worker(queue_url: str, *, checkpoints: bool = True) -> None:
         print(error_line(exc.error_code, f"the queue worker cannot start: {exc.message}"),
               file=sys.stderr, flush=True)
         raise SystemExit(int(exc.exit_code)) from None
-
-
-def connect_queue(db: str) -> Any:
-    """An autocommit connection to the queue's database (`graph.fleet.jobs.ensure_schema`).
-
-    Raises:
-        UsageError: `db_unreachable` (exit 2): the database cannot be reached, or `db`
-            is not a URL psycopg can use; `usage` when it names no database (libpq would
-            pick its own defaults). The password is never shown.
-    """
-    import psycopg  # noqa: PLC0415 - psycopg: the postgres extra
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo  # noqa: PLC0415 - psycopg: the postgres extra
-
-    try:
-        params = conninfo_to_dict(db)
-        if not params.get("dbname"):
-            raise UsageError(f"the queue's URL {redact(db)} names no database "
-                             "(postgresql://USER@HOST:PORT/DATABASE)")
-        params.setdefault("connect_timeout", CONNECT_TIMEOUT_S)  # the URL's own is kept
-        return psycopg.connect(make_conninfo("", **params), autocommit=True)
-    except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
-        detail = next((line.strip() for line in str(exc).splitlines() if line.strip()),
-                      type(exc).__name__)
-        try:
-            password = urlsplit(db).password
-        except ValueError:
-            password = None
-        if password:
-            detail = detail.replace(password, "***")
-        raise UsageError(f"cannot connect to the queue's PostgreSQL database at "
-                         f"{redact(db)}: {detail[:200]}",
-                         error_code=ErrorCode.DB_UNREACHABLE) from None
 
 
 def env_seconds(name: str, default: float) -> float:

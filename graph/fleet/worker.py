@@ -34,7 +34,7 @@ from graph.outcome import Outcome
 from graph.settings import ThreadSpec, resolve_settings
 from graph.step.advance import StepRequest, advance
 from graph.step.models import make_model
-from graph.store import is_postgres, open_store
+from graph.store import open_store
 from graph.store.failures import known_error
 from nodes.demo_model import DEMO_MODEL_ID
 
@@ -76,11 +76,12 @@ class StorePool:
 
     Args:
         db: The checkpoint database's URL (`GRAPH_DB`: PostgreSQL or Redis).
-        keep: Keep stores for later jobs (PostgreSQL); False opens and closes one per job
-            (Redis, and a SQLite file, which only tests give a worker).
+        keep: Keep stores for later jobs; False opens and closes one per job. None (the
+            default) asks each store (`graph.store.base.Store.keeps_pool`: PostgreSQL
+            yes; Redis, and a SQLite file, which only tests give a worker, no).
     """
 
-    def __init__(self, db: str, *, keep: bool = True) -> None:
+    def __init__(self, db: str, *, keep: bool | None = None) -> None:
         self.db, self.keep = db, keep
         self._free: list[_Pooled] = []
         self._lock = threading.Lock()
@@ -102,7 +103,8 @@ class StorePool:
             pooled.stack.close()
             raise
         with self._lock:
-            keep = self.keep and not self._closed
+            wanted = pooled.store.keeps_pool if self.keep is None else self.keep
+            keep = wanted and not self._closed
             if keep:
                 self._free.append(pooled)
         if not keep:
@@ -114,7 +116,7 @@ class StorePool:
                 pooled = self._free.pop() if self._free else None
             if pooled is None:
                 return self._open()
-            if _answers(pooled.store):
+            if pooled.store.answers():
                 return pooled
             pooled.stack.close()
 
@@ -137,17 +139,6 @@ class StorePool:
             pooled.stack.close()
 
 
-def _answers(store: Store) -> bool:
-    """True when both PostgreSQL sessions of a kept store still answer `SELECT 1`."""
-    try:
-        for conn in (getattr(store.sql, "conn", None), getattr(store.checkpointer, "conn", None)):
-            if conn is not None:
-                conn.execute("SELECT 1").fetchone()
-    except Exception:  # noqa: BLE001 - any failure: the session is gone, open a new store
-        return False
-    return True
-
-
 _POOLS: dict[str, StorePool] = {}
 _POOLS_LOCK = threading.Lock()
 
@@ -157,7 +148,7 @@ def pool_for(db: str) -> StorePool:
     with _POOLS_LOCK:
         pool = _POOLS.get(db)
         if pool is None:
-            pool = _POOLS[db] = StorePool(db, keep=is_postgres(db))
+            pool = _POOLS[db] = StorePool(db)
         return pool
 
 

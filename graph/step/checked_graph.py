@@ -28,8 +28,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
-from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.errors import EmptyInputError
 
 from graph.checkpoints.updates import LIBRARY_ERRORS, check_updates, update_pairs
@@ -79,18 +77,21 @@ class CheckedGraph:
     they send nothing and count nothing, and the next invocation of the thread is
     checked and budgeted like any other; a `messages` update is checked first as a
     load would check the result (`graph.checkpoints.updates`): one that would leave the
-    thread unloadable is a `UsageError`, nothing written. On a synchronous checkpointer (every backend
-    here) each async method is refused (`_check_async`). Everything else (`get_state`,
+    thread unloadable is a `UsageError`, nothing written. Unless the store says its
+    checkpointer is async (`graph.store.base.Store.supports_async`; no backend here is)
+    each async method is refused (`_check_async`). Everything else (`get_state`,
     `get_graph`, ...) is the graph's own.
 
     Args:
         graph: The compiled graph (`graph.agent.build_graph`).
         location: The database, named in refusals.
+        supports_async: The store's `supports_async`: whether async methods may run.
     """
 
-    def __init__(self, graph: Any, location: str) -> None:
+    def __init__(self, graph: Any, location: str, *, supports_async: bool = False) -> None:
         self._graph = graph
         self._location = location
+        self._async = supports_async
 
     def __getattr__(self, name: str) -> Any:
         found = getattr(self._graph, name)
@@ -98,7 +99,7 @@ class CheckedGraph:
             return found
 
         def checked(*args: Any, **kwargs: Any) -> Any:
-            _check_async(self._graph.checkpointer, name, self._location)
+            _check_async(self._async, name, self._location)
             return found(*args, **kwargs)
 
         return checked
@@ -108,7 +109,7 @@ class CheckedGraph:
         for one in _each_config(config):
             _check_call(one, kwargs.get("context"), saver, self._location)
         if method.startswith("a"):
-            _check_async(saver, method, self._location)
+            _check_async(self._async, method, self._location)
         for one in _each_config(config):
             _check_fork(one, saver, self._location)
 
@@ -189,7 +190,7 @@ class CheckedGraph:
                             **kwargs: Any) -> Any:
         """`CompiledStateGraph.aupdate_state`, checked as `update_state`."""
         _check_config(config, self._location, thread_needed=True)
-        _check_async(self._graph.checkpointer, "aupdate_state", self._location)
+        _check_async(self._async, "aupdate_state", self._location)
         _check_fork(config, self._graph.checkpointer, self._location)
         check_updates(self._graph, config, [(values, as_node)])
         try:
@@ -210,7 +211,7 @@ class CheckedGraph:
     async def abulk_update_state(self, config: Any, supersteps: Any, **kwargs: Any) -> Any:
         """`CompiledStateGraph.abulk_update_state`: checked as `aupdate_state`."""
         _check_config(config, self._location, thread_needed=True)
-        _check_async(self._graph.checkpointer, "abulk_update_state", self._location)
+        _check_async(self._async, "abulk_update_state", self._location)
         _check_fork(config, self._graph.checkpointer, self._location)
         check_updates(self._graph, config, update_pairs(supersteps))
         try:
@@ -248,7 +249,8 @@ def _checked_copy(name: str) -> Any:
     """A method of `CheckedGraph` returning the graph's `name(...)` (a copy), checked too."""
 
     def method(self: CheckedGraph, *args: Any, **kwargs: Any) -> CheckedGraph:
-        return CheckedGraph(getattr(self._graph, name)(*args, **kwargs), self._location)
+        return CheckedGraph(getattr(self._graph, name)(*args, **kwargs), self._location,
+                            supports_async=self._async)
 
     method.__name__ = name
     method.__doc__ = f"`CompiledStateGraph.{name}`, the copy checked like this graph."
@@ -361,16 +363,17 @@ def _check_fork(config: Any, saver: Any, location: str | None = None) -> None:
                          checkpoint_id=str(configurable["checkpoint_id"]))
 
 
-def _check_async(saver: Any, method: str, location: str | None = None) -> None:
+def _check_async(supports_async: bool, method: str, location: str | None = None) -> None:
     """Refuses an async graph method when the checkpointer has no async methods.
 
-    LangGraph's `SqliteSaver`, `PostgresSaver` and `RedisSaver` (every backend here) are
+    Whether it has is the store's to say (`graph.store.base.Store.supports_async`):
+    LangGraph's `SqliteSaver`, `PostgresSaver` and `RedisSaver` as used here are
     synchronous: their `aget_tuple`, `aput`, ... raise `NotImplementedError`.
 
     Raises:
         UsageError: The saver is synchronous; names the synchronous method and `db.arun`.
     """
-    if isinstance(saver, SqliteSaver) or type(saver).aget_tuple is BaseCheckpointSaver.aget_tuple:
+    if not supports_async:
         raise UsageError(f"{method} needs an async checkpointer and this database's is "
                          f"synchronous: call {method[1:]} (in a worker thread if you need, "
                          "asyncio.to_thread), or Database.arun", location=location)

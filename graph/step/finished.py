@@ -43,7 +43,7 @@ def remember_finished(store: Store, outcome: Outcome, *, checked: bool = False) 
     """
     thread_id = outcome.thread_id
     if thread_id is not None and outcome.status in FINAL_STATUSES and not outcome.next_nodes:
-        store.backend.expire_finished(thread_id, outcome.status)  # Redis: `graph.store.redis.ttl`
+        store.expire_finished(thread_id, outcome.status)  # Redis: `graph.store.redis.ttl`
     if store.summaries is None or thread_id is None or outcome.status not in FINAL_STATUSES:
         return outcome
     expected: tuple[type[Exception], ...] = (RunError, *driver_errors())

@@ -7,17 +7,17 @@ The backend is chosen here and nowhere else; what an open database offers is the
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from graph.store.urls import check_form, check_postgres_url, is_postgres, is_redis
 
 if TYPE_CHECKING:
     from graph.store.base import Store
 
-__all__ = ["check_postgres_url", "creates_file", "integrity_problems", "is_postgres", "is_redis",
-           "open_store"]
+__all__ = ["check_postgres_url", "creates_file", "holds_queue", "integrity_problems", "is_postgres",
+           "is_redis", "open_queue_db", "open_store", "queue_lock", "reached_by_workers"]
 
 
 @contextmanager
@@ -93,3 +93,35 @@ def creates_file(db: str) -> bool:
     databases are the server's). Lets a caller refuse before anything is created.
     """
     return not (is_postgres(db) or is_redis(db)) and not Path(db).exists()
+
+
+def reached_by_workers(db: str) -> bool:
+    """True when `db` is a server's database that queue workers on other machines reach.
+
+    PostgreSQL and Redis; a SQLite file is one machine's (`graph.fleet.queue_db` refuses
+    `--enqueue` with it).
+    """
+    return is_postgres(db) or is_redis(db)
+
+
+def holds_queue(url: str) -> bool:
+    """True when `url` names a database that can hold the job queue (procrastinate: PostgreSQL)."""
+    return is_postgres(url)
+
+
+def open_queue_db(url: str) -> Any:
+    """An autocommit connection to the queue's database (`graph.store.postgres.queue`).
+
+    Raises:
+        UsageError: `db_unreachable` or `usage` (exit 2), as `connect_queue` says.
+    """
+    from graph.store.postgres.queue import connect_queue  # noqa: PLC0415 - psycopg: the postgres extra
+
+    return connect_queue(url)
+
+
+def queue_lock(conn: Any, key: int, *, what: str) -> AbstractContextManager[None]:
+    """Holds lock `key` on the queue's database for a block (`graph.store.postgres.queue`)."""
+    from graph.store.postgres.queue import queue_lock as lock  # noqa: PLC0415 - psycopg: the postgres extra
+
+    return lock(conn, key, what=what)

@@ -354,6 +354,16 @@ class Store:
     compiled: Any = field(default=None, repr=False)
     """The agent graph compiled with this store's checkpointer, kept by
     `graph.checkpoints.load.graph_of` (the store builds no graph)."""
+    keeps_pool: bool = False
+    """Whether a long-lived process (the queue worker's `graph.fleet.worker.StorePool`)
+    should keep this store open for its next job rather than open one per job: True on
+    PostgreSQL (two sessions and a compiled graph are worth keeping); False on SQLite (a
+    file only tests give a worker) and Redis (one client per job)."""
+    supports_async: bool = False
+    """Whether the checkpointer has working async methods (`aget_tuple`, `aput`, ...).
+    False for every backend here: LangGraph's `SqliteSaver`, `PostgresSaver` and
+    `RedisSaver` as used here are synchronous (`graph.step.checked_graph` refuses an
+    async graph method on them)."""
 
     @property
     def sql(self) -> Any:
@@ -368,6 +378,15 @@ class Store:
         if sql is None:
             raise AttributeError(f"{self.location}: this store has no SQL connection")
         return sql
+
+    def answers(self) -> bool:
+        """True when the store's connections still answer one round trip each.
+
+        Asked by `graph.fleet.worker.StorePool` before it lends a kept store
+        (`keeps_pool`); a backend without a way to ask (Redis) answers True.
+        """
+        ping = getattr(self.backend, "answers", None)
+        return True if ping is None else bool(ping())
 
     def commit(self) -> None:
         """Commits what the last graph call left kept back (`graph.store.sql.conn.Sql.deferred`).
@@ -439,6 +458,18 @@ class Store:
         if getattr(self.checkpointer, "windows", None) is not None:
             return 0
         return self.trim(thread_id, keep)
+
+    def expire_finished(self, thread_id: str, status: str) -> None:
+        """Gives a finished thread's keys their TTL (Redis: `graph.store.redis.ttl`); else nothing."""
+        self.backend.expire_finished(thread_id, status)
+
+    def used_bytes(self) -> int:
+        """Bytes the database uses (0 where this is not known)."""
+        return self.backend.used_bytes()
+
+    def reclaim_space(self) -> None:
+        """Gives free space back where the backend can (SQLite's `VACUUM`); else nothing."""
+        self.backend.reclaim_space()
 
     def sweep_buried(self) -> int:
         """Deletes leftover checkpoints of tombstoned threads (an interrupted `bury`).

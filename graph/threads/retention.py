@@ -153,7 +153,7 @@ def prune(store: Store, candidates: list[Candidate]) -> dict[str, Any]:
     `skipped` (notes), `swept` (leftovers of interrupted prunes), `trimmed` (older
     checkpoints deleted beyond the windows) and `freed_bytes`.
     """
-    before = store.backend.used_bytes()
+    before = store.used_bytes()
     pruned, skipped = [], []
     pruned_at = datetime.now(UTC).isoformat(timespec="seconds")
     for candidate in candidates:
@@ -166,6 +166,6 @@ def prune(store: Store, candidates: list[Candidate]) -> dict[str, Any]:
         pruned.append(candidate.thread_id)
     swept = store.sweep_buried()
     trimmed, notes = trim_windows(store, set(pruned))
-    store.backend.reclaim_space()
+    store.reclaim_space()
     return {"pruned": pruned, "skipped": skipped + notes, "swept": swept, "trimmed": trimmed,
-            "freed_bytes": max(0, before - store.backend.used_bytes())}
+            "freed_bytes": max(0, before - store.used_bytes())}

@@ -156,7 +156,7 @@ def test_running_jobs_never_share_a_store_so_the_thread_lock_excludes_the_second
 
     pool = StorePool(pg.db)
     with pool.lease() as first, pool.lease() as second:
-        assert first is not second
+        assert first is not second and first.keeps_pool and first.answers()
         with first.locks.hold("t1"):
             with first.locks.hold("t1"):  # a PostgreSQL session re-enters its own lock ...
                 pass
@@ -170,6 +170,18 @@ def test_running_jobs_never_share_a_store_so_the_thread_lock_excludes_the_second
     assert failed.sql.conn.closed  # type: ignore[attr-defined]
     pool.close()
     assert first.sql.conn.closed and second.sql.conn.closed  # type: ignore[attr-defined]
+
+
+def test_a_pool_keeps_only_stores_that_say_they_are_worth_keeping(tmp_path) -> None:
+    from graph.fleet.worker import StorePool
+
+    pool = StorePool(str(tmp_path / "c.sqlite"))  # keep=None: each store decides (keeps_pool)
+    with pool.lease() as first:
+        assert first.keeps_pool is False and first.answers()
+    with pool.lease() as second:
+        assert second is not first
+    assert pool.opened == 2
+    pool.close()
 
 
 @pytest.mark.postgres

@@ -146,7 +146,7 @@ def open_postgres(url: str, *, create: bool = True, read_only: bool = False
                 _setup_serialized(control, checkpointer)
         _check_triggers(db, location)
         yield sql_store(location, checkpointer, db, locks=AdvisoryThreadLocks(control),
-                          conns=(saver_conn, control), summaries=True)
+                        conns=(saver_conn, control), summaries=True, keeps_pool=True)
     finally:
         saver_conn.close()
         control.close()

@@ -34,6 +34,20 @@ class SqlBackend:
         self._ledger, self._log, self._tombstones = ledger, log, tombstones
         self._approvals, self._summaries = approvals, summaries
 
+    def answers(self) -> bool:
+        """True when our tables' connection and the checkpointer's both answer `SELECT 1`.
+
+        `graph.store.base.Store.answers`: a kept PostgreSQL store whose session is gone
+        is closed, not lent.
+        """
+        try:
+            for conn in (getattr(self.sql, "conn", None), getattr(self._checkpointer, "conn", None)):
+                if conn is not None:
+                    conn.execute("SELECT 1").fetchone()
+        except Exception:  # noqa: BLE001 - any failure: the session is gone, open a new store
+            return False
+        return True
+
     def commit(self) -> None:
         """Commits what is kept back (`graph.store.sql.conn.Sql.deferred`)."""
         self.sql.commit()

@@ -18,7 +18,8 @@ __all__ = ["sql_store"]
 
 def sql_store(location: str, checkpointer: BaseCheckpointSaver[str], sql: Sql, *,
               locks: WriterLocks, conns: tuple[Closable, ...],
-              ledger_type: type[SqlLedger] = SqlLedger, summaries: bool = False) -> Store:
+              ledger_type: type[SqlLedger] = SqlLedger, summaries: bool = False,
+              keeps_pool: bool = False) -> Store:
     """A store whose tables all run on `sql`.
 
     Args:
@@ -31,6 +32,7 @@ def sql_store(location: str, checkpointer: BaseCheckpointSaver[str], sql: Sql, *
         ledger_type: The ledger class; a backend adds what its claims need
             (`graph.store.sqlite.ledger`).
         summaries: Keep summaries of finished threads (for `graph.store.poll`).
+        keeps_pool: `Store.keeps_pool`: a long-lived worker keeps the store (PostgreSQL).
 
     Returns:
         The open store; closing it closes `conns`, then `locks`. Every write of its
@@ -46,4 +48,4 @@ def sql_store(location: str, checkpointer: BaseCheckpointSaver[str], sql: Sql, *
     backend = SqlBackend(sql, checkpointer, ledger=ledger, log=log, tombstones=tombstones,
                          approvals=approvals, summaries=kept)
     return Store(location, checkpointer, backend, ledger, log, tombstones, approvals, locks,
-                 conns, kept)
+                 conns, kept, keeps_pool=keeps_pool)
