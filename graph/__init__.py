@@ -28,3 +28,60 @@ refuses a writer that no longer holds it.
 Nothing is compiled or opened at import time: `graph.agent.build_graph` compiles the
 graph for a given checkpointer, and `graph.store.open_store` opens a database.
 """
+
+import importlib.util as _importlib_util
+import json as _json
+import sys as _sys
+from pathlib import Path as _Path
+
+__all__: list[str] = []
+
+
+def _shadowing_nodes() -> str | None:
+    """The file or folder that `import nodes` would find instead of ours, or None.
+
+    A folder with its own `nodes/` package (or `nodes.py`) first on `sys.path`, as the
+    current folder is for `python -m`, hides ours: `graph` imports `nodes.*` and fails.
+    """
+    try:
+        spec = _importlib_util.find_spec("nodes")
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    found = list(spec.submodule_search_locations or []) or [spec.origin or ""]
+    ours = _Path(__file__).resolve().parent.parent / "nodes"
+    if any(place and _Path(place).resolve() == ours for place in found):
+        return None
+    return next((place for place in found if place), None)
+
+
+def _refuse_shadowed_nodes() -> None:
+    """Refuses to start under a `nodes` that is not ours: exit 2 (`usage`), not a traceback.
+
+    For a command (`python -m graph.X`, found while `sys.argv[0]` is still `-m`) one
+    `error (usage): ...` line on stderr, or with `--json` one JSON object on stdout
+    (`error`, `error_code`, `exit_code`), then exit 2. For an import from a script or
+    notebook, an `ImportError` that says the same.
+
+    Raises:
+        SystemExit: 2, for a command.
+        ImportError: For an import.
+    """
+    shadow = _shadowing_nodes()
+    if shadow is None:
+        return
+    message = (f"{shadow} hides this project's nodes package: Python finds that folder's own "
+               "nodes first (the current folder comes first for python -m). Run the command "
+               "from another folder, or use the console script (mandapi-resume run ...), "
+               "which does not look in the current folder")
+    if _sys.argv[:1] != ["-m"]:
+        raise ImportError(message, name="nodes", path=shadow)
+    if "--json" in _sys.argv[1:]:
+        print(_json.dumps({"error": message, "error_code": "usage", "exit_code": 2}), flush=True)
+    else:
+        print(f"error (usage): {message}", file=_sys.stderr, flush=True)
+    raise SystemExit(2)
+
+
+_refuse_shadowed_nodes()

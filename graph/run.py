@@ -30,7 +30,14 @@ from urllib.parse import urlsplit
 from graph.cli import Finished, Parser, emit, exit_now, resolve_db, seconds, whole_number
 from graph.errors import ErrorCode, ExitCode, RunError, UsageError
 from graph.outcome import Outcome
-from graph.settings import Settings, ThreadSpec, check_paid, check_thread_id, resolve_settings
+from graph.settings import (
+    InvalidThreadId,
+    Settings,
+    ThreadSpec,
+    check_paid,
+    check_thread_id,
+    resolve_settings,
+)
 from graph.step.tracing import flush_traces, watch_uploads
 from graph.store import creates_file
 from graph.store.failures import known_error
@@ -188,11 +195,18 @@ def run(argv: list[str] | None = None, **step_kwargs: Any) -> Outcome:
         parser = _parser()
         args = parser.parse_args(argv)
 
-        thread_id = check_thread_id(args.thread)
+        try:
+            spec = _spec(args)  # the one check of --thread (first) and of every thread flag
+        except InvalidThreadId:
+            raise
+        except UsageError:
+            thread_id = args.thread  # checked first and valid: the refusal names its thread
+            raise
+        thread_id = spec.thread_id
         quick, settings = _quick_answer(parser, args, thread_id)
         if quick is not None:
             return quick
-        request = _request(args)
+        request = _request(args, spec)
         settings = settings or _settings(args)  # resolved once: the quick path's, if it ran
         from graph.api import Database  # noqa: PLC0415 - LangGraph: only once the quick answer declined (tests/test_poll.py)
 
@@ -239,20 +253,28 @@ def _quick_answer(parser: Parser, args: argparse.Namespace, thread_id: str
     return quick_answer(settings.db, thread_id), settings
 
 
-def _request(args: argparse.Namespace) -> StepRequest:
-    """The step request of the parsed flags: the thread's spec (checked) and the mode.
+def _spec(args: argparse.Namespace) -> ThreadSpec:
+    """The thread's settings from the flags, each checked once (`graph.settings.ThreadSpec`).
 
     Raises:
-        UsageError: An invalid setting (`graph.settings.ThreadSpec`), or flags that do not
-            go together.
+        InvalidThreadId: `--thread` is not a valid thread id (checked first).
+        UsageError: Another invalid setting.
     """
-    from graph.step.advance import StepRequest  # noqa: PLC0415 - LangGraph: only once the quick answer declined (tests/test_poll.py)
-
-    spec = ThreadSpec(thread_id=args.thread, task=args.task, model=args.model,
+    return ThreadSpec(thread_id=args.thread, task=args.task, model=args.model,
                       max_attempts=args.max_attempts, max_tokens=args.max_tokens,
                       context_tokens=args.context_tokens, workspace=args.workspace,
                       allow_writes=args.allow_writes, keep_checkpoints=args.keep_checkpoints,
                       source="flags")
+
+
+def _request(args: argparse.Namespace, spec: ThreadSpec) -> StepRequest:
+    """The step request of the parsed flags: the thread's checked spec and the mode.
+
+    Raises:
+        UsageError: Flags that do not go together.
+    """
+    from graph.step.advance import StepRequest  # noqa: PLC0415 - LangGraph: only once the quick answer declined (tests/test_poll.py)
+
     if args.reason is not None and not args.reject:
         raise UsageError("--reason explains a --reject: give the calls it rejects")
     if args.cancel and (args.approve or args.reject or args.restart_pruned):

@@ -58,6 +58,7 @@ __all__ = [
     "check_seconds",
     "check_task",
     "check_text",
+    "InvalidThreadId",
     "check_thread_id",
     "check_trace",
     "check_whole",
@@ -206,15 +207,30 @@ def check_names(value: object, name: str, what: str = "call ids") -> tuple[str, 
     raise _refuse(name, f"a list or tuple of {what} (str)", value)
 
 
+class InvalidThreadId(UsageError):
+    """A thread id `check_thread_id` refuses (`usage`, exit 2, as any `UsageError`).
+
+    Its own type so that a caller that built a `ThreadSpec` knows, from the one check,
+    whether the thread id it reports with another refusal is a valid one (`graph.run`).
+    """
+
+
 def check_thread_id(thread_id: str, name: str = "thread_id") -> str:
     """Returns `thread_id` if it is 1-128 of letters, digits, `.`, `_`, `:`, `-`.
 
+    The one check of a thread id: `ThreadSpec` calls it for every thread a caller
+    names, once per invocation.
+
     Raises:
-        UsageError: Otherwise (exit 2); a value that is no str is named as `name`.
+        InvalidThreadId: Otherwise (a `UsageError`, exit 2); a value that is no str is
+            named as `name`.
     """
-    thread_id = check_text(thread_id, name, optional=False)  # type: ignore[assignment]
+    try:
+        thread_id = check_text(thread_id, name, optional=False)  # type: ignore[assignment]
+    except UsageError as exc:
+        raise InvalidThreadId(exc.detail, error_code=exc.error_code) from None
     if not THREAD_ID_RE.fullmatch(thread_id):
-        raise UsageError(
+        raise InvalidThreadId(
             f"invalid thread id {thread_id[:40]!r}: use 1-128 letters, digits, '.', '_', ':' or '-'"
         )
     return thread_id
@@ -394,7 +410,12 @@ class ThreadSpec:
             (`setting_name`); not compared and not one of the thread's settings.
 
     Raises:
-        UsageError: On construction, naming the first invalid setting (exit 2).
+        UsageError: On construction, naming the first invalid setting (exit 2). The
+            order is each source's, pinned by tests/cli/test_check_once.py: from the
+            flags (`graph.run`) the thread id first (`InvalidThreadId`), so a command
+            reports a bad `--thread` before anything else; from a tasks line or
+            keywords each setting's type and range first, then the thread id, the
+            task and the model.
     """
 
     thread_id: str
@@ -410,6 +431,8 @@ class ThreadSpec:
 
     def __post_init__(self) -> None:
         source = self.source
+        if source == "flags":
+            check_thread_id(self.thread_id)
         for key, kind in FIELDS.items():
             value, name = getattr(self, key), setting_name(key, source)
             if key == "keep_checkpoints" and value == KEEP_ALL:
@@ -421,7 +444,8 @@ class ThreadSpec:
         for key, limit in LIMITS.items():
             if getattr(self, key) != KEEP_ALL:
                 check_limit(getattr(self, key), limit, setting_name(key, source))
-        check_thread_id(self.thread_id)
+        if source != "flags":
+            check_thread_id(self.thread_id)
         check_task(self.task, setting_name("task", source))
         check_model_id(self.model, setting_name("model", source))
 

@@ -184,7 +184,23 @@ def load_thread(graph: Any, thread_id: str, location: str) -> LoadedThread | Non
         RefusedError: The checkpoint cannot be read exactly as written (see module doc).
     """
     config = {"configurable": {"thread_id": thread_id}}
-    snapshot = read_snapshot(graph, config, location, thread_id)
+    return check_snapshot(graph, read_snapshot(graph, config, location, thread_id), thread_id,
+                          location)
+
+
+def check_snapshot(graph: Any, snapshot: Any, thread_id: str, location: str) -> LoadedThread | None:
+    """Checks a latest state already read (`graph.get_state`) as `load_thread` checks what it reads.
+
+    A step that has just read its thread's state after an invocation checks that,
+    rather than loading it again (`graph.step.finished.remember_finished`).
+
+    Returns:
+        As `load_thread`.
+
+    Raises:
+        RefusedError: As `load_thread`.
+    """
+    config = {"configurable": {"thread_id": thread_id}}
     stored = snapshot.values
     if tuple(snapshot.next) == ("__start__",):
         stored = pending_input(graph, config, location, thread_id)

@@ -136,8 +136,9 @@ def advance(
                      if loaded is None else _resume(graph, config, store, loaded, entry, request,
                                                     settings, model_factory))
             if not isinstance(start, Outcome):
-                return remember_finished(
-                    store, _invoke(graph, config, store, start, once=request.once, charge=charge))
+                outcome, final = _invoke(graph, config, store, start, once=request.once,
+                                         charge=charge)
+                return remember_finished(store, outcome, snapshot=final)
             outcome = start
         if loaded is not None:  # a decision or cancellation wrote a checkpoint; a
             # finished thread from before its window is trimmed on its next invocation
@@ -146,8 +147,12 @@ def advance(
 
 
 def _invoke(graph: Any, config: dict[str, Any], store: Store, start: _Start, *, once: bool,
-            charge: str | None) -> Outcome:
-    """Runs the invocations (`graph.step.invocation.invoke_steps`), then closes the model."""
+            charge: str | None) -> tuple[Outcome, Any]:
+    """Runs the invocations (`graph.step.invocation.invoke_steps`), then closes the model.
+
+    Returns:
+        The outcome, and the thread's state as the last invocation left it (or None).
+    """
     try:
         ctx = StepContext(config["configurable"]["thread_id"], store.ledger, start.model,
                           store.log, charge)

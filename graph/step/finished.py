@@ -10,9 +10,9 @@ PostgreSQL (`graph.store.sql.summaries`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from graph.checkpoints.load import graph_of, load_thread
+from graph.checkpoints.load import check_snapshot, graph_of, load_thread
 from graph.errors import RunError
 from graph.outcome import Outcome
 from graph.step.approvals import pending_review
@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from graph.store.base import Store
 
 
-def remember_finished(store: Store, outcome: Outcome, *, checked: bool = False) -> Outcome:
+def remember_finished(store: Store, outcome: Outcome, *, checked: bool = False,
+                      snapshot: Any = None) -> Outcome:
     """Stores the summary of a finished thread (`graph.store.sql.summaries`); returns `outcome` as is.
 
     A finished thread with nothing pending also gets its time-to-live on Redis
@@ -38,8 +39,12 @@ def remember_finished(store: Store, outcome: Outcome, *, checked: bool = False) 
         store: The open store; the caller holds the thread's writer lock.
         outcome: The invocation's outcome.
         checked: `outcome` is `Outcome.from_state` of the latest checkpoint after every
-            check of the full path (`graph.step.advance`); otherwise the thread is read and
-            checked again here.
+            check of the full path (`graph.step.advance`); otherwise the thread is
+            checked here.
+        snapshot: The thread's latest state as the step already read it after its last
+            invocation (`graph.step.invocation.invoke_steps`): checked here as a load
+            checks it (`graph.checkpoints.load.check_snapshot`), not read again. None
+            reads it (`load_thread`).
     """
     thread_id = outcome.thread_id
     if thread_id is not None and outcome.status in FINAL_STATUSES and not outcome.next_nodes:
@@ -48,7 +53,7 @@ def remember_finished(store: Store, outcome: Outcome, *, checked: bool = False) 
         return outcome
     expected: tuple[type[Exception], ...] = (RunError, *driver_errors())
     try:
-        summary = outcome if checked else _checked_summary(store, thread_id)
+        summary = outcome if checked else _checked_summary(store, thread_id, snapshot)
         if summary is not None:
             store.summaries.keep(thread_id, summary)
     except expected:
@@ -56,9 +61,14 @@ def remember_finished(store: Store, outcome: Outcome, *, checked: bool = False) 
     return outcome
 
 
-def _checked_summary(store: Store, thread_id: str) -> Outcome | None:
-    """The finished thread's outcome as the full path answers it, read and checked now."""
-    loaded = load_thread(graph_of(store), thread_id, store.location)
+def _checked_summary(store: Store, thread_id: str, snapshot: Any = None) -> Outcome | None:
+    """The finished thread's outcome as the full path answers it, checked now.
+
+    From `snapshot` (the state the step read last) when given, else read here.
+    """
+    graph = graph_of(store)
+    loaded = (load_thread(graph, thread_id, store.location) if snapshot is None
+              else check_snapshot(graph, snapshot, thread_id, store.location))
     if loaded is None or loaded.values["progress"]["status"] not in FINAL_STATUSES:
         return None
     logged, log_rows = store.log.last_attempt_and_rows(thread_id)  # one read of the log

@@ -178,7 +178,7 @@ def _snapshot_after(graph: Any, config: dict[str, Any], store: Store, ctx: StepC
 
 def invoke_steps(graph: Any, config: dict[str, Any], store: Store, ctx: StepContext,
                  graph_input: Any, *, once: bool, max_attempts: int,
-                 keep_checkpoints: int | None = None, snapshot: Any = None) -> Outcome:
+                 keep_checkpoints: int | None = None, snapshot: Any = None) -> tuple[Outcome, Any]:
     """Invokes the graph once (`once`) or until the thread stops; returns its outcome.
 
     After each invocation the thread is trimmed to its latest `keep_checkpoints`
@@ -202,7 +202,9 @@ def invoke_steps(graph: Any, config: dict[str, Any], store: Store, ctx: StepCont
     Returns:
         The outcome: exit 0 (ran or done), 3 (exhausted), 6 (the request failed or
         `step_failed`) or 7 (a write call waits for review); `held_back` when the
-        counted attempt could not be claimed (a full request cap).
+        counted attempt could not be claimed (a full request cap). And the thread's
+        state as read after the last invocation (`graph.get_state`, not yet checked as
+        a load checks it), or None when the invocation failed before it was read.
     """
     thread_id = ctx.thread_id
     claims = ClaimCounter(ctx.ledger)
@@ -215,16 +217,16 @@ def invoke_steps(graph: Any, config: dict[str, Any], store: Store, ctx: StepCont
         failed = _invoke_once(graph, config, store, ctx, graph_input)
         if failed is not None:
             store.trim_after_step(thread_id, keep_checkpoints)
-            return failed
+            return failed, None
         graph_input = None
         snapshot = _snapshot_after(graph, config, store, ctx)
         store.trim_after_step(thread_id, keep_checkpoints)
         pending = pending_review(snapshot)
         if pending is not None:
-            return Outcome.waiting(thread_id, snapshot.values, pending, {})
+            return Outcome.waiting(thread_id, snapshot.values, pending, {}), snapshot
         outcome = Outcome.after_invocation(thread_id, snapshot.values, snapshot.next,
                                            claims.made > 0)
         if (outcome.held_back or outcome.error_code is not None or once
                 or outcome.status in FINAL_STATUSES):
-            return outcome
-    return outcome
+            return outcome, snapshot
+    return outcome, snapshot

@@ -58,11 +58,14 @@ def open_store(db: str, *, create: bool, read_only: bool = False,
         with open_redis(db, create=create, read_only=read_only) as store:
             yield store
     else:
+        from graph.store.sqlite import handoff  # noqa: PLC0415 - a backend's modules (and its extra) load only when open_store chooses it; graph.store stays light for graph.run's quick path
         from graph.store.sqlite.access import check_sqlite_access  # noqa: PLC0415 - a backend's modules (and its extra) load only when open_store chooses it; graph.store stays light for graph.run's quick path
         from graph.store.sqlite.open import open_sqlite  # noqa: PLC0415 - a backend's modules (and its extra) load only when open_store chooses it; graph.store stays light for graph.run's quick path
 
-        check_sqlite_access(db, read_only=read_only, name=name)
-        with open_sqlite(Path(db), create=create, read_only=read_only) as store:
+        checked = handoff.take(db, read_only=read_only)  # a poll miss just checked this file
+        if checked is None:
+            check_sqlite_access(db, read_only=read_only, name=name)
+        with open_sqlite(Path(db), create=create, read_only=read_only, checked=checked) as store:
             yield store
 
 

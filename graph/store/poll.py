@@ -15,7 +15,8 @@ everything and reports it: no summary, a stale or damaged one, a refusal or erro
 the way, a database that needs its schema set up, a file other users can read (the
 full path warns about it). On SQLite the checks before the answer are the full path's
 own (`graph.store.sqlite.access`, `graph.store.sqlite.file`,
-`graph.store.sqlite.names`), in its order. The rows are
+`graph.store.sqlite.names`), in its order, and a miss hands them to the open that
+follows (`graph.store.sqlite.handoff`), which does not make them again. The rows are
 read with plain sqlite3, read-only, in one read transaction; the thread's lock is
 tested, not taken, so polling never makes a writer busy.
 """
@@ -33,6 +34,7 @@ from graph.store.checks import pruned_refusal
 from graph.store.sql.conn import SqliteSql
 from graph.store.sql.summaries import SqlSummaries
 from graph.store.sql.tombstones import SqlTombstones
+from graph.store.sqlite import handoff
 from graph.store.sqlite.access import check_sqlite_access, read_only_uri
 from graph.store.sqlite.file import check_database, schema_needs_setup
 from graph.store.sqlite.locks import ThreadLocks
@@ -75,7 +77,10 @@ def _answer(db: str, thread_id: str) -> Outcome | None:
         return None  # the full path prints a warning about it
     slot = NameSlot(path)
     try:
-        if schema_needs_setup(path):
+        needs_setup = schema_needs_setup(path)
+        # on a miss, graph.run opens this file next: it takes these checks, not redo them
+        handoff.hand_on(db, read_only=False, checked=handoff.Checked(needs_setup))
+        if needs_setup:
             return None  # the full path sets the schema up (an older database)
         return _read(path, thread_id)
     finally:

@@ -27,6 +27,7 @@ from graph.store.sql.conn import SqliteSql
 from graph.store.sql.schema import ddl as ddl_sql
 from graph.store.sqlite.access import read_only_uri
 from graph.store.sqlite.file import check_database, schema_needs_setup
+from graph.store.sqlite.handoff import Checked
 from graph.store.sqlite.ledger import SqliteLedger
 from graph.store.sqlite.locks import ThreadLocks
 from graph.store.sqlite.names import NameSlot, check_one_name
@@ -100,7 +101,8 @@ def _create_atomically(path: Path) -> None:
 
 
 @contextmanager
-def open_sqlite(path: Path, *, create: bool, read_only: bool = False) -> Iterator[Store]:
+def open_sqlite(path: Path, *, create: bool, read_only: bool = False,
+                checked: Checked | None = None) -> Iterator[Store]:
     """Opens (and with `create`, creates) a checkpoint database file.
 
     Args:
@@ -109,6 +111,8 @@ def open_sqlite(path: Path, *, create: bool, read_only: bool = False) -> Iterato
             nothing is created.
         read_only: Open both connections read-only (`mode=ro`), skip schema set-up and
             lock files: for history and listing, which never write.
+        checked: What the poll found of this very file, unchanged since
+            (`graph.store.sqlite.handoff`): its checks are not made again.
 
     Yields:
         The open store; closed on exit.
@@ -122,8 +126,9 @@ def open_sqlite(path: Path, *, create: bool, read_only: bool = False) -> Iterato
         if not path.parent.is_dir():
             raise UsageError(f"folder {path.parent} for the database does not exist")
         _create_atomically(path)
-    check_database(path)
-    check_one_name(path)
+    if checked is None:
+        check_database(path)
+        check_one_name(path)
     mode = path.stat().st_mode
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         print(
@@ -133,7 +138,7 @@ def open_sqlite(path: Path, *, create: bool, read_only: bool = False) -> Iterato
         )
     slot = NameSlot(path)  # before SQLite opens the file under this name
     try:
-        store = _open_store(path, read_only)
+        store = _open_store(path, read_only, None if checked is None else checked.needs_setup)
         try:
             yield store
         finally:
@@ -142,8 +147,11 @@ def open_sqlite(path: Path, *, create: bool, read_only: bool = False) -> Iterato
         slot.close()
 
 
-def _open_store(path: Path, read_only: bool) -> Store:
-    """Connects (one connection: saver, our tables, digests), setting the schema up when it must."""
+def _open_store(path: Path, read_only: bool, needs_setup: bool | None = None) -> Store:
+    """Connects (one connection: saver, our tables, digests), setting the schema up when it must.
+
+    `needs_setup`: `schema_needs_setup`'s answer when the poll just gave it; None asks.
+    """
     locks: WriterLocks
     if read_only:
 
@@ -155,7 +163,7 @@ def _open_store(path: Path, read_only: bool) -> Store:
         checkpointer = _saver(sql, ddl=False)  # setup() writes
         locks = ReadOnlyLocks()
     else:
-        ddl_needed = schema_needs_setup(path)
+        ddl_needed = schema_needs_setup(path) if needs_setup is None else needs_setup
         with _private_files():
             conn = _connect(path)
             sql = SqliteSql(conn)
