@@ -34,6 +34,9 @@ import json as _json
 import sys as _sys
 from pathlib import Path as _Path
 
+from graph.errors import ErrorCode as _ErrorCode
+from graph.errors import error_line as _error_line
+
 __all__: list[str] = []
 
 
@@ -78,10 +81,11 @@ def _refuse_shadowed_nodes() -> None:
     if _sys.argv[:1] != ["-m"]:
         raise ImportError(message, name="nodes", path=shadow)
     if "--json" in _sys.argv[1:]:
-        print(_json.dumps({"error": message, "error_code": "usage", "exit_code": 2}), flush=True)
+        print(_json.dumps({"error": message, "error_code": _ErrorCode.USAGE,
+                           "exit_code": int(_ErrorCode.USAGE.exit_code)}), flush=True)
     else:
-        print(f"error (usage): {message}", file=_sys.stderr, flush=True)
-    raise SystemExit(2)
+        print(_error_line(_ErrorCode.USAGE, message), file=_sys.stderr, flush=True)
+    raise SystemExit(int(_ErrorCode.USAGE.exit_code))
 
 
 _refuse_shadowed_nodes()
