@@ -15,6 +15,11 @@ from __future__ import annotations
 from enum import IntEnum, StrEnum
 from typing import Any, Self
 
+__all__ = [
+    "BusyError", "DatabaseLostError", "ErrorCode", "ExitCode", "NotDurableError", "RefusedError",
+    "RunError", "SecondNameError", "SignalledError", "UsageError", "error_line",
+]
+
 
 class ExitCode(IntEnum):
     """Process exit codes."""

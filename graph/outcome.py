@@ -10,6 +10,8 @@ from graph.errors import ErrorCode, ExitCode, RunError, error_line
 from graph.text import escape_controls
 from nodes.server_errors import stop_hint
 
+__all__ = ["Outcome", "REVIEW_REMINDER"]
+
 REVIEW_REMINDER = "Review required: a person must check this model-written answer before use."
 
 

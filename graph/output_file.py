@@ -17,6 +17,8 @@ from pathlib import Path
 
 from graph.errors import UsageError
 
+__all__ = ["check_output_path", "write_atomic"]
+
 _KINDS = ((stat.S_ISDIR, "is a folder"), (stat.S_ISCHR, "is a character device"),
           (stat.S_ISBLK, "is a block device"), (stat.S_ISFIFO, "is a FIFO (named pipe)"),
           (stat.S_ISSOCK, "is a socket"))

@@ -13,6 +13,8 @@ import os
 import re
 from typing import TextIO
 
+__all__ = ["escape_controls", "silence", "without_key"]
+
 _CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 """C0 controls except tab and newline, DEL, C1 controls, and the bidirectional marks,
 embeddings, overrides and isolates (text that reads otherwise than it is stored)."""

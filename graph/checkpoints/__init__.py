@@ -2,3 +2,5 @@
 
 Stored state is migrated in memory on load by `graph.store.migrations`.
 """
+
+__all__: list[str] = []

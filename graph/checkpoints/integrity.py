@@ -14,6 +14,8 @@ from graph.errors import ErrorCode, RefusedError
 from nodes.pairing import UnsafeHistoryError, open_calls
 from nodes.state import STATUSES
 
+__all__ = ["check_messages", "validate_state"]
+
 _THREAD_KEYS: dict[str, tuple[type, ...]] = {
     "schema_version": (int,), "thread_id": (str,), "task": (str,), "model": (str,), "max_attempts": (int,),
     "created_at": (str,), "graph": (str,), "workspace": (str, type(None)),

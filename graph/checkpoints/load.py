@@ -22,6 +22,11 @@ from graph.store.serde import CheckpointIntegrityError
 if TYPE_CHECKING:
     from graph.store.base import Store
 
+__all__ = [
+    "LoadedThread", "check_snapshot", "check_stored_thread", "check_values", "graph_of", "history_page",
+    "load_thread", "pending_input", "read_snapshot",
+]
+
 
 @dataclass(frozen=True)
 class LoadedThread:
@@ -50,7 +55,7 @@ def graph_of(store: Store) -> Any:
 
 
 @contextmanager
-def refused_as(where: str, thread_id: str | None = None) -> Iterator[None]:
+def _refused_as(where: str, thread_id: str | None = None) -> Iterator[None]:
     """Turns checkpoint and storage failures of LangGraph reads into refusals (exit 4).
 
     Args:
@@ -79,7 +84,7 @@ def read_snapshot(graph: Any, config: dict[str, Any], where: str,
     Raises:
         RefusedError: `damaged` or `incompatible`, at `where` (and `thread_id`).
     """
-    with refused_as(where, thread_id):
+    with _refused_as(where, thread_id):
         return graph.get_state(config)
 
 
@@ -90,11 +95,11 @@ def history_page(graph: Any, config: dict[str, Any], where: str,
     Raises:
         RefusedError: Any checkpoint of the page fails its checks (as `read_snapshot`).
     """
-    with refused_as(where, thread_id):
+    with _refused_as(where, thread_id):
         return list(graph.get_state_history(config, limit=limit))
 
 
-def check_history(graph: Any, thread_id: str, location: str) -> None:
+def _check_history(graph: Any, thread_id: str, location: str) -> None:
     """Checks every checkpoint of a thread as `load_thread` checks its latest one.
 
     Raises:
@@ -143,7 +148,7 @@ def check_stored_thread(store: Store, graph: Any, thread_id: str) -> LoadedThrea
     logged = max((r["attempt"] for r in log_rows if r["kind"] == "reason"), default=0)
     check_ledger(entry, loaded.values, thread_id, store.location, logged)
     store.log.covers(thread_id, loaded.values, log_rows)
-    check_history(graph, thread_id, store.location)
+    _check_history(graph, thread_id, store.location)
     return loaded
 
 
@@ -226,7 +231,7 @@ def pending_input(graph: Any, config: dict[str, Any], where: str,
     Raises:
         RefusedError: The pending writes cannot be read (as `read_snapshot`).
     """
-    with refused_as(where, thread_id):
+    with _refused_as(where, thread_id):
         saved = graph.checkpointer.get_tuple(config)
     return {channel: value for _, channel, value in (saved.pending_writes or [])
             if channel in ("thread", "messages", "progress")}

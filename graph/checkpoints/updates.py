@@ -23,6 +23,8 @@ from graph.errors import ErrorCode, RefusedError, RunError, UsageError
 from nodes.pairing import UnsafeHistoryError, open_calls
 from nodes.state import append_messages
 
+__all__ = ["LIBRARY_ERRORS", "check_edited", "check_updates", "update_pairs"]
+
 _SHAPE = ("append OpenAI wire dicts such as {'role': 'user', 'content': '...'}; LangChain "
           "message objects and (role, text) tuples are not stored")
 
@@ -40,7 +42,7 @@ def _messages(values: Any) -> Any:
     return values.get("messages") if isinstance(values, dict) else None
 
 
-def check_update_shape(values: Any, as_node: Any) -> None:
+def _check_update_shape(values: Any, as_node: Any) -> None:
     """Refuses an update that is no `{"messages": ...}` dict or names a node that writes no messages.
 
     `thread` is fixed when the thread is created (I7) and `progress` (the budget's mirror and
@@ -84,7 +86,7 @@ def _replies(messages: list[Any]) -> int:
     return sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
 
 
-def merged_messages(stored: list[Any], update: Any) -> list[Any]:
+def _merged_messages(stored: list[Any], update: Any) -> list[Any]:
     """The messages the reducer would store: `stored` with `update` applied.
 
     Raises:
@@ -111,7 +113,7 @@ def check_updates(graph: Any, config: Any, updates: Iterable[tuple[Any, Any]]) -
         updates: Each update's `(values, as_node)`, in the order they apply.
 
     Raises:
-        UsageError: An update `check_update_shape` refuses; the resulting messages
+        UsageError: An update `_check_update_shape` refuses; the resulting messages
             would not load (`graph.checkpoints.integrity`) or leave a tool call unanswered that
             was answered or absent before (`nodes.pairing`), with
             what is wrong and the shape to use, or hold more assistant messages than
@@ -120,7 +122,7 @@ def check_updates(graph: Any, config: Any, updates: Iterable[tuple[Any, Any]]) -
     """
     pending = list(updates)
     for values, as_node in pending:
-        check_update_shape(values, as_node)
+        _check_update_shape(values, as_node)
     values = graph.get_state(config).values
     if not values or "thread" not in values:  # no such thread, or an unknown checkpoint id
         raise UsageError("update_state needs an existing thread and checkpoint: a new thread "
@@ -129,7 +131,7 @@ def check_updates(graph: Any, config: Any, updates: Iterable[tuple[Any, Any]]) -
     replies, open_before = _replies(messages), _open(messages)
     for update, _ in pending:
         if "messages" in update:
-            messages = merged_messages(messages, update["messages"])
+            messages = _merged_messages(messages, update["messages"])
     _check_no_key(messages)
     if _replies(messages) > replies:
         raise UsageError("update_state would add an assistant message: a reply comes only from a "

@@ -39,6 +39,8 @@ from nodes.state import FINAL_STATUSES
 if TYPE_CHECKING:
     from graph.store.base import Store
 
+__all__ = ["StepRequest", "advance"]
+
 
 @dataclass(frozen=True)
 class StepRequest:

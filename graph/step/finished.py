@@ -23,6 +23,8 @@ from nodes.state import FINAL_STATUSES
 if TYPE_CHECKING:
     from graph.store.base import Store
 
+__all__ = ["remember_finished"]
+
 
 def remember_finished(store: Store, outcome: Outcome, *, checked: bool = False,
                       snapshot: Any = None) -> Outcome:

@@ -27,6 +27,8 @@ from nodes.state import FINAL_STATUSES
 if TYPE_CHECKING:
     from graph.store.base import Store
 
+__all__ = ["invoke_steps", "store_migrated"]
+
 _WRITER_OF_NEXT = {("tools",): "reason", ("reason",): "budget", ("budget",): "tools"}
 """For a checkpoint's next node, a node whose edges lead there (for `update_state`)."""
 
@@ -93,7 +95,7 @@ class ClaimCounter:
         self.made = 0
 
 
-def route_before_resume(graph: Any, config: dict[str, Any], store: Store, thread_id: str,
+def _route_before_resume(graph: Any, config: dict[str, Any], store: Store, thread_id: str,
                         snapshot: Any = None) -> None:
     """Makes sure a resumed thread goes on at a node that cannot send uncounted requests.
 
@@ -212,7 +214,7 @@ def invoke_steps(graph: Any, config: dict[str, Any], store: Store, ctx: StepCont
     store.keep_window(thread_id, keep_checkpoints)
     for _ in range(2 * max_attempts + 2):
         if graph_input is None:
-            route_before_resume(graph, config, store, thread_id, snapshot)
+            _route_before_resume(graph, config, store, thread_id, snapshot)
         claims.reset()
         failed = _invoke_once(graph, config, store, ctx, graph_input)
         if failed is not None:

@@ -15,6 +15,8 @@ from nodes.state import FINAL_STATUSES
 if TYPE_CHECKING:
     from graph.store.base import Store
 
+__all__ = ["cancel", "review"]
+
 
 def cancel(graph: Any, config: dict[str, Any], store: Store, loaded: Any,
            thread_id: str) -> Outcome:

@@ -15,6 +15,8 @@ from nodes.context import ChatModel
 from nodes.demo_model import DEMO_MODEL_ID, OfflineDemoModel
 from nodes.mandapi import MandApiModel
 
+__all__ = ["make_model"]
+
 
 def make_model(model_id: str, settings: Settings, *, transport: Any = None) -> ChatModel:
     """Returns the model for `model_id`.

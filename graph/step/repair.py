@@ -21,6 +21,8 @@ from typing import Any
 from graph.errors import ErrorCode, RefusedError
 from nodes.state import FINAL_STATUSES
 
+__all__ = ["repair_routing", "unrouted_output"]
+
 
 def unrouted_output(snapshot: Any) -> tuple[str, dict[str, Any]] | None:
     """The node and stored output of a task that finished but failed to route, if any.

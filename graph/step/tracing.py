@@ -25,6 +25,8 @@ from typing import TextIO
 
 from graph.settings import TRACE_KEYS
 
+__all__ = ["flush_traces", "upload_failure", "watch_uploads"]
+
 _LOGGER = "langsmith.client"
 """The logger LangSmith reports upload failures on (`Failed to ... ingest ...`)."""
 _MAX_WHY = 200

@@ -41,6 +41,8 @@ from graph.store.sqlite.locks import ThreadLocks
 from graph.store.sqlite.names import NameSlot, check_one_name
 from graph.store.urls import is_postgres
 
+__all__ = ["quick_answer"]
+
 
 def quick_answer(db: str, thread_id: str) -> Outcome | None:
     """The outcome of a finished, pruned or busy thread; None when the full path must decide.

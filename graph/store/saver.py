@@ -46,6 +46,8 @@ if TYPE_CHECKING:
     from langgraph.checkpoint.postgres import PostgresSaver
     from langgraph.checkpoint.sqlite import SqliteSaver
 
+__all__ = ["CheckedSaver", "postgres_saver", "sqlite_saver"]
+
 _T = TypeVar("_T")
 _REREADS = 3  # how often `get_tuple` reads again a latest checkpoint trimmed while read
 

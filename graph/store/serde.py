@@ -41,6 +41,11 @@ from langgraph.checkpoint.serde.jsonplus import (
 
 from graph.errors import ErrorCode
 
+__all__ = [
+    "ALLOWED_EXT_TYPES", "CheckpointIntegrityError", "ChecksummedSerializer", "MAGIC",
+    "StoredTypeError", "make_serde",
+]
+
 MAGIC = b"MRC1"
 """Marks a value written by this serializer (format 1: magic, 32-byte SHA-256, data)."""
 _DIGEST = 32

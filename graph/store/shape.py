@@ -13,6 +13,8 @@ from typing import Any
 
 from langgraph.types import Interrupt
 
+__all__ = ["check_checkpoint", "check_metadata", "check_writes"]
+
 STATE_CHANNELS = frozenset({"thread", "messages", "progress"})
 """Channels every checkpoint after the input holds (the graph writes all three first)."""
 _SOURCES = frozenset({"input", "loop", "update", "fork"})

@@ -15,6 +15,8 @@ from graph.checkpoints.load import check_stored_thread, graph_of
 from graph.errors import ErrorCode, RefusedError
 from graph.store.base import Store
 
+__all__ = ["copy_threads", "thread_exists"]
+
 
 def thread_exists(store: Store, thread_id: str) -> bool:
     """Whether `thread_id` has a checkpoint, a ledger row or a tombstone in `store`."""

@@ -21,6 +21,8 @@ from graph.store.base import Store
 from graph.threads.subtasks import stored_parent_result
 from nodes.write_tools import canonical_arguments
 
+__all__ = ["MAX_CHECKPOINTS_PAGE", "list_threads", "step_log", "thread_history", "thread_or_parent"]
+
 MAX_CHECKPOINTS_PAGE = 10_000
 """The most checkpoints one history page lists (`graph.history --checkpoints`, `Database.history`)."""
 OBSERVATION_PREVIEW_CHARS = 80

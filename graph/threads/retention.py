@@ -31,6 +31,8 @@ from graph.store.rows import Tombstone
 if TYPE_CHECKING:  # the graph's modules load only when threads are read
     from graph.store.base import Store
 
+__all__ = ["Candidate", "PruneReport", "prune", "retain", "select"]
+
 @dataclass(frozen=True)
 class Candidate:
     """A thread selected for deletion: id, final status, last update (UTC, ISO 8601)."""
@@ -66,7 +68,7 @@ def select(store: Store, *, completed: timedelta, failed: timedelta,
     return chosen, notes
 
 
-def trim_windows(store: Store, skip: set[str]) -> tuple[int, list[str]]:
+def _trim_windows(store: Store, skip: set[str]) -> tuple[int, list[str]]:
     """Trims every thread but `skip` to its checkpoint window, each holding its lock.
 
     Returns:
@@ -165,7 +167,7 @@ def prune(store: Store, candidates: list[Candidate]) -> dict[str, Any]:
             continue
         pruned.append(candidate.thread_id)
     swept = store.sweep_buried()
-    trimmed, notes = trim_windows(store, set(pruned))
+    trimmed, notes = _trim_windows(store, set(pruned))
     store.reclaim_space()
     return {"pruned": pruned, "skipped": skipped + notes, "swept": swept, "trimmed": trimmed,
             "freed_bytes": max(0, before - store.used_bytes())}

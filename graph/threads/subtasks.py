@@ -18,6 +18,8 @@ from nodes.state import FINAL_STATUSES
 if TYPE_CHECKING:
     from graph.store.base import Store
 
+__all__ = ["parent_result", "render_parent", "stored_parent_result"]
+
 PRUNED = "pruned"
 """The status shown for a subtask pruned after it finished (its answer is gone)."""
 

@@ -13,6 +13,8 @@ from graph.checkpoints.load import check_stored_thread, graph_of
 from graph.errors import RefusedError
 from graph.store import integrity_problems, open_store
 
+__all__ = ["VerifyReport", "check_database"]
+
 
 @dataclass
 class VerifyReport:

@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     import psycopg
     from langgraph.checkpoint.postgres import PostgresSaver
 
+__all__ = ["open_postgres", "redact"]
+
 KEEPALIVES = {"keepalives": 1, "keepalives_idle": 20, "keepalives_interval": 5,
               "keepalives_count": 4}
 """libpq TCP keepalive settings of the control connection (seconds, probes)."""

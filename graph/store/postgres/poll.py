@@ -33,6 +33,8 @@ from graph.store.sql.summaries import SqlSummaries
 from graph.store.sql.tombstones import SqlTombstones
 from graph.store.urls import CONNECT_TIMEOUT_S, check_postgres_url, redact
 
+__all__ = ["postgres_answer"]
+
 
 def postgres_answer(url: str, thread_id: str) -> Outcome | None:
     """The outcome of a finished, pruned or busy thread at `url`; None for the full path.

@@ -22,6 +22,8 @@ from graph.store.sql.attempt_log import SqlAttemptLog
 from graph.store.sql.conn import Sql, SqlTable
 from graph.store.sql.schema import APPROVALS, APPROVALS_COLUMNS, APPROVALS_LEGACY_COLUMNS, APPROVALS_MIGRATION
 
+__all__ = ["COLUMNS", "SqlApprovals"]
+
 COLUMNS = APPROVALS_COLUMNS
 """Columns of a decision row (`graph.store.rows.APPROVAL_COLUMNS`)."""
 _LEGACY = APPROVALS_LEGACY_COLUMNS

@@ -16,6 +16,8 @@ from graph.store.sql.conn import Sql
 from graph.store.sql.schema import CHECKPOINTS, TOMBSTONES
 from graph.store.sql.window import count, trim
 
+__all__ = ["SqlBackend"]
+
 
 class SqlBackend:
     """`Backend` over the store's SQL connection (`graph.store.sql.conn.Sql`).

@@ -23,6 +23,8 @@ from graph.store.rows import LedgerRow, check_row, damaged, is_int, is_iso_time,
 from graph.store.sql.conn import SqlTable
 from nodes.context import LedgerEntry
 
+__all__ = ["SqlLedger"]
+
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")

@@ -18,6 +18,13 @@ from typing import Literal
 
 from graph.store.rows import APPROVAL_COLUMNS
 
+__all__ = [
+    "APPROVALS", "APPROVALS_COLUMNS", "APPROVALS_LEGACY_COLUMNS", "APPROVALS_MIGRATION", "CHECKPOINTS",
+    "DIGESTS", "DIGEST_MARKER_KEY", "LEDGER", "LOG", "POSTGRES_MIGRATIONS_TABLE",
+    "SQLITE_LANGGRAPH_COLUMN", "SQLITE_REQUIRED_TABLES", "SUMMARIES", "TABLES", "TOMBSTONES",
+    "TRIGGERS", "ddl", "postgres_objects_query", "sqlite_objects",
+]
+
 Backend = Literal["sqlite", "postgres"]
 """The two database engines a store runs on."""
 

@@ -30,6 +30,8 @@ from graph.store.rows import is_int, is_text, is_text_or_none
 from graph.store.sql.conn import PostgresSql, Sql, SqlTable
 from graph.store.sql.schema import SUMMARIES
 
+__all__ = ["SqlSummaries"]
+
 FINAL = ("done", "exhausted", "cancelled")
 """The statuses of a finished thread (`nodes.state.FINAL_STATUSES`)."""
 

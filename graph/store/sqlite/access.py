@@ -15,6 +15,8 @@ from pathlib import Path
 
 from graph.errors import ErrorCode, UsageError
 
+__all__ = ["check_sqlite_access", "read_only_uri"]
+
 
 def _denied(path: Path, what: str) -> UsageError:
     return UsageError(f"permission denied: {path}: this user may not {what}",

@@ -16,6 +16,8 @@ from graph.errors import ErrorCode, RefusedError
 from graph.store.sql.schema import SQLITE_LANGGRAPH_COLUMN, SQLITE_REQUIRED_TABLES, TRIGGERS, sqlite_objects
 from graph.store.sqlite.access import read_only_uri
 
+__all__ = ["check_database", "integrity_check", "schema_needs_setup"]
+
 SQLITE_HEADER = b"SQLite format 3\x00"
 
 

@@ -26,6 +26,8 @@ from graph.errors import NotDurableError
 from graph.store.sql.conn import SqliteSql
 from graph.store.sql.ledger import SqlLedger
 
+__all__ = ["SqliteLedger"]
+
 
 class SqliteLedger(SqlLedger):
     """`SqlLedger` whose successful claims are checkpointed into the database file."""

@@ -27,6 +27,8 @@ from pathlib import Path
 
 from graph.errors import BusyError
 
+__all__ = ["ThreadLocks"]
+
 _OFD_SETLK = getattr(fcntl, "F_OFD_SETLK", None)
 _OFD_GETLK = getattr(fcntl, "F_OFD_GETLK", None)
 

@@ -29,6 +29,8 @@ from pathlib import Path
 
 from graph.errors import SecondNameError
 
+__all__ = ["NameSlot", "check_one_name"]
+
 _OFD_SETLK = getattr(fcntl, "F_OFD_SETLK", None)
 _OFD_GETLK = getattr(fcntl, "F_OFD_GETLK", None)
 

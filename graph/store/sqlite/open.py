@@ -36,6 +36,8 @@ from nodes.files import sweep_stale
 if TYPE_CHECKING:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
+__all__ = ["open_sqlite"]
+
 BUSY_TIMEOUT_MS = 30_000
 """How long a writer waits for SQLite's database lock before failing (milliseconds)."""
 
