@@ -17,13 +17,46 @@ The folders are layers, read top down; a module imports only from layers below i
 - `agent` (the graph: `build_graph`, routers, first state), `settings` (every input
   checked once), `errors` (exit codes, error codes), `text`, `outcome`.
 
-Where an attempt gets counted: the budget node (`nodes/budget.py`) counts it in the
-attempt ledger (`graph.store.base.Ledger`; SQL: `graph.store.sql.ledger`, Redis:
-`graph.store.redis.ledger`) before the reason node (`nodes/reason.py`) claims it and only
-then sends its request. Where a second writer is stopped: `WriterLocks.hold` takes the
-thread's writer lock for the whole step, and `WriterLocks.fence` (`graph.store.base`),
-the one fencing hook every write of ours and every checkpoint write goes through,
-refuses a writer that no longer holds it.
+Where an attempt gets counted, and where a second writer could be stopped (the promises
+are INVARIANTS I1, I2, I8 in `INVARIANTS.md` at the repository's root). To check this
+answer in the code, open these five files: this one, `nodes/budget.py`, `nodes/reason.py`,
+`graph/store/sql/ledger.py` and `graph/store/sqlite/ledger.py`.
+
+1. One step holds the thread's writer lock throughout: `graph.step.advance.advance` runs
+   inside `store.locks.hold(thread_id)` (`graph.store.base.WriterLocks.hold`). A second
+   writer is stopped there first: `BusyError`, exit 5, before anything is counted.
+   SQLite: a byte-range lock on the database file (`graph.store.sqlite.locks`);
+   PostgreSQL: a session advisory lock (`graph.store.postgres.locks`); Redis: a lease
+   key with a token (`graph.store.redis.locks`).
+2. Counted: the budget node (`nodes/budget.py`, `budget_node`) calls
+   `ctx.ledger.count(thread_id)`: the attempt ledger (`graph.store.base.Ledger.count`;
+   SQL: `SqlLedger.count` in `graph/store/sql/ledger.py`, one `UPDATE attempt_ledger SET
+   attempts = attempts + 1 ... WHERE claimed = attempts AND attempts < max_attempts`;
+   Redis: a Lua script, `graph.store.redis.ledger`). An attempt counted but never
+   claimed (a crash between) is reused, never counted twice.
+3. Claimed before sending: the reason node (`nodes/reason.py`, `reason_node`) calls
+   `ctx.ledger.claim(thread_id, attempt, charge)` and sends its one request
+   (`ctx.model.complete`) only when that returns True; a claim succeeds once per attempt
+   (`SqlLedger.claim`: `UPDATE ... SET claimed = attempt WHERE claimed = attempt - 1`),
+   so a re-run after a crash sends nothing.
+4. Durable before sending (the wait): `claim` returns only once the claim is on disk.
+   SQLite: `SqliteLedger.claim` (`graph/store/sqlite/ledger.py`) commits, then
+   `make_durable` copies the `-wal` into the database file (a synced `TRUNCATE`
+   checkpoint), waiting up to the busy timeout; past it `NotDurableError`, exit 6
+   `wal_busy`, the attempt spent and nothing sent. PostgreSQL: the autocommitted
+   `UPDATE` with `synchronous_commit` on (`SqlLedger.make_durable` does nothing more).
+   Redis: the claim and a `WAITAOF` in one pipeline (`graph.store.redis.ledger`).
+5. Fenced: every write of a thread's rows calls the one fencing hook
+   `WriterLocks.fence(thread_id)` (`graph.store.base`) first, and it refuses a store
+   that does not hold the thread's lock while another does (`BusyError`, exit 5,
+   nothing written): the ledger's `count`, `claim`, `create`, `insert_row`, `touch`,
+   `delete` (each starts with `self._fence` in `graph/store/sql/ledger.py`); the attempt
+   log, decisions, tombstones and summaries (`graph.store.sql.attempt_log`, `approvals`,
+   `tombstones`, `summaries`); LangGraph's `put` and `put_writes`
+   (`graph.store.saver.CheckedSaver`). On Redis the hook hands the write its lease token
+   and the write's Lua script checks it on the server. Not behind the hook yet (done
+   under the lock of step 1; issue 28): checkpoint-window trims and thread deletion,
+   and on Redis the attempt log, decisions and tombstones (`graph.store.base` lists them).
 
 Nothing is compiled or opened at import time: `graph.agent.build_graph` compiles the
 graph for a given checkpointer, and `graph.store.open_store` opens a database.

@@ -13,10 +13,20 @@ module imports no backend: the SQL classes (`graph.store.sql`, built into a `Sto
 `graph.store.sql.build.sql_store` for `graph.store.sqlite` and `graph.store.postgres`)
 and the Redis ones (`graph.store.redis`) implement the protocols.
 
-Where could a second writer be stopped? In one place: `WriterLocks.fence(thread_id)`,
+Where is an attempt counted? In the `Ledger`: `count` (called by `nodes/budget.py`) adds
+one, `claim` (called by `nodes/reason.py` before its one request) marks it sent once, and
+returns only when the claim is durable (`make_durable`: SQLite's synced `-wal`
+checkpoint in `graph.store.sqlite.ledger`, else `NotDurableError` exit 6 `wal_busy`;
+PostgreSQL's commit; Redis's `WAITAOF`). The whole answer, step by step, is in
+`graph/__init__.py`.
+
+Where could a second writer be stopped? First at `WriterLocks.hold(thread_id)`, which
+`graph.step.advance.advance` takes for the whole step (`BusyError`, exit 5, before
+anything is counted). Then at `WriterLocks.fence(thread_id)`, the one fencing hook,
 which every write of a thread's rows goes through before it is made: our tables'
-(ledger, attempt log, decisions, tombstones, summaries) and the checkpointer's `put` and
-`put_writes` (`graph.store.saver.CheckedSaver`). It refuses (`BusyError`, exit 5;
+(ledger `count`, `claim`, `create`, `insert_row`, `touch`, `delete`; attempt log,
+decisions, tombstones, summaries) and the checkpointer's `put` and `put_writes`
+(`graph.store.saver.CheckedSaver`). It refuses (`BusyError`, exit 5;
 INVARIANTS I8) a write by a store that does not hold the thread's writer lock while
 another holder does; on Redis it hands the write this store's lease token, which the
 write's Lua script compares with the lock key on the server in the same step
