@@ -30,21 +30,21 @@ answer in the code, open these five files: this one, `nodes/budget.py`, `nodes/r
    key with a token (`graph.store.redis.locks`).
 2. Counted: the budget node (`nodes/budget.py`, `budget_node`) calls
    `ctx.ledger.count(thread_id)`: the attempt ledger (`graph.store.base.Ledger.count`;
-   SQL: `SqlLedger.count` in `graph/store/sql/ledger.py`, one `UPDATE attempt_ledger SET
-   attempts = attempts + 1 ... WHERE claimed = attempts AND attempts < max_attempts`;
+   SQL: `SqlLedger.count` in `graph/store/sql/ledger.py`, one conditional statement:
+   attempts + 1 only while every counted attempt is claimed and attempts < max_attempts;
    Redis: a Lua script, `graph.store.redis.ledger`). An attempt counted but never
    claimed (a crash between) is reused, never counted twice.
 3. Claimed before sending: the reason node (`nodes/reason.py`, `reason_node`) calls
    `ctx.ledger.claim(thread_id, attempt, charge)` and sends its one request
    (`ctx.model.complete`) only when that returns True; a claim succeeds once per attempt
-   (`SqlLedger.claim`: `UPDATE ... SET claimed = attempt WHERE claimed = attempt - 1`),
+   (`SqlLedger.claim`: claimed becomes `attempt` only where it was `attempt - 1`),
    so a re-run after a crash sends nothing.
 4. Durable before sending (the wait): `claim` returns only once the claim is on disk.
    SQLite: `SqliteLedger.claim` (`graph/store/sqlite/ledger.py`) commits, then
    `make_durable` copies the `-wal` into the database file (a synced `TRUNCATE`
    checkpoint), waiting up to the busy timeout; past it `NotDurableError`, exit 6
    `wal_busy`, the attempt spent and nothing sent. PostgreSQL: the autocommitted
-   `UPDATE` with `synchronous_commit` on (`SqlLedger.make_durable` does nothing more).
+   statement with `synchronous_commit` on (`SqlLedger.make_durable` does nothing more).
    Redis: the claim and a `WAITAOF` in one pipeline (`graph.store.redis.ledger`).
 5. Fenced: every write of a thread's rows calls the one fencing hook
    `WriterLocks.fence(thread_id)` (`graph.store.base`) first, and it refuses a store
