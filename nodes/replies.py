@@ -241,7 +241,7 @@ def _tool_calls(raw: Any, usage: Usage) -> list[dict[str, Any]]:
                         limit=MAX_NAME_CHARS)
         name = _text(function.get("name"), f"{where} name", usage, limit=MAX_NAME_CHARS)
         try:
-            raw_arguments = tolerate_object_arguments(function.get("arguments", ""))
+            raw_arguments = tolerate_object_arguments(function.get("arguments"))
         except ArgumentsError as exc:
             raise _bad(f"{where} arguments: {exc}", usage) from None
         arguments = _text(raw_arguments, f"{where} arguments", usage)
