@@ -54,6 +54,7 @@ class _Deadline:
     def __init__(self, seconds: float | None) -> None:
         self.seconds = seconds
         self.expired = False
+        self._finished = False
         self._end = None if seconds is None else time.monotonic() + seconds
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
@@ -83,8 +84,23 @@ class _Deadline:
             if self.expired:  # the connection was made after the limit: end it now
                 _shut(sock)
 
+    def finish(self) -> bool:
+        """Marks the body read whole, in time; from then on the timer leaves the socket alone.
+
+        Returns:
+            False when the limit was over first (the request timed out).
+        """
+        with self._lock:
+            if self.expired or (self._end is not None and time.monotonic() >= self._end):
+                self.expired = True
+                return False
+            self._finished = True
+            return True
+
     def _expire(self) -> None:
         with self._lock:
+            if self._finished:
+                return
             self.expired = True
             for sock in self._sockets:
                 _shut(sock)
@@ -211,8 +227,7 @@ class MandApiModel:
             if size > MAX_REPLY_BYTES:
                 raise too_big
             chunks.append(chunk)
-        deadline.check()
-        if deadline.expired:  # the last byte came after the limit
+        if not deadline.finish():  # the last byte came after the limit
             raise self._timed_out("total limit")
         return b"".join(chunks)
 
