@@ -17,7 +17,7 @@ from langgraph.runtime import Runtime
 from nodes.compaction import edit_script
 from nodes.context import StepContext
 from nodes.errors import ModelRequestError, RequestErrorCode
-from nodes.replies import check_reply, read_usage
+from nodes.replies import assign_call_ids, check_reply, read_usage
 from nodes.state import (
     EDIT,
     REPLACE,
@@ -120,7 +120,7 @@ def reason_node(state: ThreadState, runtime: Runtime[StepContext]) -> ThreadUpda
         reply = ctx.model.complete(request.messages, request.tools)
         usage = read_usage(reply.usage)  # once valid, it counts whatever the content is
         reply = check_reply(reply)
-        message = reply.message
+        message = assign_call_ids(reply.message, ctx.thread_id, attempt, state["messages"])
         if not message.get("tool_calls") and not (message.get("content") or "").strip():
             raise ModelRequestError(RequestErrorCode.BAD_RESPONSE,
                                     "the model returned neither text nor a tool call")

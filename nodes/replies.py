@@ -7,15 +7,24 @@ was counted, nothing is kept, and every rerun pays again (INVARIANTS I11, I13). 
 UTF-8 without U+0000 (PostgreSQL text cannot hold it), and sizes. A failure is a
 `bad_response`; when the answer's usage itself was readable, the error carries it so
 the tokens still count toward the thread's cap.
+
+Real OpenAI-compatible servers (llama.cpp, vLLM, Ollama, gateways) differ from the
+reference in a few known ways. Each difference this module accepts is one named rule
+below (`TOLERANCES`), with the public report it comes from; anything else that is still
+malformed stays a `bad_response` naming what is wrong.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from nodes.arguments import ArgumentsError, canonical, parse_arguments
 from nodes.context import ModelReply
 from nodes.errors import ModelRequestError, RequestErrorCode
+from nodes.redaction import redact_value
 from nodes.state import Usage
 
 MAX_REPLY_BYTES = 2 * 1024 * 1024
@@ -88,6 +97,134 @@ def _text(value: Any, where: str, usage: Usage, *, limit: int | None = None) -> 
         raise _bad(f"{where} holds a lone surrogate (not valid Unicode text)", usage) from None
     return value
 
+MISSING_ID = ""
+"""The id a call keeps between `parse_reply` and `assign_call_ids` when its server gave none."""
+
+
+def tolerate_missing_id(value: Any) -> Any:
+    """Tolerance: a tool call whose `id` is missing, `null` or empty gets one assigned later.
+
+    llama.cpp sends tool calls without an id for some templates (ggml-org/llama.cpp#11992),
+    and providers reached through gateways send `"id": ""` (vercel/ai#7834). Such a call
+    is kept with `MISSING_ID`; `assign_call_ids` gives it an id once, when the reply is
+    stored, and that id is never renamed (INVARIANTS I6). Any other value is returned
+    unchanged (and checked as text by the caller).
+    """
+    return MISSING_ID if value is None or value == "" else value
+
+
+def tolerate_object_arguments(value: Any) -> Any:
+    """Tolerance: `function.arguments` sent as a JSON object, or `null`, instead of text.
+
+    llama.cpp (ggml-org/llama.cpp#20198) and Ollama (ollama/ollama#6155) send the
+    arguments as an object; some servers send `null`. An object becomes its canonical
+    text (`nodes.arguments.canonical`: exactly what review shows and the approval hash
+    covers, INVARIANTS I12); `null` and a missing value mean `{}`. Text is returned
+    unchanged (it is parsed strictly when the tool runs).
+
+    Raises:
+        ArgumentsError: An object holding text no JSON can carry (a lone surrogate).
+    """
+    if value is None:
+        return "{}"
+    if isinstance(value, dict):
+        text = canonical(value)
+        parse_arguments(text)  # the same strict reading every call gets (surrogates, ...)
+        return text
+    return value
+
+
+TOLERANCES = (tolerate_missing_id, tolerate_object_arguments)
+"""Every way a reply may differ from the reference format and still be stored."""
+
+
+def decode_body(data: bytes, secrets: tuple[str, ...] = ()) -> Any:
+    """The reply body as JSON, refusing a key given twice in any object at any depth.
+
+    Python's `json.loads` keeps the last of two equal keys silently; another reader
+    keeps the first. An answer with two meanings is not stored (INVARIANTS I12).
+
+    Args:
+        data: The body's bytes.
+        secrets: Text a refusal must not show (the API key, `nodes.redaction`).
+
+    Raises:
+        ModelRequestError: `bad_response` naming the key given twice.
+        ValueError: Not JSON, not UTF-8, or a number past Python's digit limit.
+        RecursionError: Nested too deeply.
+    """
+    def pairs_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in out:
+                raise _bad(f"the body gives key {redact_value(key, secrets)!r} twice in one "
+                           "object (ambiguous)")
+            out[key] = value
+        return out
+
+    return json.loads(data, object_pairs_hook=pairs_once)
+
+
+def derived_call_id(thread_id: str, attempt: int, index: int, taken: Iterable[str]) -> str:
+    """The id given to call `index` of attempt `attempt`'s reply when its server gave none.
+
+    `call_` and 24 hex digits of SHA-256 over the thread, the attempt and the index (and a
+    counter, raised until the id is none of `taken`): the same inputs give the same id, and
+    it never equals an id in `taken`.
+
+    Args:
+        thread_id: The thread the reply belongs to.
+        attempt: The attempt number (1-based) that produced the reply.
+        index: The call's position in the reply (0-based).
+        taken: Ids it must differ from: the reply's other ids and the conversation's.
+    """
+    used = set(taken)
+    salt = 0
+    while True:
+        seed = json.dumps([thread_id, attempt, index, salt]).encode()
+        candidate = "call_" + hashlib.sha256(seed).hexdigest()[:24]
+        if candidate not in used:
+            return candidate
+        salt += 1
+
+
+def conversation_ids(messages: Iterable[Mapping[str, Any]]) -> set[str]:
+    """Every tool-call id and tool-result id a conversation uses."""
+    ids: set[str] = set()
+    for msg in messages:
+        ids.update(str(c.get("id")) for c in msg.get("tool_calls") or [] if isinstance(c, Mapping))
+        if msg.get("tool_call_id") is not None:
+            ids.add(str(msg["tool_call_id"]))
+    return ids
+
+
+def assign_call_ids(message: dict[str, Any], thread_id: str, attempt: int,
+                    earlier: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """`message` with an id for every call that arrived without one (`tolerate_missing_id`).
+
+    Done once, before the reply is stored; ids the server gave are kept as they are.
+
+    Args:
+        message: A checked assistant message (`check_message`).
+        thread_id: The thread (part of each derived id).
+        attempt: The attempt that produced the reply (part of each derived id).
+        earlier: The stored conversation; a derived id differs from every id in it.
+
+    Returns:
+        A new message when an id was assigned, else `message` itself.
+    """
+    calls = message.get("tool_calls") or []
+    if all(c["id"] != MISSING_ID for c in calls):
+        return message
+    taken = conversation_ids(earlier) | {c["id"] for c in calls}
+    named = []
+    for index, call in enumerate(calls):
+        if call["id"] == MISSING_ID:
+            call = {**call, "id": derived_call_id(thread_id, attempt, index, taken)}
+            taken.add(call["id"])
+        named.append(call)
+    return {**message, "tool_calls": named}
+
 
 def _tool_calls(raw: Any, usage: Usage) -> list[dict[str, Any]]:
     if not isinstance(raw, list):
@@ -100,11 +237,16 @@ def _tool_calls(raw: Any, usage: Usage) -> list[dict[str, Any]]:
         function = call.get("function") if isinstance(call, dict) else None
         if not isinstance(function, dict):
             raise _bad(f"malformed tool call: {where} has no function", usage)
-        call_id = _text(call.get("id"), f"{where} id", usage, limit=MAX_NAME_CHARS)
+        call_id = _text(tolerate_missing_id(call.get("id")), f"{where} id", usage,
+                        limit=MAX_NAME_CHARS)
         name = _text(function.get("name"), f"{where} name", usage, limit=MAX_NAME_CHARS)
-        arguments = _text(function.get("arguments", ""), f"{where} arguments", usage)
-        if not call_id or not name:
-            raise _bad(f"malformed tool call: {where} has an empty id or name", usage)
+        try:
+            raw_arguments = tolerate_object_arguments(function.get("arguments"))
+        except ArgumentsError as exc:
+            raise _bad(f"{where} arguments: {exc}", usage) from None
+        arguments = _text(raw_arguments, f"{where} arguments", usage)
+        if not name:
+            raise _bad(f"malformed tool call: {where} has an empty name", usage)
         clean.append({"id": call_id, "type": "function",
                       "function": {"name": name, "arguments": arguments}})
     return clean

@@ -13,6 +13,7 @@ from typing import Any
 
 from langgraph.types import interrupt
 
+from nodes.pairing import open_calls
 from nodes.prompts import TOOL_ERROR_PREFIX
 from nodes.write_tools import (
     WRITE_TOOLS,
@@ -29,16 +30,20 @@ class ApprovalMismatch(Exception):
 
 
 def open_calls_of_last(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The calls of the latest message when it is an assistant message with calls.
+    """The calls of the latest assistant message still without a result, in call order.
 
-    Pairing is positional: a tool result answers the assistant message right before
-    it, so a call id an earlier turn also used (servers that number `call_0` afresh
-    in every reply) is a new call here, never one already answered.
+    Read with the one pairing rule (`nodes.pairing.open_calls`): a tool result answers
+    the assistant message right before it, so a call id an earlier turn also used
+    (servers that number `call_0` afresh in every reply) is a new call here.
+
+    Raises:
+        UnsafeHistoryError: The conversation breaks the pairing rule.
     """
-    last = messages[-1] if messages else {}
-    if last.get("role") != "assistant":
+    pending = open_calls(messages)
+    if not pending:
         return []
-    return list(last.get("tool_calls") or [])
+    last = next(m for m in reversed(messages) if m.get("role") == "assistant")
+    return [call for call in last.get("tool_calls") or [] if call["id"] in pending]
 
 
 def split_writes(root: str | None, calls: list[dict[str, Any]]

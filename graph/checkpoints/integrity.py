@@ -31,6 +31,14 @@ _USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
 GRAPH_NODES = frozenset({"__start__", "budget", "reason", "tools"})
 
 
+class PairingBrokenError(RefusedError):
+    """A stored conversation that breaks the tool-call pairing rule (`nodes.pairing`): `damaged`.
+
+    Its own class so a reader can name the checkpoint to fork from
+    (`graph.checkpoints.load.load_thread`).
+    """
+
+
 def _bad(why: str) -> RefusedError:
     return RefusedError(f"stored state is damaged: {why}", error_code=ErrorCode.DAMAGED)
 
@@ -106,14 +114,15 @@ def _check_tool_call(call: Any, where: str) -> str:
 def check_messages(messages: Any, task: str) -> None:
     """Checks roles, keys and tool-call pairing of a stored conversation.
 
-    The first message is the task as a `user` message. Every `tool` message answers
-    a call of the latest assistant message with calls, once; an assistant message's
-    calls must all be answered before another assistant message (the latest one may
-    still be waiting for its results: the tools node runs next).
+    The first message is the task as a `user` message. Pairing is the one rule of
+    `nodes.pairing.open_calls`: after an assistant message with calls, only their
+    results may follow until all are answered (the latest one may still be waiting
+    for its results: the tools node runs next).
 
     Raises:
         RefusedError: `damaged`, naming the message index and what is wrong; a
-            `system` message is always refused (INVARIANTS I5).
+            `system` message is always refused (INVARIANTS I5). A broken pairing is a
+            `PairingBrokenError`.
     """
     if not isinstance(messages, list) or not messages:
         raise _bad("messages is not a non-empty list")
@@ -147,7 +156,8 @@ def check_messages(messages: Any, task: str) -> None:
     try:
         open_calls(messages)
     except UnsafeHistoryError as exc:
-        raise _bad(str(exc)) from None
+        raise PairingBrokenError(f"stored state is damaged: {exc}",
+                                 error_code=ErrorCode.DAMAGED) from None
 
 
 def validate_state(values: Any, next_nodes: tuple[str, ...] = (), thread_id: str | None = None

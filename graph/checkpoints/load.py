@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from graph.agent import build_graph
-from graph.checkpoints.integrity import validate_state
+from graph.checkpoints.integrity import PairingBrokenError, check_messages, validate_state
 from graph.errors import ErrorCode, RefusedError
 from graph.store.checks import check_ledger
 from graph.store.failures import undecodable
@@ -216,8 +216,39 @@ def check_snapshot(graph: Any, snapshot: Any, thread_id: str, location: str) -> 
             raise RefusedError("the checkpoint has no state", error_code=ErrorCode.DAMAGED,
                                location=location, thread_id=thread_id)
         return None
-    values, version = check_values(stored, tuple(snapshot.next), location, thread_id)
+    try:
+        values, version = check_values(stored, tuple(snapshot.next), location, thread_id)
+    except PairingBrokenError as exc:
+        raise _with_fork_point(exc, graph, config, location, thread_id) from None
     return LoadedThread(snapshot, values, version)
+
+
+def _with_fork_point(exc: PairingBrokenError, graph: Any, config: dict[str, Any], location: str,
+                     thread_id: str) -> PairingBrokenError:
+    """`exc` naming the checkpoint to fork from: the newest older one whose pairing holds.
+
+    Reads only; when no older checkpoint is intact (or the history cannot be read), the
+    refusal says so instead.
+    """
+    fork = None
+    try:
+        for snapshot in history_page(graph, config, location, thread_id=thread_id)[1:]:
+            values = snapshot.values
+            if not values.get("messages") or not values.get("thread"):
+                continue
+            try:
+                check_messages(values["messages"], values["thread"]["task"])
+            except RefusedError:
+                continue
+            fork = snapshot.config["configurable"]["checkpoint_id"]
+            break
+    except (RefusedError, KeyError, TypeError, AttributeError):  # other damage: name none
+        fork = None
+    where = (f"; fork from checkpoint {fork}, the last one before the break" if fork
+             else "; no earlier checkpoint of this thread has an intact conversation")
+    refused = PairingBrokenError(exc.detail + where, error_code=ErrorCode.DAMAGED,
+                                 location=exc.location, thread_id=exc.thread_id)
+    return refused.at(checkpoint_id=exc.checkpoint_id)
 
 
 def pending_input(graph: Any, config: dict[str, Any], where: str,

@@ -49,10 +49,24 @@ def test_a_bulk_update_with_one_bad_message_is_refused_whole(backend: Any) -> No
 
 def test_a_wire_dict_update_is_appended_and_the_thread_runs_on(backend: Any) -> None:
     with open_database(backend.db, create=True) as db:
-        db.run("t1", task=TASK)
-        db.graph.update_state(CONFIG, {"messages": [{"role": "user", "content": "And returns?"}]})
-        assert db.graph.get_state(CONFIG).values["messages"][-1] == {"role": "user",
-                                                                      "content": "And returns?"}
+        db.run("t1", task=TASK)  # stops with the model's call open (the tools node is next)
+        (call,) = db.graph.get_state(CONFIG).values["messages"][-1]["tool_calls"]
+        added = [{"role": "tool", "tool_call_id": call["id"], "content": "ship-01: 3 days"},
+                 {"role": "user", "content": "And returns?"}]
+        db.graph.update_state(CONFIG, {"messages": added}, as_node="tools")
+        assert db.graph.get_state(CONFIG).values["messages"][-2:] == added
+        assert db.run("t1", once=False).status == "done"
+
+
+def test_a_user_message_while_a_call_is_unanswered_is_refused(backend: Any) -> None:
+    """langgraph#5109: the next request would be malformed; issue 29's one pairing rule."""
+    with open_database(backend.db, create=True) as db:
+        db.run("t1", task=TASK)  # stops with the model's call open
+        before = backend.fingerprint()
+        with pytest.raises(UsageError) as refused:
+            db.graph.update_state(CONFIG, {"messages": [{"role": "user", "content": "And returns?"}]})
+        assert "follows unanswered tool call" in refused.value.message
+        assert backend.fingerprint() == before
         assert db.run("t1", once=False).status == "done"
 
 

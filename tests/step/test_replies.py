@@ -24,6 +24,7 @@ from nodes.replies import (
     MAX_REPLY_CHARS,
     MAX_TOKENS_PER_REPLY,
     MAX_TOOL_CALLS,
+    decode_body,
     parse_reply,
 )
 from tests.conftest import run_cli
@@ -84,7 +85,7 @@ UNSTORABLE = {
     "tool call not an object": _body({"role": "assistant", "content": None, "tool_calls": [3]}),
     "tool call without function": _body({"role": "assistant", "content": None, "tool_calls": [{"id": "c"}]}),
     "tool call id a number": _body({"role": "assistant", "content": None, "tool_calls": [_call(7)]}),
-    "tool call id empty": _body({"role": "assistant", "content": None, "tool_calls": [_call("")]}),
+    "tool call id an object": _body({"role": "assistant", "content": None, "tool_calls": [_call({})]}),
     "tool call id too long": _body({"role": "assistant", "content": None,
                                     "tool_calls": [_call("c" * (MAX_NAME_CHARS + 1))]}),
     "tool call id with a lone surrogate": _raw(_body({"role": "assistant", "content": None,
@@ -94,8 +95,13 @@ UNSTORABLE = {
     "tool name empty": _body({"role": "assistant", "content": None, "tool_calls": [_call(name="")]}),
     "tool name with a lone surrogate": _raw(_body({"role": "assistant", "content": None,
                                                    "tool_calls": [_call(name="sX")]}), "sX", "s\\ud83d"),
-    "arguments an object": _body({"role": "assistant", "content": None,
-                                  "tool_calls": [_call(arguments={"query": "x"})]}),
+    "arguments a list": _body({"role": "assistant", "content": None,
+                               "tool_calls": [_call(arguments=["query"])]}),
+    "arguments an object with a lone surrogate": _raw(_body({"role": "assistant", "content": None,
+                                                             "tool_calls": [_call(arguments={"q": "X"})]}),
+                                                      '"X"', '"\\ud800"'),
+    "a key given twice": _raw(_body(), '"content": "ok [ship-01]"',
+                              '"content": "ok [ship-01]", "content": "other"'),
     "arguments with U+0000": _body({"role": "assistant", "content": None,
                                     "tool_calls": [_call(arguments='{"query": "a\x00b"}')]}),
     "arguments over the character cap": _body({"role": "assistant", "content": None,
@@ -214,9 +220,12 @@ def _complete(response: httpx.Response) -> Any:
 @pytest.mark.parametrize("case", sorted(UNSTORABLE))
 def test_parse_reply_refuses_each_unstorable_value(case: str) -> None:
     try:
-        payload = json.loads(_bytes(UNSTORABLE[case]))
+        payload = decode_body(_bytes(UNSTORABLE[case]))
     except (ValueError, RecursionError):
         return  # refused before parse_reply (the client tests cover it)
+    except ModelRequestError as exc:  # a key given twice: refused while decoding
+        assert exc.error_code == "bad_response"
+        return
     with pytest.raises(ModelRequestError) as info:
         parse_reply(payload)
     assert info.value.error_code == "bad_response"

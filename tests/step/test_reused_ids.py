@@ -75,9 +75,9 @@ def test_ids_reused_across_turns_pair_positionally(messages, still_open) -> None
 
 @pytest.mark.parametrize("messages, problem", [
     ([TASK, assistant(("call_0", *Q), ("call_0", *Q))], "twice"),
-    ([TASK, assistant(("call_0", *Q)), result("call_0"), result("call_0")], "left open"),
+    ([TASK, assistant(("call_0", *Q)), result("call_0"), result("call_0")], "not an open call"),
     ([TASK, assistant(("call_0", *Q)), result("call_0"), assistant(("call_1", *Q)),
-      result("call_0")], "left open"),
+      result("call_0")], "not an open call"),
     ([TASK, assistant(("call_0", *Q)), assistant(("call_0", *Q))], "unanswered"),
 ])
 def test_pairing_still_refuses_what_is_broken(messages, problem) -> None:
