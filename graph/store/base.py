@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
+from graph.errors import BusyError
 from graph.store.rows import LedgerRow, Tombstone
 
 if TYPE_CHECKING:
@@ -443,13 +444,21 @@ class Store:
     def sweep_buried(self) -> int:
         """Deletes leftover checkpoints of tombstoned threads (an interrupted `bury`).
 
+        Each thread is held while its checkpoints go (the deletion is fenced); one
+        another process holds is left for the next prune.
+
         Returns:
             How many threads had leftovers.
         """
-        buried = sorted(self.backend.buried_with_checkpoints())
-        for thread_id in buried:
-            self.checkpointer.delete_thread(thread_id)
-        return len(buried)
+        swept = 0
+        for thread_id in sorted(self.backend.buried_with_checkpoints()):
+            try:
+                with self.locks.hold(thread_id):
+                    self.checkpointer.delete_thread(thread_id)
+            except BusyError:
+                continue  # restarted (`--restart-pruned`) meanwhile; the next prune sweeps it
+            swept += 1
+        return swept
 
     def export_thread(self, thread_id: str) -> ThreadExport:
         """Reads a whole thread: our rows with exact types, and every checkpoint, checked.

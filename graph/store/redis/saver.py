@@ -35,7 +35,7 @@ import hashlib
 import json
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import redis
 from langchain_core.runnables import RunnableConfig
@@ -241,7 +241,8 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
             BusyError: The thread's lease is another's, or this process lost it (exit 5).
         """
         ours = {keys.log_key(thread_id), keys.approvals_key(thread_id)}
-        found = [key for key in thread_keys(self._redis, thread_id) if key not in ours]
+        found = [key for key in thread_keys(cast("redis.Redis", self._redis), thread_id)
+                 if key not in ours]
         self._drop(thread_id, found, [])
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest",
