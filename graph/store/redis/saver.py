@@ -4,26 +4,30 @@
 document, channel values inline, and each pending write as another; it takes no
 serializer, so `graph.store.serde`'s checksum inside serialized bytes cannot be used. Instead:
 
-* `graph.store.saver.CheckedSaver` is mixed in, as on SQLite and PostgreSQL: before
-  `put` and `put_writes` write, the digests of `graph.store.digest` (a SHA-256 over the
-  canonical form of the checkpoint id, channel versions, versions seen and channel
-  values; of each pending write) are recorded in `graph.store.redis.digests`, and every load
-  (`get_tuple`, which `get_state` and LangGraph's Pregel loop call, and `list`, which
-  `get_state_history` calls) checks the shape of what was loaded and recomputes them;
+* `graph.store.saver.CheckedSaver` is mixed in, as on SQLite and PostgreSQL, for reading:
+  every load (`get_tuple`, which `get_state` and LangGraph's Pregel loop call, and `list`,
+  which `get_state_history` calls) checks the shape of what was loaded and recomputes the
+  digests of `graph.store.digest` (a SHA-256 over the canonical form of the checkpoint
+  id, channel versions, versions seen and channel values; of each pending write), kept in
+  `graph.store.redis.digests`;
 * what that digest leaves out (the metadata, the checkpoint's `v`, `ts` and
   `updated_channels`, the parent's id) gets a digest of its own (`rest_digest`);
-* once LangGraph's `put` or `put_writes` returns, the checkpoint or write is marked
-  saved, so one deleted later (or hidden from LangGraph's search index) is refused
-  instead of resuming from an older checkpoint or running a task again;
+* writing replaces upstream's pipelines: `put` and `put_writes` store exactly the
+  documents upstream builds (`checkpoint_document`), with their digests and the marks
+  that they were saved (so one deleted later, or hidden from LangGraph's search index,
+  is refused instead of resuming from an older checkpoint or running a task again), in
+  one Lua script per call that first checks the writer's lease token against the
+  thread's lock (`graph.store.redis.lua.PUT`, `PUT_WRITES`): all or nothing, and nothing
+  from a writer that lost its lease (INVARIANTS I8; `BusyError`, exit 5). `prune` (the
+  window's trim) and `delete_thread` find keys by exact names, never by a search query,
+  and delete them with their digests in one fenced script (`DROP`);
 * the serializer is `graph.store.redis.serde.StrictRedisSerializer`: nothing but LangGraph's
   interrupt record is revived from stored JSON, and values are never "recovered"
   as raw data when they fail to load.
 
 A refusal raises `CheckpointIntegrityError` (`damaged`, exit 4) naming the checkpoint
-and changes nothing stored. `delete_thread` deletes the digests with the thread, and
-`prune` those of the checkpoints it deleted; code that deletes LangGraph's keys any
-other way (a TTL, a window) must delete ours too (`RedisDigests.forget`, or the whole
-thread), or the thread is refused as damaged.
+and changes nothing stored. Code that deletes LangGraph's keys any other way (a TTL)
+must delete ours too (the whole thread), or the thread is refused as damaged.
 
 Use `redis_saver(client)` (or `CheckedRedisSaver(redis_client=client)` then `setup()`);
 the server needs the RedisJSON and RediSearch modules (`tests/redis_server.py`).
