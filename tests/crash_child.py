@@ -224,7 +224,14 @@ def _stop() -> None:
 
 
 def _patch_hold(hold_at: str) -> None:
-    """Stops the process once at `hold_at` (`HOLD_POINTS`)."""
+    """Stops the process once at `hold_at` (`HOLD_POINTS`).
+
+    Ranking (rank_bm25, numpy) is imported first, before any lease is taken: loading numpy's
+    libraries holds the interpreter lock for long enough, on a loaded host, that the lease
+    renewal starved past a short lease (the run then ended `busy` before its hold point).
+    """
+    import rank_bm25  # noqa: F401 - imported for its side effect, see above
+
     from graph.store.redis.ledger import RedisLedger
     from graph.store.redis.saver import CheckedRedisSaver
     from graph.store.redis.tables import RedisAttemptLog

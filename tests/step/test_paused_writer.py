@@ -21,7 +21,7 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -121,10 +121,11 @@ def writers(ctx: Any, redis_url: str, tmp_path: Path) -> Iterator[_Writers]:
     backend.close()
 
 
-def _pause_then_take_over(writers: _Writers, hold_at: str, *takeover: str
+def _pause_then_take_over(writers: _Writers, hold_at: str, *takeover: str,
+                          then: Callable[[], Any] | None = None
                           ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The thread's next step, stopped at `hold_at`; another writer's step once its lease ran
-    out; then the stopped one continued. Returns both outcomes, the stale one's checked to
+    out (and `then`); then the stopped one continued. Returns both outcomes, the stale one's checked to
     have stored nothing."""
     for _ in range(_TRIES):
         paused, out = writers.start(hold_at)
@@ -138,6 +139,8 @@ def _pause_then_take_over(writers: _Writers, hold_at: str, *takeover: str
         raise AssertionError(f"never reached {hold_at} in {_TRIES} runs")
     _until(lambda: writers.backend.lock_gone(writers.thread_id), "the paused lease to run out")
     second = writers.run(*takeover)
+    if then is not None:
+        then()
     after_takeover = writers.stored()
     os.kill(paused.pid, signal.SIGCONT)
     stale = writers.finish(paused, out)
@@ -178,3 +181,25 @@ def test_a_paused_writer_never_finishes_a_thread_cancelled_meanwhile(
     assert writers.run()["status"] == "cancelled"
     attempts = writers.backend.ledger_row(writers.thread_id)[0]
     assert attempts == writers.fake.count_for(writers.tag)
+
+
+def test_a_paused_writer_leaves_no_key_behind_a_prune_of_its_thread(writers: _Writers) -> None:
+    """The thread is finished by the other writer and pruned before the stale one wakes."""
+    assert writers.run()["exit_code"] == 0
+
+    def prune() -> None:
+        out = writers.tmp_path / "prune.txt"
+        argv = ["--db", writers.backend.db, "--completed", "0s", "--failed", "0s", "--json"]
+        proc = writers.ctx.Process(target=child_main, args=(argv, None, writers.env,
+                                                            str(writers.tmp_path), str(out),
+                                                            "graph.prune"))
+        proc.start()
+        proc.join(_WAIT_S)
+        assert proc.exitcode == 0, out.read_text()
+        assert writers.thread_id in json.loads(out.read_text().splitlines()[-1])["pruned"]
+
+    finished, stale = _pause_then_take_over(writers, "before_put", then=prune)
+    assert finished["status"] == "done", finished
+    assert stale["exit_code"] == 5 and stale["error_code"] == "busy", stale
+    assert verify_main(["--db", writers.backend.db]) == 0
+    assert writers.run()["error_code"] == "pruned"  # gone, never restarted
