@@ -196,9 +196,10 @@ def test_a_paused_writer_leaves_no_key_behind_a_prune_of_its_thread(writers: _Wr
         proc.start()
         proc.join(_WAIT_S)
         assert proc.exitcode == 0, out.read_text()
-        assert writers.thread_id in json.loads(out.read_text().splitlines()[-1])["pruned"]
+        assert writers.thread_id in json.loads(out.read_text().splitlines()[-1])["pruned"], \
+            out.read_text()
 
-    finished, stale = _pause_then_take_over(writers, "before_put", then=prune)
+    finished, stale = _pause_then_take_over(writers, "before_log", then=prune)
     assert finished["status"] == "done", finished
     assert stale["exit_code"] == 5 and stale["error_code"] == "busy", stale
     assert verify_main(["--db", writers.backend.db]) == 0
