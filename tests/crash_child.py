@@ -36,13 +36,14 @@ REDIS_KILL_POINTS = ("mid_waitaof", "mid_bury")
 """Redis only: right after the claim and its `WAITAOF` were sent, before the reply was
 read; and inside a prune's `bury`, after the tombstone script, before the checkpoints go."""
 
-HOLD_POINTS = ("before_claim", "after_claim", "before_log", "after_log", "before_put",
-               "before_writes", "before_outcome")
+HOLD_POINTS = ("hold:before_claim", "hold:after_claim", "hold:before_log", "hold:after_log",
+               "hold:before_put", "hold:before_writes", "hold:before_outcome")
 """Redis only: points where a `graph.run` child stops itself (SIGSTOP) while it holds the
 thread's lease, for the test to let the lease run out, let another writer take the thread,
 then continue it (SIGCONT): before and after the claim; before and after the attempt's log
 row; before the first checkpoint `put` and the first `put_writes` after the claim; before
-the finished thread's outcome (its TTL). Each holds once per process."""
+the finished thread's outcome (its TTL). Each holds once per process. Named apart from the
+kill points (`after_claim` kills)."""
 
 HANG_DUMP_S = 40.0
 """A child still running after this long writes its threads' stacks to its output (again
@@ -240,7 +241,7 @@ def _patch_hold(hold_at: str) -> None:
     claimed, held = [], []
 
     def hold(point: str, armed: bool = True) -> None:
-        if point == hold_at and armed and not held:
+        if f"hold:{point}" == hold_at and armed and not held:
             held.append(point)
             _stop()
 

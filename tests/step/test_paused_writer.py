@@ -174,7 +174,7 @@ def test_a_paused_writer_never_finishes_a_thread_cancelled_meanwhile(
     cancelled. (Held later, its answer may be stored already as the reason node's pending
     writes, made while it held the lease, which the cancellation's `update_state` applies.)"""
     assert writers.run()["exit_code"] == 0
-    cancelled, stale = _pause_then_take_over(writers, "before_log", "--cancel")
+    cancelled, stale = _pause_then_take_over(writers, "hold:before_log", "--cancel")
     assert cancelled["exit_code"] == 0 and cancelled["status"] == "cancelled", cancelled
     assert stale["exit_code"] == 5 and stale["error_code"] == "busy", stale
     assert verify_main(["--db", writers.backend.db]) == 0
@@ -199,7 +199,7 @@ def test_a_paused_writer_leaves_no_key_behind_a_prune_of_its_thread(writers: _Wr
         assert writers.thread_id in json.loads(out.read_text().splitlines()[-1])["pruned"], \
             out.read_text()
 
-    finished, stale = _pause_then_take_over(writers, "before_log", then=prune)
+    finished, stale = _pause_then_take_over(writers, "hold:before_log", then=prune)
     assert finished["status"] == "done", finished
     assert stale["exit_code"] == 5 and stale["error_code"] == "busy", stale
     assert verify_main(["--db", writers.backend.db]) == 0
