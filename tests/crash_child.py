@@ -140,10 +140,10 @@ def _patch_rest(kill_at: str, claimed: list[bool]) -> None:
 
         node, armed = kill_at.split(":", 1)[1], []
         savers: list[Any] = [SqliteSaver, PostgresSaver]
-        try:
-            from langgraph.checkpoint.redis import RedisSaver
+        try:  # our subclass: it writes through its own scripts, not RedisSaver's put
+            from graph.store.redis.saver import CheckedRedisSaver
 
-            savers.append(RedisSaver)
+            savers.append(CheckedRedisSaver)
         except ImportError:  # without the redis extra
             pass
         for saver in savers:
