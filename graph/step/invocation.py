@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from graph.errors import ErrorCode, RefusedError
+from graph.errors import BusyError, ErrorCode, RefusedError
 from graph.outcome import Outcome
 from graph.step.approvals import pending_review
 from graph.step.checked_graph import refusal
@@ -152,6 +152,8 @@ def _invoke_once(graph: Any, config: dict[str, Any], store: Store, ctx: StepCont
                            thread_id=ctx.thread_id) from None
     except InvocationRefusedError as exc:  # never for a step's own context; kept as a RunError
         raise refusal(exc, store.location) from None
+    except BusyError:
+        raise  # the lease was lost: this writer may write nothing more, routing included
     except Exception as exc:
         if unrouted_output(graph.get_state(config)) is None:
             raise

@@ -129,7 +129,8 @@ class CheckedSaver(BaseCheckpointSaver[str]):
             super().put_writes(config, writes, task_id, task_path)
 
     def delete_thread(self, thread_id: str) -> None:
-        """Deletes the thread's checkpoints, then their digests."""
+        """Deletes the thread's checkpoints, then their digests (fenced first)."""
+        self._fenced({"configurable": {"thread_id": thread_id}})
         with self._checkpoint_block():
             super().delete_thread(thread_id)
             if self.digests is not None:

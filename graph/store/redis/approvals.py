@@ -5,7 +5,9 @@ whose reply asked for the call, and the call id), as one hash per thread
 (`graph.store.redis.keys.APPROVALS`) whose field `attempt:tool_call_id` holds the row as JSON.
 A second decision for the same call is refused (`HSETNX`); the updates that follow a
 decision (the planned hashes, applied, failed) change a row only in the state the SQL
-`UPDATE ... WHERE` would, read and written in one `WATCH`/`MULTI` transaction. Each row
+`UPDATE ... WHERE` would, written by compare-and-set (read again when it changed). Every
+write is a script fenced by the thread's writer lease (`graph.store.redis.lua`): a writer
+that lost it changes nothing (`BusyError`, exit 5). Each row
 is checked as it is read (`graph.store.rows`): another shape is `damaged` (exit 4). Each
 write is on disk before it returns (`RedisTable._durable`): a decision and the planned
 hashes must outlive a crash after the file is written (approvals applied once).
@@ -19,7 +21,6 @@ from typing import Any
 
 from graph.errors import ErrorCode, RefusedError
 from graph.store.redis import keys
-from graph.store.redis.conn import server_errors
 from graph.store.redis.tables import RedisTable
 from graph.store.rows import APPROVAL_COLUMNS as COLUMNS
 from graph.store.rows import APPROVAL_TYPES, check_row, damaged, now
@@ -74,9 +75,11 @@ class RedisApprovals(RedisTable):
         Raises:
             RefusedError: `exists` when the call has a decision already (nothing written).
         """
-        added = self._call("write_approvals", "hsetnx", keys.approvals_key(row["thread_id"]),
-                           _field(row["attempt"], row["tool_call_id"]), _encoded(row))
-        if not added:
+        thread_id = row["thread_id"]
+        status = self._fenced("ADD_DECISION", thread_id,
+                              [keys.approvals_key(thread_id), keys.lock_key(thread_id)],
+                              [_field(row["attempt"], row["tool_call_id"]), _encoded(row)])[0]
+        if status == "exists":
             raise RefusedError(f"call {row['tool_call_id']!r} of attempt {row['attempt']} has a "
                                "decision already", thread_id=row["thread_id"],
                                error_code=ErrorCode.EXISTS, location=self.location)
@@ -84,19 +87,23 @@ class RedisApprovals(RedisTable):
 
     def _update(self, thread_id: str, attempt: int, tool_call_id: str,
                 change: Callable[[dict[str, Any]], bool]) -> None:
-        """Applies `change` to the row when it returns True, atomically (`WATCH`/`MULTI`)."""
+        """Applies `change` to the row when it returns True, by compare-and-set (`SET_DECISION`).
+
+        Raises:
+            BusyError: The thread's lease is another's, or this process lost it (exit 5).
+        """
         key, field = keys.approvals_key(thread_id), _field(attempt, tool_call_id)
-
-        def transaction(pipe: Any) -> None:
-            raw = pipe.hget(key, field)
+        while True:
+            raw = self._call("write_approvals", "hget", key, field)
             if raw is None:
-                return
+                break
             row = _row(thread_id, field, raw)
-            if change(row):
-                pipe.multi()
-                pipe.hset(key, field, _encoded(row))
-
-        self._call("write_approvals", "transaction", transaction, key)
+            if not change(row):
+                break
+            status = self._fenced("SET_DECISION", thread_id, [key, keys.lock_key(thread_id)],
+                                  [field, raw, _encoded(row)])[0]
+            if status != "changed":
+                break
         self._durable(f"the decision on call {tool_call_id!r} is updated, but")
 
     def plan(self, thread_id: str, attempt: int, tool_call_id: str, before: str | None,
@@ -133,5 +140,5 @@ class RedisApprovals(RedisTable):
 
     def delete_thread(self, thread_id: str) -> None:
         """Deletes the thread's decisions (retention)."""
-        with server_errors(self.location):
-            self._client.delete(keys.approvals_key(thread_id))
+        self._fenced("DELETE", thread_id,
+                     [keys.lock_key(thread_id), keys.approvals_key(thread_id)], [])

@@ -8,11 +8,12 @@ keeps every digest recorded for its slot, space separated; `WRITTEN task_id NUL 
 marks a write LangGraph finished saving, so a deleted write is noticed. A thread's set
 (`graph.store.redis.keys.digests_key`) lists its hashes so `delete_thread` removes them.
 
-A digest is recorded (one atomic script) before LangGraph writes what it covers: a
-process killed in between leaves an unused digest, never an undigested checkpoint.
-After LangGraph's `put` returns, the checkpoint joins the thread's saved set
-(`graph.store.redis.keys.saved_key`), so a checkpoint deleted afterwards (or hidden from
-LangGraph's search index) is noticed instead of resuming from an older one.
+The saver writes a checkpoint's document, its digests and its place in the thread's
+saved set (`graph.store.redis.keys.saved_key`) in one fenced script
+(`graph.store.redis.lua.PUT`; a write and its written mark likewise, `PUT_WRITES`), and
+deletes them together (`DROP`): never an undigested checkpoint, and a checkpoint deleted
+afterwards (or hidden from LangGraph's search index) is noticed instead of resuming from
+an older one.
 There are no checkpoints from before digests on Redis: a checkpoint without its digest
 is refused.
 """
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from graph.store.redis import keys as redis_keys
@@ -104,15 +105,6 @@ class RedisDigests:
             found.setdefault(task, set()).update(_text(value).split(" "))
         return found
 
-    def written(self, thread_id: str, ns: str, checkpoint_id: str, task_id: str,
-                idxs: Iterable[int]) -> None:
-        """Notes that LangGraph saved the task's writes at `idxs` for the checkpoint."""
-        fields = {f"{WRITTEN}{task_id}\0{idx}": "1" for idx in idxs}
-        if fields:
-            with self._lock:
-                self._client.hset(redis_keys.digest_key(thread_id, ns, checkpoint_id),
-                                  mapping=fields)
-
     def written_counts(self, thread_id: str, ns: str, checkpoint_id: str) -> dict[str, int]:
         """How many writes LangGraph saved for the checkpoint, by task id."""
         with self._lock:
@@ -160,11 +152,6 @@ class RedisDigests:
         with self._lock:
             return bool(self._client.exists(self._checkpoint_key(thread_id, ns, checkpoint_id)))
 
-    def saved(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
-        """Notes that LangGraph's `put` of the checkpoint finished."""
-        with self._lock:
-            self._client.sadd(redis_keys.saved_key(thread_id), f"{ns}\0{checkpoint_id}")
-
     def saved_by_ns(self, thread_id: str) -> dict[str, set[str]]:
         """The ids of the thread's checkpoints whose `put` finished, by namespace."""
         with self._lock:
@@ -179,36 +166,9 @@ class RedisDigests:
         """The ids of the thread's checkpoints in namespace `ns` whose `put` finished."""
         return self.saved_by_ns(thread_id).get(ns, set())
 
-    def forget(self, thread_id: str, ns: str, checkpoint_ids: Iterable[str]) -> None:
-        """Deletes the digests of checkpoints deleted on purpose (a window, retention).
-
-        Call it in the same `MULTI` as (or right after) deleting LangGraph's keys of
-        those checkpoints; never for a thread's latest checkpoint it keeps.
-        """
-        ids = list(checkpoint_ids)
-        hashes = [redis_keys.digest_key(thread_id, ns, i) for i in ids]
-        with self._lock:
-            pipe = self._client.pipeline(transaction=True)
-            if ids:
-                pipe.delete(*hashes)
-                pipe.srem(redis_keys.digests_key(thread_id), *hashes)
-                pipe.srem(redis_keys.saved_key(thread_id), *[f"{ns}\0{i}" for i in ids])
-            pipe.execute()
-
     def thread_keys(self, thread_id: str) -> list[bytes]:
         """Every key of ours for the thread (to give them the TTL of LangGraph's keys)."""
         index = redis_keys.digests_key(thread_id)
         with self._lock:
             hashes = sorted(self._client.smembers(index))
         return [*hashes, index, redis_keys.saved_key(thread_id)]
-
-    def delete_thread(self, thread_id: str) -> None:
-        """Deletes a thread's digest hashes, their set and its saved set."""
-        index = redis_keys.digests_key(thread_id)
-        with self._lock:
-            keys = list(self._client.smembers(index))
-            pipe = self._client.pipeline(transaction=True)
-            for start in range(0, len(keys), 500):
-                pipe.delete(*keys[start:start + 500])
-            pipe.delete(index, redis_keys.saved_key(thread_id))
-            pipe.execute()

@@ -191,8 +191,9 @@ def open_redis(url: str, *, create: bool = True, read_only: bool = False) -> Ite
         backend = TtlBackend(client, location, checkpointer, ledger, tokens=tokens,
                              ages=ttl_ages() if not read_only else {}, hold=locks.hold)
         store = Store(location, checkpointer, backend,
-                      ledger, RedisAttemptLog(client, location), ExpiringTombstones(client, location),
-                      RedisApprovals(client, location), locks, (saver_client, client),
+                      ledger, RedisAttemptLog(client, location, tokens=tokens),
+                      ExpiringTombstones(client, location, tokens=tokens),
+                      RedisApprovals(client, location, tokens=tokens), locks, (saver_client, client),
                       store_id=_store_id(client, location, write=not read_only))
     except BaseException:
         for conn in (saver_client, client):

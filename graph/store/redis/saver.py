@@ -4,26 +4,30 @@
 document, channel values inline, and each pending write as another; it takes no
 serializer, so `graph.store.serde`'s checksum inside serialized bytes cannot be used. Instead:
 
-* `graph.store.saver.CheckedSaver` is mixed in, as on SQLite and PostgreSQL: before
-  `put` and `put_writes` write, the digests of `graph.store.digest` (a SHA-256 over the
-  canonical form of the checkpoint id, channel versions, versions seen and channel
-  values; of each pending write) are recorded in `graph.store.redis.digests`, and every load
-  (`get_tuple`, which `get_state` and LangGraph's Pregel loop call, and `list`, which
-  `get_state_history` calls) checks the shape of what was loaded and recomputes them;
+* `graph.store.saver.CheckedSaver` is mixed in, as on SQLite and PostgreSQL, for reading:
+  every load (`get_tuple`, which `get_state` and LangGraph's Pregel loop call, and `list`,
+  which `get_state_history` calls) checks the shape of what was loaded and recomputes the
+  digests of `graph.store.digest` (a SHA-256 over the canonical form of the checkpoint
+  id, channel versions, versions seen and channel values; of each pending write), kept in
+  `graph.store.redis.digests`;
 * what that digest leaves out (the metadata, the checkpoint's `v`, `ts` and
   `updated_channels`, the parent's id) gets a digest of its own (`rest_digest`);
-* once LangGraph's `put` or `put_writes` returns, the checkpoint or write is marked
-  saved, so one deleted later (or hidden from LangGraph's search index) is refused
-  instead of resuming from an older checkpoint or running a task again;
+* writing replaces upstream's pipelines: `put` and `put_writes` store exactly the
+  documents upstream builds (`checkpoint_document`), with their digests and the marks
+  that they were saved (so one deleted later, or hidden from LangGraph's search index,
+  is refused instead of resuming from an older checkpoint or running a task again), in
+  one Lua script per call that first checks the writer's lease token against the
+  thread's lock (`graph.store.redis.lua.PUT`, `PUT_WRITES`): all or nothing, and nothing
+  from a writer that lost its lease (INVARIANTS I8; `BusyError`, exit 5). `prune` (the
+  window's trim) and `delete_thread` find keys by exact names, never by a search query,
+  and delete them with their digests in one fenced script (`DROP`);
 * the serializer is `graph.store.redis.serde.StrictRedisSerializer`: nothing but LangGraph's
   interrupt record is revived from stored JSON, and values are never "recovered"
   as raw data when they fail to load.
 
 A refusal raises `CheckpointIntegrityError` (`damaged`, exit 4) naming the checkpoint
-and changes nothing stored. `delete_thread` deletes the digests with the thread, and
-`prune` those of the checkpoints it deleted; code that deletes LangGraph's keys any
-other way (a TTL, a window) must delete ours too (`RedisDigests.forget`, or the whole
-thread), or the thread is refused as damaged.
+and changes nothing stored. Code that deletes LangGraph's keys any other way (a TTL)
+must delete ours too (the whole thread), or the thread is refused as damaged.
 
 Use `redis_saver(client)` (or `CheckedRedisSaver(redis_client=client)` then `setup()`);
 the server needs the RedisJSON and RediSearch modules (`tests/redis_server.py`).
@@ -32,9 +36,10 @@ the server needs the RedisJSON and RediSearch modules (`tests/redis_server.py`).
 from __future__ import annotations
 
 import hashlib
-import threading
+import json
+import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import redis
 from langchain_core.runnables import RunnableConfig
@@ -46,9 +51,16 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
 )
 from langgraph.checkpoint.redis import RedisSaver
+from langgraph.checkpoint.redis.key_registry import SyncCheckpointKeyRegistry
+from langgraph.checkpoint.redis.util import to_storage_safe_id, to_storage_safe_str
+from ulid import ULID
 
-from graph.store.redis.digests import METADATA, RedisDigests
+from graph.store.digest import checkpoint_digest, write_digest
+from graph.store.redis import keys
+from graph.store.redis import lua as redis_lua
+from graph.store.redis.digests import METADATA, WRITTEN, RedisDigests
 from graph.store.redis.serde import StrictRedisSerializer
+from graph.store.redis.ttl import thread_keys
 from graph.store.saver import CheckedSaver
 from graph.store.serde import CheckpointIntegrityError
 
@@ -75,8 +87,10 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if self.ttl_config:
+            raise ValueError("CheckedRedisSaver takes no ttl: retention is graph.store.redis.ttl's")
         self.serde = StrictRedisSerializer()
-        self._order = threading.Lock()
+        self._scripts: dict[str, Any] = {}
         self.digests = RedisDigests(  # type: ignore[assignment]
             self._redis, self._make_redis_checkpoint_key_cached)
 
@@ -88,47 +102,202 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
             raise TypeError("CheckedRedisSaver.serde was replaced; it must stay strict")
         return serde
 
+    def _token(self, thread_id: str) -> str:
+        """The lease token a write of the thread carries (the fencing hook, `fence_with`).
+
+        '' for a saver used on its own: its scripts then write only while nobody holds
+        the thread.
+
+        Raises:
+            BusyError: Another process holds the thread, this one not (exit 5).
+        """
+        return (self.fence(thread_id) if self.fence is not None else "") or ""
+
+    def _script(self, name: str, thread_id: str, keys: list[Any], args: list[Any]) -> list[Any]:
+        """Runs fenced script `name` of `graph.store.redis.lua` with the thread's token first.
+
+        Raises:
+            BusyError: The thread's lease is another's, or this process lost it (exit 5);
+                nothing was written.
+            RefusedError: `damaged` (exit 4): a key of the wrong type; nothing written.
+        """
+        script = self._scripts.get(name)
+        if script is None:
+            script = self._scripts[name] = self._redis.register_script(getattr(redis_lua, name))
+        reply = script(keys=keys, args=[self._token(thread_id), *args])
+        return redis_lua.answer(reply, thread_id, None)
+
+    def checkpoint_document(self, config: RunnableConfig, checkpoint: Checkpoint,
+                            metadata: CheckpointMetadata) -> tuple[dict[str, Any], RunnableConfig]:
+        """The document `RedisSaver.put` (0.5.2) stores for a checkpoint, and the config it returns.
+
+        Built as upstream builds it, with its own helpers (`_dump_checkpoint`,
+        `_dump_metadata`, `to_storage_safe_id`), so its `get_tuple`, `list` and search
+        index read it unchanged; `tests/store/redis/test_fenced_writes.py` compares it with
+        a document upstream's `put` writes.
+        """
+        configurable = dict(config["configurable"])
+        run_id = configurable.pop("run_id", metadata.get("run_id"))
+        thread_id = configurable.pop("thread_id")
+        checkpoint_ns = configurable.pop("checkpoint_ns", "")
+        config_checkpoint_id = configurable.pop("checkpoint_id", None)
+        thread_ts = configurable.pop("thread_ts", "")
+        checkpoint_id = config_checkpoint_id or thread_ts or checkpoint.get("id", "")
+        parent_checkpoint_id = None
+        if (checkpoint.get("id") and config_checkpoint_id
+                and checkpoint.get("id") != config_checkpoint_id):
+            parent_checkpoint_id, checkpoint_id = config_checkpoint_id, checkpoint["id"]
+        try:
+            checkpoint_ts: float = ULID.from_str(checkpoint_id).timestamp
+        except Exception:  # noqa: BLE001 - as upstream: any id that is not a ULID
+            checkpoint_ts = time.time() * 1000
+        document: dict[str, Any] = {
+            "thread_id": to_storage_safe_id(thread_id),
+            "run_id": to_storage_safe_id(run_id) if run_id else "",
+            "checkpoint_ns": to_storage_safe_str(checkpoint_ns),
+            "checkpoint_id": to_storage_safe_id(checkpoint_id),
+            "parent_checkpoint_id": (to_storage_safe_id(parent_checkpoint_id)
+                                     if parent_checkpoint_id else ""),
+            "checkpoint_ts": checkpoint_ts,
+            "checkpoint": self._dump_checkpoint(checkpoint.copy()),
+            "metadata": self._dump_metadata(metadata),
+            "has_writes": False,
+        }
+        if all(key in metadata for key in ("source", "step")):
+            document["source"], document["step"] = metadata["source"], metadata["step"]
+        return document, {"configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns,
+                                           "checkpoint_id": checkpoint_id}}
+
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
             new_versions: ChannelVersions) -> RunnableConfig:
-        """Records the digest of the rest (`rest_digest`), then saves like `CheckedSaver.put`.
+        """Saves a checkpoint as `RedisSaver.put` does, with its digests, in one fenced script.
 
-        LangGraph's loop saves a run's input checkpoint in the background while its first
-        task runs, so that task's `put_writes` may finish before this `put`; `RedisSaver.put`
-        then overwrites the document's `has_writes` with false and every later load skips
-        those writes (LangGraph would run the task again; our check refuses the checkpoint
-        as damaged). `put` and `put_writes` therefore hold one lock, and a checkpoint whose
-        writes were already saved gets `has_writes` set back to true before `put` returns.
+        The document (`checkpoint_document`), the thread's latest pointer, the
+        checkpoint's digests (`graph.store.digest.checkpoint_digest`, `rest_digest`) and
+        its saved mark are written by one script (`graph.store.redis.lua.PUT`) that first
+        checks this writer's lease token against the thread's lock: all or nothing, and
+        nothing once the lease is lost. LangGraph may save a checkpoint's writes before the
+        checkpoint itself (a run's input checkpoint is saved in the background while the
+        first task runs); the script then sets `has_writes`, which upstream's `put` resets.
+
+        Raises:
+            BusyError: The thread's lease is another's, or this process lost it (exit 5).
         """
-        self._fenced(config)  # before the digest is recorded
-        conf = config["configurable"]
-        key = (str(conf["thread_id"]), str(conf.get("checkpoint_ns", "")), checkpoint["id"],
-               METADATA, 0)
-        parent = conf.get("checkpoint_id")  # as RedisSaver.put reads the parent
-        assert self.digests is not None
-        self.digests.record(key, rest_digest(self.strict, checkpoint, metadata,
-                                             parent if parent != checkpoint["id"] else None))
-        with self._order:
-            saved = super().put(config, checkpoint, metadata, new_versions)
-            self._redis_digests.saved(key[0], key[1], key[2])
-            if self._redis_digests.written_counts(key[0], key[1], key[2]):
-                self._redis.json().merge(self._make_redis_checkpoint_key_cached(*key[:3]),
-                                         "$", {"has_writes": True})
+        document, saved = self.checkpoint_document(config, checkpoint, metadata)
+        conf = saved["configurable"]
+        thread_id, ns, checkpoint_id = (str(conf["thread_id"]), str(conf["checkpoint_ns"]),
+                                        str(conf["checkpoint_id"]))
+        parent = config["configurable"].get("checkpoint_id")  # as RedisSaver.put reads the parent
+        key = self._make_redis_checkpoint_key_cached(thread_id, ns, checkpoint_id)
+        digests = ["", checkpoint_digest(self.serde, checkpoint), METADATA,
+                   rest_digest(self.strict, checkpoint, metadata,
+                               parent if parent != checkpoint["id"] else None)]
+        self._script("PUT", thread_id, [
+            keys.lock_key(thread_id), key, self._make_redis_checkpoint_latest_key(thread_id, ns),
+            keys.digest_key(thread_id, ns, checkpoint_id), keys.digests_key(thread_id),
+            keys.saved_key(thread_id)],
+            [json.dumps(document), key, f"{ns}\0{checkpoint_id}", WRITTEN, *digests])
         return saved
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                    task_path: str = "") -> None:
-        """Saves like `CheckedSaver.put_writes`, then marks the writes saved.
+        """Saves writes as `RedisSaver.put_writes` does, with digests, in one fenced script.
 
-        Runs under the lock `put` takes (see `put`), so a checkpoint saved after its
-        writes is marked as having them.
+        The write documents, the checkpoint's `has_writes`, upstream's write-key registry,
+        each write's digest (`graph.store.digest.write_digest`) and its written mark are
+        written by one script (`graph.store.redis.lua.PUT_WRITES`) that first checks this
+        writer's lease token against the thread's lock.
+
+        Raises:
+            BusyError: The thread's lease is another's, or this process lost it (exit 5).
         """
         conf = config["configurable"]
-        with self._order:
-            super().put_writes(config, writes, task_id, task_path)
-            self._redis_digests.written(
-                str(conf["thread_id"]), str(conf.get("checkpoint_ns", "")),
-                str(conf["checkpoint_id"]), task_id,
-                [WRITES_IDX_MAP.get(channel, idx) for idx, (channel, _) in enumerate(writes)])
+        thread_id, ns, checkpoint_id = (str(conf["thread_id"]), str(conf.get("checkpoint_ns", "")),
+                                        str(conf["checkpoint_id"]))
+        write_keys: list[str] = []
+        args: list[Any] = []
+        for position, (channel, value) in enumerate(writes):
+            idx = WRITES_IDX_MAP.get(channel, position)
+            type_, blob = self.serde.dumps_typed(value)
+            write_keys.append(self._make_redis_checkpoint_writes_key_cached(
+                thread_id, ns, checkpoint_id, task_id, idx))
+            args += [json.dumps({
+                "thread_id": to_storage_safe_id(thread_id), "checkpoint_ns": to_storage_safe_str(ns),
+                "checkpoint_id": to_storage_safe_id(checkpoint_id), "task_id": task_id,
+                "task_path": task_path, "idx": idx, "channel": channel, "type": type_,
+                "blob": self._encode_blob(blob)}),
+                f"{task_id}\0{idx}", write_digest(self.serde, task_id, channel, value),
+                f"{WRITTEN}{task_id}\0{idx}"]
+        self._script("PUT_WRITES", thread_id, [
+            keys.lock_key(thread_id), self._make_redis_checkpoint_key_cached(thread_id, ns,
+                                                                             checkpoint_id),
+            SyncCheckpointKeyRegistry.make_write_keys_zset_key(thread_id, ns, checkpoint_id),
+            keys.digest_key(thread_id, ns, checkpoint_id), keys.digests_key(thread_id),
+            *write_keys], args)
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Deletes every checkpoint key of the thread with its digests, in one fenced script.
+
+        The keys are found by exact prefixes (`graph.store.redis.ttl.thread_keys`), never by
+        a search query; the thread's attempt log and decisions are not checkpoints and stay.
+
+        Raises:
+            BusyError: The thread's lease is another's, or this process lost it (exit 5).
+        """
+        ours = {keys.log_key(thread_id), keys.approvals_key(thread_id)}
+        found = [key for key in thread_keys(cast("redis.Redis", self._redis), thread_id)
+                 if key not in ours]
+        self._drop(thread_id, found, [])
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest",
+              keep_last: int | None = None, max_results: int = 10000) -> None:
+        """`RedisSaver.prune` from exact keys, fenced: each thread's trim is one script.
+
+        Keeps the latest `keep_last` (else 1, or 0 for `strategy="delete"`) saved
+        checkpoints per namespace (the saved set, `graph.store.redis.keys.saved_key`);
+        deletes the others with their writes, write registries, digests and saved marks,
+        and the latest pointer of a namespace left empty. `max_results` is accepted for
+        upstream's signature; no search query limits what is found.
+
+        Raises:
+            ValueError: As `RedisSaver.prune` (no thread ids, a negative `keep_last`).
+            BusyError: A thread's lease is another's, or this process lost it (exit 5).
+        """
+        keep = keep_last if keep_last is not None else 0 if strategy == "delete" else 1
+        if not thread_ids:
+            raise ValueError("``thread_ids`` must be a non-empty sequence")
+        if keep < 0:
+            raise ValueError(f"``keep_last`` must be >= 0, got {keep}")
+        for thread_id in thread_ids:
+            found: list[Any] = []
+            members: list[str] = []
+            for ns, ids in self._redis_digests.saved_by_ns(thread_id).items():
+                evicted = sorted(ids, reverse=True)[keep:]
+                for checkpoint_id in evicted:
+                    found += self._checkpoint_keys(thread_id, ns, checkpoint_id)
+                    members.append(f"{ns}\0{checkpoint_id}")
+                if evicted and len(evicted) == len(ids):
+                    found.append(self._make_redis_checkpoint_latest_key(thread_id, ns))
+            if found:
+                self._drop(thread_id, found, members)
+
+    def _checkpoint_keys(self, thread_id: str, ns: str, checkpoint_id: str) -> list[Any]:
+        """Every key of one checkpoint: its document, writes, write registry and digest hash."""
+        registry = SyncCheckpointKeyRegistry.make_write_keys_zset_key(thread_id, ns, checkpoint_id)
+        digest = keys.digest_key(thread_id, ns, checkpoint_id)
+        writes = {_text(key) for key in self._redis.zrange(registry, 0, -1)}
+        for field in map(_text, self._redis.hkeys(digest)):
+            if field.startswith(WRITTEN):
+                task_id, _, idx = field[len(WRITTEN):].rpartition("\0")
+                writes.add(self._make_redis_checkpoint_writes_key_cached(
+                    thread_id, ns, checkpoint_id, task_id, int(idx)))
+        return [self._make_redis_checkpoint_key_cached(thread_id, ns, checkpoint_id),
+                *sorted(writes), registry, digest]
+
+    def _drop(self, thread_id: str, found: list[Any], members: list[str]) -> None:
+        """Deletes `found` keys and saved-set `members` of the thread in one fenced script."""
+        self._script("DROP", thread_id, [keys.lock_key(thread_id), keys.digests_key(thread_id),
+                                         keys.saved_key(thread_id), *found], members)
 
     @property
     def _redis_digests(self) -> RedisDigests:
@@ -214,19 +383,6 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
                 f"thread {slot[0]!r}: saved checkpoint(s) {sorted(missing)} are missing or "
                 "hidden from LangGraph's index")
 
-    def prune(self, thread_ids: Sequence[str], **kwargs: Any) -> None:
-        """`RedisSaver.prune`, then forgets the digests of the checkpoints it deleted.
-
-        Raises:
-            ValueError: As `RedisSaver.prune` (no thread ids, a negative `keep_last`).
-        """
-        super().prune(thread_ids, **kwargs)
-        digests = self._redis_digests
-        for thread_id in thread_ids:
-            for ns, ids in digests.saved_by_ns(thread_id).items():
-                gone = [i for i in ids if not digests.checkpoint_exists(thread_id, ns, i)]
-                digests.forget(thread_id, ns, gone)
-
     def _check_digests(self, thread_id: str, ns: str, checkpoint_id: str,
                        saved: CheckpointTuple) -> None:
         super()._check_digests(thread_id, ns, checkpoint_id, saved)
@@ -278,6 +434,10 @@ class _WritesRaced(Exception):
 
 _REREADS = 3
 """How often `get_tuple` reads a checkpoint whose saved writes were not all loaded."""
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else str(value)
 
 
 def _refused(config: RunnableConfig | None, exc: Exception) -> CheckpointIntegrityError:

@@ -2,19 +2,21 @@
 
 The same rows as the SQL tables (`graph.store.sql.attempt_log`, `graph.store.sql.tombstones`), under the
 keys of `graph.store.redis.keys`: a thread's attempt log is a list of JSON objects, appended
-to and never changed; a tombstone is a hash that never expires. Every value is checked
-as it is read, as the SQL tables check theirs (`graph.store.rows`): a row of the wrong
+to and never changed; a tombstone is a hash that never expires. Every write is fenced by
+the thread's writer lease (`graph.store.redis.lua`): a writer that lost it changes nothing.
+Every value is checked as it is read, as the SQL tables check theirs (`graph.store.rows`): a row of the wrong
 type or form is refused as `damaged` (exit 4), never decoded into something else.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from graph.store.redis import keys
+from graph.store.redis import lua as redis_lua
 from graph.store.redis.conn import make_durable, server_errors
 from graph.store.rows import (
     FINAL_STATUSES,
@@ -30,26 +32,42 @@ from graph.store.rows import (
 if TYPE_CHECKING:
     import redis
 
-_ADD_TOMBSTONE = """
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('HSET', KEYS[1], 'final_status', ARGV[1], 'pruned_at', ARGV[2])
-end
-return 1
-"""
-"""KEYS: tombstone. ARGV: final_status, pruned_at. A thread that has one keeps it."""
-
 
 class RedisTable:
-    """What the Redis tables share: the client, messages' location, reading ids and keys.
+    """What the Redis tables share: the client, messages' location, ids, keys, fenced writes.
+
+    Every write of a thread's keys is a script of `graph.store.redis.lua` that checks the
+    writer's lease token against the thread's lock key first (`_fenced`).
 
     Args:
         client: A client of the server (`graph.store.redis.conn.connect`), answering bytes.
         location: The redacted URL, for messages.
+        tokens: The store's fencing hook (`graph.store.base.WriterLocks.fence`): this
+            process's lease token for a thread ('' or None when it holds none); None
+            writes as a writer holding no lease.
     """
 
-    def __init__(self, client: redis.Redis, location: str) -> None:
+    def __init__(self, client: redis.Redis, location: str, *,
+                 tokens: Callable[[str], str | None] | None = None) -> None:
         self._client = client
         self.location = location
+        self._tokens = tokens
+        self._scripts: dict[str, Any] = {}
+
+    def _fenced(self, name: str, thread_id: str, keys_: list[bytes], args: list[Any]) -> list[Any]:
+        """Runs script `name` of `graph.store.redis.lua` with the token as its first argument.
+
+        Raises:
+            BusyError: The thread's lease is another's, or this process lost it (exit 5).
+            RefusedError: `damaged` (exit 4): a key of the wrong type; nothing written.
+        """
+        token = (self._tokens(thread_id) if self._tokens is not None else None) or ""
+        script = self._scripts.get(name)
+        if script is None:
+            script = self._scripts[name] = self._client.register_script(getattr(redis_lua, name))
+        with server_errors(self.location):
+            reply = script(keys=keys_, args=[token, *args])
+        return redis_lua.answer(reply, thread_id, self.location)
 
     def _ids(self, prefix: str) -> Iterator[str]:
         with server_errors(self.location):
@@ -125,28 +143,29 @@ class RedisAttemptLog(RedisTable):
 
     def record(self, thread_id: str, attempt: int, kind: str, payload: dict[str, Any]) -> None:
         """Appends one row (`kind`: `reason` or `tool`)."""
-        self._append(thread_id, attempt, kind, payload,
-                     datetime.now(UTC).isoformat(timespec="seconds"))
+        self._append_rows(thread_id, [(attempt, kind, payload,
+                                       datetime.now(UTC).isoformat(timespec="seconds"))])
         self._durable(f"thread {thread_id!r}: attempt {attempt}'s log row is stored, but")
 
-    def _append(self, thread_id: str, attempt: int, kind: str, payload: dict[str, Any],
-                created_at: str) -> None:
-        row = {"attempt": attempt, "kind": kind, "payload": payload, "created_at": created_at,
-               "thread_id": thread_id}
-        self._call("attempt_log", "rpush", keys.log_key(thread_id),
-                   json.dumps(row).encode())  # ASCII: any text, lone surrogates too
+    def _append_rows(self, thread_id: str, rows: list[tuple[int, str, dict[str, Any], str]]
+                     ) -> None:
+        """Appends `(attempt, kind, payload, created_at)` rows in one fenced script (`APPEND`)."""
+        encoded = [json.dumps({"attempt": attempt, "kind": kind, "payload": payload,
+                               "created_at": created_at, "thread_id": thread_id}).encode()
+                   for attempt, kind, payload, created_at in rows]  # ASCII: any text
+        self._fenced("APPEND", thread_id, [keys.log_key(thread_id), keys.lock_key(thread_id)],
+                     encoded)
 
     def import_rows(self, thread_id: str, rows: list[dict[str, Any]]) -> None:
         """Appends rows as `rows` returned them elsewhere, times kept (`graph.copy`)."""
-        for row in rows:
-            self._append(thread_id, row["attempt"], row["kind"], row["payload"],
-                         row["created_at"])
+        if rows:
+            self._append_rows(thread_id, [(row["attempt"], row["kind"], row["payload"],
+                                           row["created_at"]) for row in rows])
         self._durable(f"thread {thread_id!r}: its copied log is stored, but")
 
     def delete_thread(self, thread_id: str) -> None:
         """Deletes the thread's rows (retention)."""
-        with server_errors(self.location):
-            self._client.delete(keys.log_key(thread_id))
+        self._fenced("DELETE", thread_id, [keys.lock_key(thread_id), keys.log_key(thread_id)], [])
 
     def rows(self, thread_id: str) -> list[dict[str, Any]]:
         """The thread's rows, oldest first: `attempt`, `kind`, `payload` (dict), `created_at`.
@@ -249,10 +268,6 @@ def _tokens(rows: list[dict[str, Any]]) -> int:
 class RedisTombstones(RedisTable):
     """Tombstones of pruned threads: a hash per thread that never expires."""
 
-    def __init__(self, client: redis.Redis, location: str) -> None:
-        super().__init__(client, location)
-        self._add = client.register_script(_ADD_TOMBSTONE)
-
     def get(self, thread_id: str) -> Tombstone | None:
         """The thread's tombstone, or None.
 
@@ -274,9 +289,10 @@ class RedisTombstones(RedisTable):
 
     def add(self, tombstone: Tombstone) -> None:
         """Records a tombstone; a thread that already has one keeps it."""
-        with server_errors(self.location):
-            self._add(keys=[keys.tombstone_key(tombstone.thread_id)],
-                      args=[tombstone.final_status, tombstone.pruned_at])
+        thread_id = tombstone.thread_id
+        self._fenced("ADD_TOMBSTONE", thread_id,
+                     [keys.tombstone_key(thread_id), keys.lock_key(thread_id)],
+                     [tombstone.final_status, tombstone.pruned_at])
         self._durable(f"thread {tombstone.thread_id!r}: its tombstone is stored, but")
 
     def thread_ids(self) -> set[str]:
@@ -285,5 +301,5 @@ class RedisTombstones(RedisTable):
 
     def remove(self, thread_id: str) -> None:
         """Deletes the tombstone (for `--restart-pruned`)."""
-        with server_errors(self.location):
-            self._client.delete(keys.tombstone_key(thread_id))
+        self._fenced("DELETE", thread_id,
+                     [keys.lock_key(thread_id), keys.tombstone_key(thread_id)], [])
