@@ -45,9 +45,9 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     CheckpointTuple,
 )
-from langgraph.checkpoint.redis import RedisSaver
 
 from graph.store.redis.digests import METADATA, RedisDigests
+from graph.store.redis.exact import ExactRedisSaver
 from graph.store.redis.serde import StrictRedisSerializer
 from graph.store.saver import CheckedSaver
 from graph.store.serde import CheckpointIntegrityError
@@ -65,8 +65,11 @@ def rest_digest(serde: StrictRedisSerializer, checkpoint: Any, metadata: Any,
     return hashlib.sha256(serde.checksummed(rest)[1]).hexdigest()
 
 
-class CheckedRedisSaver(CheckedSaver, RedisSaver):
+class CheckedRedisSaver(CheckedSaver, ExactRedisSaver):
     """`RedisSaver` with digests, shape checks and strict loading (see module doc).
+
+    Its `list`, `delete_thread` and `prune` find a thread's keys exactly
+    (`graph.store.redis.exact.ExactRedisSaver`), never by a search query.
 
     Construct it as `RedisSaver` (`redis_url=` or `redis_client=`); the strict
     serializer and the digests are set up here. Call `setup()` once per database
