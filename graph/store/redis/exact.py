@@ -15,7 +15,8 @@ and those queries fail them in three ways:
   unless the checkpoint ids are ULIDs (LangGraph's are UUIDv6), so
   `get_state_history(before=...)` returned every checkpoint.
 
-`ExactRedisSaver` overrides those three methods. A thread's keys are found by `SCAN` with
+`ExactRedisSaver` overrides those three methods.
+A thread's keys are found by `SCAN` with
 the id's glob characters escaped (`graph.store.redis.keys.glob_escape`), then kept only
 when the key parses back to exactly that id (`thread_checkpoints`): a checkpoint key is
 `checkpoint:<thread>:<namespace>:<checkpoint id>`, and neither the namespace (the root's

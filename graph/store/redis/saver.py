@@ -49,6 +49,7 @@ from langgraph.checkpoint.base import (
 from graph.store.redis.digests import METADATA, RedisDigests
 from graph.store.redis.exact import ExactRedisSaver
 from graph.store.redis.serde import StrictRedisSerializer
+from graph.store.redis.ttl import keep_alive
 from graph.store.saver import CheckedSaver
 from graph.store.serde import CheckpointIntegrityError
 
@@ -101,8 +102,13 @@ class CheckedRedisSaver(CheckedSaver, ExactRedisSaver):
         those writes (LangGraph would run the task again; our check refuses the checkpoint
         as damaged). `put` and `put_writes` therefore hold one lock, and a checkpoint whose
         writes were already saved gets `has_writes` set back to true before `put` returns.
+
+        A thread that carries a TTL loses it first (`graph.store.redis.ttl.keep_alive`): a
+        new checkpoint on a finished thread (a fork, `update_state`) can continue, and
+        one whose keys may have partly expired is refused as `pruned`, nothing written.
         """
         self._fenced(config)  # before the digest is recorded
+        keep_alive(self._redis, str(config["configurable"]["thread_id"]))  # a fork can continue
         conf = config["configurable"]
         key = (str(conf["thread_id"]), str(conf.get("checkpoint_ns", "")), checkpoint["id"],
                METADATA, 0)
