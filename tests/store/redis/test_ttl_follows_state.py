@@ -13,7 +13,6 @@ thread, naming its key; `prune --dry-run` and `prune` agree on it and do the res
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +29,13 @@ from graph.store.redis import keys as redis_keys
 from graph.store.redis.ttl import COMPLETED_ENV, FAILED_ENV, mark_key, thread_keys
 from graph.verify import main as verify_main
 from tests.conftest import run_cli
-from tests.redis_server import start_server
 from tests.step.test_approvals import Writer
+from tests.store.redis import test_ttl
 
 pytestmark = pytest.mark.redis
+
+own = test_ttl.own
+"""A server of the test's own (prune and verify read every thread) and a client of it."""
 
 TASK = "Find the capital of France"
 WRITE_TASK = "Write the shipping summary to report.md and log it."
@@ -43,20 +45,6 @@ WRITE_TASK = "Write the shipping summary to report.md and log it."
 def _default_ages(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(COMPLETED_ENV, raising=False)
     monkeypatch.delenv(FAILED_ENV, raising=False)
-
-
-@pytest.fixture
-def own(tmp_path: Path) -> Iterator[tuple[str, Any]]:
-    """A server of the test's own (prune and verify read every thread) and a client of it."""
-    from graph.store.redis.conn import connect
-
-    server = start_server(tmp_path / "own")
-    client = connect(server.url)
-    try:
-        yield server.url, client
-    finally:
-        client.close()
-        server.stop()
 
 
 def _run(capsys: pytest.CaptureFixture[str], db: str, thread_id: str,
@@ -101,12 +89,16 @@ def _assert_ttl_follows_state(db: str, client: Any, thread_id: str) -> bool:
     return False
 
 
+def _before(database: Any, thread_id: str, node: str) -> dict[str, Any]:
+    """The config of the thread's latest checkpoint whose next step is `node` (a fork's start)."""
+    config = {"configurable": {"thread_id": thread_id}}
+    return next(s for s in database.graph.get_state_history(config) if s.next == (node,)).config
+
+
 def _fork_by_update_state(db: str, thread_id: str) -> None:
     """`update_state` on the checkpoint before the thread's last `budget` step: a fork."""
     with open_database(db) as database:
-        config = {"configurable": {"thread_id": thread_id}}
-        start = next(s for s in database.graph.get_state_history(config) if s.next == ("budget",))
-        database.graph.update_state(start.config, {"messages": []})
+        database.graph.update_state(_before(database, thread_id, "budget"), {"messages": []})
 
 
 def test_run_gives_a_done_thread_a_ttl_and_a_ready_one_none(
@@ -136,10 +128,9 @@ def test_time_travel_fork_of_a_done_thread_keeps_every_key(
     db, client = own
     _to_done(capsys, db, "travel")
     with open_database(db) as database:
-        config = {"configurable": {"thread_id": "travel"}}
-        start = next(s for s in database.graph.get_state_history(config) if s.next == ("reason",))
+        start = _before(database, "travel", "reason")
         with database.invocation("travel") as context:
-            database.graph.invoke(None, start.config, context=context, durability="sync",
+            database.graph.invoke(None, start, context=context, durability="sync",
                                   interrupt_after=["reason"])
     assert _assert_ttl_follows_state(db, client, "travel")
 
@@ -149,13 +140,12 @@ def test_a_fork_whose_keys_partly_expired_is_refused_as_pruned(
     db, client = own
     _to_done(capsys, db, "gone")
     with open_database(db) as database:
-        config = {"configurable": {"thread_id": "gone"}}
-        start = next(s for s in database.graph.get_state_history(config) if s.next == ("budget",))
+        start = _before(database, "gone", "budget")
         client.pexpireat(redis_keys.log_key("gone"), 1)  # one key expired, the rest not yet
         client.pexpireat(redis_keys.ledger_key("gone"), 1)
         before = {key: client.dump(key) for key in client.scan_iter(count=1000)}
         with pytest.raises(RefusedError) as refused:
-            database.graph.update_state(start.config, {"messages": []})
+            database.graph.update_state(start, {"messages": []})
     assert refused.value.error_code == "pruned"
     assert {key: client.dump(key) for key in client.scan_iter(count=1000)} == before
     code, out = _run(capsys, db, "gone")
