@@ -21,7 +21,8 @@ the id's glob characters escaped (`graph.store.redis.keys.glob_escape`), then ke
 when the key parses back to exactly that id (`thread_checkpoints`): a checkpoint key is
 `checkpoint:<thread>:<namespace>:<checkpoint id>`, and neither the namespace (the root's
 is the sentinel `__empty__`; this program has no subgraphs) nor a checkpoint id (a UUID)
-holds a `:`. `list` then filters and orders as the SQL savers do (namespace and
+holds a `:`. (The window trim, after every step, reads the thread's saved set instead:
+`prune`.) `list` then filters and orders as the SQL savers do (namespace and
 checkpoint id exact, `before` as `checkpoint_id < before`, metadata filter by equality,
 newest first, no limit but the caller's) and loads each checkpoint by its key
 (`RedisSaver.get_tuple` with a checkpoint id reads no index). The `tests/store/redis/
@@ -41,7 +42,7 @@ from langgraph.checkpoint.redis.util import from_storage_safe_str
 
 from graph.store.redis import keys
 
-__all__ = ["ExactRedisSaver", "thread_checkpoints"]
+__all__ = ["ExactRedisSaver", "saved_checkpoints", "thread_checkpoints"]
 
 _CHECKPOINT = "checkpoint:"
 _WRITE = "checkpoint_write:"
@@ -65,6 +66,23 @@ def thread_checkpoints(client: Any, thread_id: str) -> list[tuple[str, str]]:
         parts = key.decode("utf-8", "surrogateescape")[len(_CHECKPOINT):].rsplit(":", 2)
         if len(parts) == 3 and parts[0] == thread_id:
             found.append((from_storage_safe_str(parts[1]), parts[2]))
+    return found
+
+
+def saved_checkpoints(client: Any, thread_id: str) -> list[tuple[str, str]]:
+    """`(namespace, checkpoint id)` of each member of the thread's saved set (one key).
+
+    The set (`graph.store.redis.keys.saved_key`, members `namespace NUL checkpoint id`)
+    holds each checkpoint whose `put` finished; reading it costs the thread's size, not
+    the keyspace's as `thread_checkpoints`' `SCAN` does.
+    """
+    members = client.smembers(keys.saved_key(thread_id))
+    found = []
+    for member in members:
+        text = member.decode("utf-8", "surrogateescape") if isinstance(member, bytes) else member
+        ns, sep, checkpoint_id = text.rpartition("\0")
+        if sep:
+            found.append((ns, checkpoint_id))
     return found
 
 
@@ -127,7 +145,13 @@ class ExactRedisSaver(RedisSaver):
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest",
               keep_last: int | None = None, max_results: int = 0) -> None:
-        """Deletes each thread's checkpoints but the newest `keep_last` per namespace.
+        """Deletes each thread's saved checkpoints but the newest `keep_last` per namespace.
+
+        Runs after every step that fills the thread's window
+        (`graph.store.redis.backend.RedisBackend.trim`), so it reads the thread's saved set
+        (`saved_checkpoints`), never the keyspace: a checkpoint whose `put` was killed
+        before it joined the set is neither counted nor deleted here (`delete_thread`
+        finds it by `SCAN`).
 
         Args:
             thread_ids: The threads.
@@ -146,7 +170,7 @@ class ExactRedisSaver(RedisSaver):
             raise ValueError(f"``keep_last`` must be >= 0, got {keep}")
         for thread_id in thread_ids:
             by_ns: dict[str, list[str]] = {}
-            for ns, checkpoint_id in thread_checkpoints(self._redis, thread_id):
+            for ns, checkpoint_id in saved_checkpoints(self._redis, thread_id):
                 by_ns.setdefault(ns, []).append(checkpoint_id)
             evicted = {(ns, cid) for ns, ids in by_ns.items()
                        for cid in sorted(ids, reverse=True)[keep:]}

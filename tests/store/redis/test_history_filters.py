@@ -19,6 +19,7 @@ from redisvl.exceptions import RedisSearchError
 
 from graph.run import main as run_main
 from graph.store import open_store
+from graph.store.redis import keys as redis_keys
 from graph.store.redis.exact import ExactRedisSaver, thread_checkpoints
 
 pytestmark = pytest.mark.redis
@@ -120,6 +121,7 @@ def _clone_many(client: Any, thread_id: str, count: int) -> list[str]:
     doc = client.json().get(key)
     ids = [f"1ef00000-0000-6000-8000-{i:012x}" for i in range(count)]
     with client.pipeline(transaction=False) as pipe:
+        pipe.sadd(redis_keys.saved_key(thread_id), *(f"\0{i}" for i in ids))  # as our `put` notes
         for checkpoint_id in ids[1:]:
             doc["checkpoint_id"] = checkpoint_id
             doc["checkpoint"]["id"] = checkpoint_id
