@@ -42,7 +42,7 @@ from langgraph.checkpoint.redis.util import from_storage_safe_str
 
 from graph.store.redis import keys
 
-__all__ = ["ExactRedisSaver", "saved_checkpoints", "thread_checkpoints"]
+__all__ = ["ExactRedisSaver", "langgraph_keys", "saved_checkpoints", "thread_checkpoints"]
 
 _CHECKPOINT = "checkpoint:"
 _WRITE = "checkpoint_write:"
@@ -66,6 +66,24 @@ def thread_checkpoints(client: Any, thread_id: str) -> list[tuple[str, str]]:
         parts = key.decode("utf-8", "surrogateescape")[len(_CHECKPOINT):].rsplit(":", 2)
         if len(parts) == 3 and parts[0] == thread_id:
             found.append((from_storage_safe_str(parts[1]), parts[2]))
+    return found
+
+
+_FAMILIES = (("checkpoint:", 2), ("checkpoint_latest:", 1), ("checkpoint_write:", 4),
+             ("write_keys_zset:", 2))
+"""`RedisSaver`'s key families and how many `:`-separated parts follow the thread id
+(namespace and checkpoint id; namespace; namespace, checkpoint id, task id, index;
+namespace and checkpoint id)."""
+
+
+def langgraph_keys(client: Any, thread_id: str) -> list[bytes]:
+    """Every key `RedisSaver` keeps for the thread (checkpoints first), found now by `SCAN`."""
+    found = []
+    for prefix, parts in _FAMILIES:
+        for key in _scan(client, prefix, thread_id):
+            rest = key.decode("utf-8", "surrogateescape")[len(prefix):].rsplit(":", parts)
+            if len(rest) == parts + 1 and rest[0] == thread_id:
+                found.append(key)
     return found
 
 
@@ -140,8 +158,15 @@ class ExactRedisSaver(RedisSaver):
             yield saved
 
     def delete_thread(self, thread_id: str) -> None:
-        """Deletes every checkpoint, latest pointer, write and write registry of the thread."""
-        self._delete(thread_id, set(thread_checkpoints(self._redis, thread_id)), whole=True)
+        """Deletes every checkpoint, latest pointer, write and write registry of the thread.
+
+        Writes whose checkpoint is gone already (a `put` killed after its writes) too.
+        """
+        doomed = langgraph_keys(self._redis, thread_id)
+        with self._redis.pipeline(transaction=False) as pipe:
+            for key in doomed:
+                pipe.delete(key)
+            pipe.execute()
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest",
               keep_last: int | None = None, max_results: int = 0) -> None:

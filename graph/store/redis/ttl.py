@@ -36,8 +36,9 @@ from graph.errors import BusyError, RefusedError
 from graph.store.ages import parse_age
 from graph.store.checks import pruned_refusal
 from graph.store.redis import keys
-from graph.store.redis.backend import CHECKPOINT_PREFIX, RedisBackend, checkpoint_thread
+from graph.store.redis.backend import RedisBackend, checkpoint_thread
 from graph.store.redis.conn import server_errors
+from graph.store.redis.exact import langgraph_keys
 from graph.store.redis.tables import decoded
 from graph.store.rows import FINAL_STATUSES, Tombstone, damaged
 
@@ -56,10 +57,6 @@ DEFAULT_COMPLETED = "24h"
 DEFAULT_FAILED = "7d"
 EXPIRING = f"{keys.PREFIX}expiring:"
 """A hash per finished thread (module doc): `final_status`, `expires_at_ms`, `checkpoints`."""
-
-_LANGGRAPH_KEYS = (("checkpoint_latest:", 1), ("checkpoint_write:", 4), ("write_keys_zset:", 2))
-"""`RedisSaver`'s other key families and how many `:`-separated parts follow the thread id
-(namespace and checkpoint id; namespace; namespace, checkpoint id, task id, index)."""
 
 _EXPIRE = """
 local lock = redis.call('GET', KEYS[2])
@@ -132,24 +129,14 @@ def ttl_ages(environ: Mapping[str, str] | None = None) -> dict[str, timedelta]:
     return {"done": completed, "exhausted": failed, "cancelled": failed}
 
 
-def _scan(client: redis.Redis, match: str) -> list[bytes]:
-    return list(client.scan_iter(match=match.encode("utf-8", "surrogateescape"), count=1000))
-
-
 def checkpoint_keys(client: redis.Redis, thread_id: str) -> list[bytes]:
     """The thread's `checkpoint:` keys (one per checkpoint), found by `SCAN`."""
-    found = _scan(client, f"{CHECKPOINT_PREFIX}{keys.glob_escape(thread_id)}:*")
-    return [key for key in found if checkpoint_thread(key) == thread_id]
+    return [key for key in langgraph_keys(client, thread_id) if checkpoint_thread(key) == thread_id]
 
 
 def thread_keys(client: redis.Redis, thread_id: str) -> list[bytes]:
     """Every key of the thread but its ledger hash, lock and mark (module doc), found now."""
-    found = checkpoint_keys(client, thread_id)
-    for prefix, parts in _LANGGRAPH_KEYS:
-        for key in _scan(client, f"{prefix}{keys.glob_escape(thread_id)}:*"):
-            rest = key.decode("utf-8", "surrogateescape")[len(prefix):].rsplit(":", parts)
-            if len(rest) == parts + 1 and rest[0] == thread_id:
-                found.append(key)
+    found = langgraph_keys(client, thread_id)
     digests = keys.digests_key(thread_id)
     found += sorted(cast("set[bytes]", client.smembers(digests)))
     return [*found, digests, keys.saved_key(thread_id), keys.log_key(thread_id),

@@ -20,7 +20,7 @@ from redisvl.exceptions import RedisSearchError
 from graph.run import main as run_main
 from graph.store import open_store
 from graph.store.redis import keys as redis_keys
-from graph.store.redis.exact import ExactRedisSaver, thread_checkpoints
+from graph.store.redis.exact import ExactRedisSaver, langgraph_keys, thread_checkpoints
 
 pytestmark = pytest.mark.redis
 
@@ -139,3 +139,19 @@ def test_a_thread_with_more_than_10000_checkpoints_lists_every_one(db: str, clie
     assert len(list(_ready(RedisSaver, client).list(_config("many")))) == 10_000  # upstream
     saver.prune(["many"], keep_last=2)
     assert sorted(thread_checkpoints(client, "many")) == [("", i) for i in ids[-2:]]
+
+
+def test_deleting_a_thread_deletes_exactly_its_own_keys_orphaned_writes_too(
+        db: str, client: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    for thread_id in ("a", "a:b", "A"):
+        assert run_main(["--db", db, f"--thread={thread_id}", "--task", TASK, "--once"]) == 0
+    capsys.readouterr()
+    orphan = "checkpoint_write:a:__empty__:1ef00000-0000-6000-8000-00000000dead:task:0"
+    client.json().set(orphan, "$", {"thread_id": "a", "task_id": "task", "idx": 0})
+    saver = _ready(ExactRedisSaver, client)
+    others = {t: _ids(saver.list(_config(t))) for t in ("a:b", "A")}
+    assert langgraph_keys(client, "a") and client.exists(orphan)
+    saver.delete_thread("a")
+    assert langgraph_keys(client, "a") == [] and not client.exists(orphan)
+    assert {t: _ids(saver.list(_config(t))) for t in ("a:b", "A")} == others
+    assert all(others.values())
