@@ -21,8 +21,10 @@ the id's glob characters escaped (`graph.store.redis.keys.glob_escape`), then ke
 when the key parses back to exactly that id (`thread_checkpoints`): a checkpoint key is
 `checkpoint:<thread>:<namespace>:<checkpoint id>`, and neither the namespace (the root's
 is the sentinel `__empty__`; this program has no subgraphs) nor a checkpoint id (a UUID)
-holds a `:`. (The window trim, after every step, reads the thread's saved set instead:
-`prune`.) `list` then filters and orders as the SQL savers do (namespace and
+holds a `:`; a key is listed only when its document's `thread_id` is that id, as
+LangGraph's index finds only documents with that field (a document without it, as the
+SIGKILL test in `tests/step/test_crash.py` once left, is not a checkpoint). The window
+trim, after every step, reads the thread's saved set instead (`prune`). `list` then filters and orders as the SQL savers do (namespace and
 checkpoint id exact, `before` as `checkpoint_id < before`, metadata filter by equality,
 newest first, no limit but the caller's) and loads each checkpoint by its key
 (`RedisSaver.get_tuple` with a checkpoint id reads no index). The `tests/store/redis/
@@ -41,18 +43,12 @@ from langgraph.checkpoint.redis.key_registry import CheckpointKeyRegistry
 from langgraph.checkpoint.redis.util import from_storage_safe_str
 
 from graph.store.redis import keys
+from graph.store.redis.keys import langgraph_keys
 
 __all__ = ["ExactRedisSaver", "langgraph_keys", "saved_checkpoints", "thread_checkpoints"]
 
 _CHECKPOINT = "checkpoint:"
 _WRITE = "checkpoint_write:"
-
-
-def _scan(client: Any, prefix: str, thread_id: str) -> list[bytes]:
-    """Every key that starts with `prefix`, the thread id and `:` (other threads' too)."""
-    match = f"{prefix}{keys.glob_escape(thread_id)}:*".encode("utf-8", "surrogateescape")
-    return [key if isinstance(key, bytes) else str(key).encode()
-            for key in client.scan_iter(match=match, count=1000)]
 
 
 def thread_checkpoints(client: Any, thread_id: str) -> list[tuple[str, str]]:
@@ -62,28 +58,10 @@ def thread_checkpoints(client: Any, thread_id: str) -> list[tuple[str, str]]:
     thread part is another id (one that starts with this id and a `:`) is left out.
     """
     found = []
-    for key in _scan(client, _CHECKPOINT, thread_id):
+    for key in keys.scan_thread(client, _CHECKPOINT, thread_id):
         parts = key.decode("utf-8", "surrogateescape")[len(_CHECKPOINT):].rsplit(":", 2)
         if len(parts) == 3 and parts[0] == thread_id:
             found.append((from_storage_safe_str(parts[1]), parts[2]))
-    return found
-
-
-_FAMILIES = (("checkpoint:", 2), ("checkpoint_latest:", 1), ("checkpoint_write:", 4),
-             ("write_keys_zset:", 2))
-"""`RedisSaver`'s key families and how many `:`-separated parts follow the thread id
-(namespace and checkpoint id; namespace; namespace, checkpoint id, task id, index;
-namespace and checkpoint id)."""
-
-
-def langgraph_keys(client: Any, thread_id: str) -> list[bytes]:
-    """Every key `RedisSaver` keeps for the thread (checkpoints first), found now by `SCAN`."""
-    found = []
-    for prefix, parts in _FAMILIES:
-        for key in _scan(client, prefix, thread_id):
-            rest = key.decode("utf-8", "surrogateescape")[len(prefix):].rsplit(":", parts)
-            if len(rest) == parts + 1 and rest[0] == thread_id:
-                found.append(key)
     return found
 
 
@@ -107,7 +85,7 @@ def saved_checkpoints(client: Any, thread_id: str) -> list[tuple[str, str]]:
 def _write_keys(client: Any, thread_id: str, checkpoints: set[tuple[str, str]]) -> list[bytes]:
     """The keys of the pending writes of the thread's `checkpoints` (`(namespace, id)`s)."""
     found = []
-    for key in _scan(client, _WRITE, thread_id):
+    for key in keys.scan_thread(client, _WRITE, thread_id):
         parts = key.decode("utf-8", "surrogateescape")[len(_WRITE):].rsplit(":", 4)
         if (len(parts) == 5 and parts[0] == thread_id
                 and (from_storage_safe_str(parts[1]), parts[2]) in checkpoints):
@@ -142,8 +120,15 @@ class ExactRedisSaver(RedisSaver):
         chosen = sorted(((cid, cns) for cns, cid in thread_checkpoints(self._redis, thread_id)
                          if (ns is None or cns == ns) and (not only or cid == only)
                          and (not bound or cid < bound)), reverse=True)
+        with self._redis.pipeline(transaction=False) as pipe:
+            for checkpoint_id, checkpoint_ns in chosen:
+                pipe.json().get(self._make_redis_checkpoint_key_cached(
+                    thread_id, checkpoint_ns, checkpoint_id), "$.thread_id")
+            owners = pipe.execute()
         left = limit
-        for checkpoint_id, checkpoint_ns in chosen:
+        for (checkpoint_id, checkpoint_ns), owner in zip(chosen, owners, strict=True):
+            if owner != [thread_id]:  # not a document of this thread (as the index skips it)
+                continue
             if left is not None and left <= 0:
                 return
             saved = RedisSaver.get_tuple(self, {"configurable": {

@@ -38,7 +38,6 @@ from graph.store.checks import pruned_refusal
 from graph.store.redis import keys
 from graph.store.redis.backend import RedisBackend, checkpoint_thread
 from graph.store.redis.conn import server_errors
-from graph.store.redis.exact import langgraph_keys
 from graph.store.redis.tables import decoded
 from graph.store.rows import FINAL_STATUSES, Tombstone, damaged
 
@@ -131,12 +130,12 @@ def ttl_ages(environ: Mapping[str, str] | None = None) -> dict[str, timedelta]:
 
 def checkpoint_keys(client: redis.Redis, thread_id: str) -> list[bytes]:
     """The thread's `checkpoint:` keys (one per checkpoint), found by `SCAN`."""
-    return [key for key in langgraph_keys(client, thread_id) if checkpoint_thread(key) == thread_id]
+    return [key for key in keys.langgraph_keys(client, thread_id) if checkpoint_thread(key) == thread_id]
 
 
 def thread_keys(client: redis.Redis, thread_id: str) -> list[bytes]:
     """Every key of the thread but its ledger hash, lock and mark (module doc), found now."""
-    found = langgraph_keys(client, thread_id)
+    found = keys.langgraph_keys(client, thread_id)
     digests = keys.digests_key(thread_id)
     found += sorted(cast("set[bytes]", client.smembers(digests)))
     return [*found, digests, keys.saved_key(thread_id), keys.log_key(thread_id),
