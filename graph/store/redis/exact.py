@@ -24,7 +24,8 @@ is the sentinel `__empty__`; this program has no subgraphs) nor a checkpoint id 
 holds a `:`; a key is listed only when its document's `thread_id` is that id, as
 LangGraph's index finds only documents with that field (a document without it, as the
 SIGKILL test in `tests/step/test_crash.py` once left, is not a checkpoint). The window
-trim, after every step, reads the thread's saved set instead (`prune`). `list` then filters and orders as the SQL savers do (namespace and
+trim, after every step, reads the thread's saved set instead (`prune`).
+`list` then filters and orders as the SQL savers do (namespace and
 checkpoint id exact, `before` as `checkpoint_id < before`, metadata filter by equality,
 newest first, no limit but the caller's) and loads each checkpoint by its key
 (`RedisSaver.get_tuple` with a checkpoint id reads no index). The `tests/store/redis/
