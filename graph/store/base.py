@@ -243,6 +243,9 @@ class Backend(Protocol):
     def expire_finished(self, thread_id: str, status: str) -> None:
         """Gives a finished thread's keys their time-to-live (`graph.store.redis.ttl`); else nothing."""
 
+    def carries_ttl(self, thread_id: str) -> bool:
+        """True when the thread's keys carry a time-to-live or an expiry mark (Redis only)."""
+
     def buried_with_checkpoints(self) -> set[str]:
         """Tombstoned thread ids that still have checkpoints (an interrupted `bury`)."""
 

@@ -50,7 +50,6 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     CheckpointTuple,
 )
-from langgraph.checkpoint.redis import RedisSaver
 from langgraph.checkpoint.redis.key_registry import SyncCheckpointKeyRegistry
 from langgraph.checkpoint.redis.util import to_storage_safe_id, to_storage_safe_str
 from ulid import ULID
@@ -59,8 +58,9 @@ from graph.store.digest import checkpoint_digest, write_digest
 from graph.store.redis import keys
 from graph.store.redis import lua as redis_lua
 from graph.store.redis.digests import METADATA, WRITTEN, RedisDigests
+from graph.store.redis.exact import ExactRedisSaver
 from graph.store.redis.serde import StrictRedisSerializer
-from graph.store.redis.ttl import thread_keys
+from graph.store.redis.ttl import keep_alive, thread_keys
 from graph.store.saver import CheckedSaver
 from graph.store.serde import CheckpointIntegrityError
 
@@ -77,8 +77,11 @@ def rest_digest(serde: StrictRedisSerializer, checkpoint: Any, metadata: Any,
     return hashlib.sha256(serde.checksummed(rest)[1]).hexdigest()
 
 
-class CheckedRedisSaver(CheckedSaver, RedisSaver):
+class CheckedRedisSaver(CheckedSaver, ExactRedisSaver):
     """`RedisSaver` with digests, shape checks and strict loading (see module doc).
+
+    Its `list`, `delete_thread` and `prune` find a thread's keys exactly
+    (`graph.store.redis.exact.ExactRedisSaver`), never by a search query.
 
     Construct it as `RedisSaver` (`redis_url=` or `redis_client=`); the strict
     serializer and the digests are set up here. Call `setup()` once per database
@@ -180,8 +183,13 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
         checkpoint itself (a run's input checkpoint is saved in the background while the
         first task runs); the script then sets `has_writes`, which upstream's `put` resets.
 
+        A thread that carries a TTL loses it first (`graph.store.redis.ttl.keep_alive`): a
+        new checkpoint on a finished thread (a fork, `update_state`) can continue, and
+        one whose keys may have partly expired is refused as `pruned`, nothing written.
+
         Raises:
             BusyError: The thread's lease is another's, or this process lost it (exit 5).
+            RefusedError: `pruned` (exit 4): the thread's TTL ran out; nothing written.
         """
         document, saved = self.checkpoint_document(config, checkpoint, metadata)
         conf = saved["configurable"]
@@ -192,6 +200,8 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
         digests = ["", checkpoint_digest(self.serde, checkpoint), METADATA,
                    rest_digest(self.strict, checkpoint, metadata,
                                parent if parent != checkpoint["id"] else None)]
+        self._token(thread_id)  # a holder elsewhere is refused before the TTL is touched
+        keep_alive(cast("redis.Redis", self._redis), thread_id)  # a fork can continue
         self._script("PUT", thread_id, [
             keys.lock_key(thread_id), key, self._make_redis_checkpoint_latest_key(thread_id, ns),
             keys.digest_key(thread_id, ns, checkpoint_id), keys.digests_key(thread_id),

@@ -89,6 +89,10 @@ class SqlBackend:
     def expire_finished(self, thread_id: str, status: str) -> None:
         """Nothing: SQL databases keep finished threads until `graph.prune` deletes them."""
 
+    def carries_ttl(self, thread_id: str) -> bool:
+        """False: rows never expire."""
+        return False
+
     def buried_with_checkpoints(self) -> set[str]:
         """Tombstoned thread ids that still have checkpoints."""
         rows = self.sql.run(f"SELECT DISTINCT thread_id FROM {CHECKPOINTS} WHERE thread_id IN "
