@@ -47,7 +47,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.redis import RedisSaver
 
-from graph.store.redis.digests import METADATA, RedisDigests
+from graph.store.redis.digests import LEGACY_WRITTEN, METADATA, RedisDigests, stored_digest
 from graph.store.redis.serde import StrictRedisSerializer
 from graph.store.saver import CheckedSaver
 from graph.store.serde import CheckpointIntegrityError
@@ -78,7 +78,9 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
         self.serde = StrictRedisSerializer()
         self._order = threading.Lock()
         self.digests = RedisDigests(  # type: ignore[assignment]
-            self._redis, self._make_redis_checkpoint_key_cached)
+            self._redis, self._make_redis_checkpoint_key_cached,
+            self._make_redis_checkpoint_writes_key_cached)
+        self._documents_since: str | None = None
 
     @property
     def strict(self) -> StrictRedisSerializer:
@@ -153,8 +155,11 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
         latest = not conf.get("checkpoint_id")
         try:
             before = self._redis_digests.saved_ids(*slot) if latest else set()
+            self._redis_digests.check_sets(slot[0])
         except redis.ResponseError as exc:
             raise _refused(config, exc) from None
+        except ValueError as exc:
+            raise CheckpointIntegrityError(f"thread {slot[0]!r}: {exc}") from None
         saved = self._read_whole(config)
         loaded = saved.config["configurable"]["checkpoint_id"] if saved else ""
         newer = {i for i in before if i > loaded}
@@ -201,12 +206,14 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
         slot = str(conf.get("thread_id")), str(conf.get("checkpoint_ns"))
         try:
             expected = self._redis_digests.saved_ids(*slot) if whole else set()
+            if whole:
+                self._redis_digests.check_sets(slot[0])
             for item in super().list(config, filter=filter, before=before, limit=limit):
                 expected.discard(item.config["configurable"]["checkpoint_id"])
                 yield item
         except redis.ResponseError as exc:
             raise _refused(config, exc) from None
-        except _WritesRaced as exc:
+        except (_WritesRaced, ValueError) as exc:
             raise CheckpointIntegrityError(str(exc)) from None
         missing = expected & self._redis_digests.saved_ids(*slot) if expected else set()
         if missing:
@@ -247,6 +254,102 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
                 raise _WritesRaced(f"checkpoint {checkpoint_id}: a pending write of task "
                                    f"{task_id} is missing: deleted, or hidden from "
                                    "LangGraph's index")
+        self._check_stored(thread_id, ns, checkpoint_id, saved,
+                           set(self.digests.of_checkpoint(thread_id, ns, checkpoint_id)))
+
+    def _check_stored(self, thread_id: str, ns: str, checkpoint_id: str,
+                      saved: CheckpointTuple, digested: set[str]) -> None:
+        """Checks every field of the stored documents that LangGraph's load drops or ignores.
+
+        The checkpoint document: exactly upstream's fields (`_DOCUMENT`, `_INNER`), no
+        pending sends, type `json`, `has_writes` a boolean that agrees with the write
+        marks, and its whole-document digest (`RedisDigests.saved`; required for a
+        checkpoint marked saved since `DOCUMENTS_SINCE`). Upstream's registry of write
+        keys (`write_keys_zset`): each member is the key of one of this checkpoint's
+        writes whose task has a digest, scored by its place in its `put_writes` batch
+        (a whole number below the member count), and each marked write is in it. Each write document: exactly upstream's fields, naming this checkpoint, its
+        task and index as its key does, and matching its mark's digest.
+
+        Raises:
+            ValueError: A field differs (the checkpoint is refused as damaged).
+            _WritesRaced: What a write saved meanwhile can explain; read again.
+        """
+        digests = self._redis_digests
+        if self._documents_since is None:
+            self._documents_since = digests.documents_since(create=False)
+        registry_key = self._key_registry.make_write_keys_zset_key(  # type: ignore[union-attr]
+            thread_id, ns, checkpoint_id)
+        stored = digests.stored(thread_id, ns, checkpoint_id, registry_key)
+        doc = stored.document
+        if doc is None:
+            raise _WritesRaced(f"checkpoint {checkpoint_id}: its document vanished while read")
+        if not isinstance(doc, dict) or set(doc) != _DOCUMENT:
+            raise ValueError("its document does not have exactly the fields LangGraph writes")
+        inner = doc["checkpoint"]
+        if not isinstance(inner, dict) or set(inner) != _INNER:
+            raise ValueError("its checkpoint object does not have exactly the fields "
+                             "LangGraph writes")
+        if inner["pending_sends"] != [] or inner["type"] != "json":
+            raise ValueError("its pending_sends or type were never written by this program")
+        if doc["metadata"] != self._dump_metadata(saved.metadata):
+            raise ValueError("its stored metadata text is not what its metadata reads as")
+        if stored.document_digest is not None:
+            if stored_digest(doc) != stored.document_digest:
+                raise ValueError("its document does not match its digest (checkpoint_ts, "
+                                 "run_id or another field was edited)")
+        elif stored.saved and checkpoint_id >= self._documents_since:
+            raise ValueError("it is marked saved but its document digest is missing")
+        if stored.document_digest is not None and not stored.saved:  # one MULTI adds both
+            raise ValueError("it has its document digest but is missing from the thread's "
+                             "set of saved checkpoints")
+        self._check_writes(thread_id, ns, checkpoint_id, stored, digested, registry_key)
+        has_writes = doc["has_writes"]
+        if not isinstance(has_writes, bool):
+            raise ValueError("its has_writes is not a boolean")
+        if (stored.written or stored.registry) and not has_writes:
+            raise _WritesRaced(f"checkpoint {checkpoint_id}: it has saved writes but "
+                               "has_writes is false")
+        if has_writes and not (stored.written or stored.registry or digested - {"", METADATA}):
+            raise ValueError("its has_writes is true but no write of it was ever recorded")
+
+    def _check_writes(self, thread_id: str, ns: str, checkpoint_id: str, stored: Any,
+                      digested: set[str], registry_key: Any) -> None:
+        """The write-key registry and each write document (see `_check_stored`)."""
+        slots: dict[str, tuple[str, int]] = {}
+        for slot in stored.written:
+            task_id, _, idx = slot.rpartition("\0")
+            if not idx.lstrip("-").isdigit():
+                raise ValueError(f"its digest hash marks a write {slot!r} never written here")
+            key = _text(self._make_redis_checkpoint_writes_key_cached(
+                thread_id, ns, checkpoint_id, task_id, int(idx)))
+            slots[key] = (task_id, int(idx))
+        listed = dict(stored.registry)
+        for key, (task_id, idx) in slots.items():
+            if key not in listed:
+                raise ValueError(f"saved write {task_id}/{idx} is missing from "
+                                 f"{_text(registry_key)!r}")
+        docs = self._redis_digests.write_documents(list(listed))
+        for (key, score), doc in zip(listed.items(), docs, strict=True):
+            task_id, idx = slots.get(key) or _write_slot(key)
+            expected = _text(self._make_redis_checkpoint_writes_key_cached(
+                thread_id, ns, checkpoint_id, task_id, idx))
+            if (key != expected or task_id not in digested or score != int(score)
+                    or not 0 <= score < len(listed)):  # its place in its put_writes batch
+                raise ValueError(f"{_text(registry_key)!r} has a member {key!r:.120} that is "
+                                 "not a recorded write of this checkpoint")
+            if not isinstance(doc, dict) or set(doc) != _WRITE:
+                raise ValueError(f"write {key!r:.120} is missing or does not have exactly "
+                                 "the fields LangGraph writes")
+            names = (doc["thread_id"], doc["checkpoint_ns"], doc["checkpoint_id"],
+                     doc["task_id"], doc["idx"])
+            head = expected.split(":", 1)[1].rsplit(":", 2)[0]
+            if (names[3:] != (task_id, idx) or type(names[4]) is not int
+                    or ":".join(map(str, names[:3])) != head):
+                raise ValueError(f"write {key!r:.120} names another checkpoint, task or index")
+            mark = stored.written.get(f"{task_id}\0{idx}")
+            if mark is not None and mark != LEGACY_WRITTEN and mark != stored_digest(doc):
+                raise ValueError(f"write {key!r:.120} does not match its digest (task_path, "
+                                 "type or another field was edited)")
 
     def _load_checkpoint(self, checkpoint: Any, channel_values: dict[str, Any],
                          pending_sends: Sequence[Any]) -> Checkpoint:
@@ -270,6 +373,29 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
 
     def _recursive_deserialize(self, obj: Any) -> Any:
         return self.strict.revive(obj)
+
+
+_DOCUMENT = frozenset({"thread_id", "run_id", "checkpoint_ns", "checkpoint_id",
+                       "parent_checkpoint_id", "checkpoint_ts", "checkpoint", "metadata",
+                       "has_writes", "source", "step"})
+"""The fields of upstream's checkpoint document (`RedisSaver.put`)."""
+_INNER = frozenset({"type", "v", "ts", "id", "channel_values", "channel_versions",
+                    "versions_seen", "updated_channels", "pending_sends"})
+"""The fields of the checkpoint object inside it (`_dump_checkpoint`)."""
+_WRITE = frozenset({"thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "task_path",
+                    "idx", "channel", "type", "blob"})
+"""The fields of upstream's write document (`RedisSaver.put_writes`)."""
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else str(value)
+
+
+def _write_slot(key: str) -> tuple[str, int]:
+    """`(task_id, idx)` as the end of a write key names them; ("", -1) when it does not."""
+    head, _, idx = key.rpartition(":")
+    task_id = head.rpartition(":")[2]
+    return (task_id, int(idx)) if idx.lstrip("-").isdigit() else ("", -1)
 
 
 class _WritesRaced(Exception):
