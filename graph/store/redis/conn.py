@@ -222,8 +222,10 @@ def make_durable(client: redis.Redis, location: str, what: str) -> None:
 
     A write of its own goes first (`graph.store.redis.keys.FSYNC`, a cache: `SET` rebuilds
     it whatever someone stored there, where the `INCR` before failed on a retyped key and
-    left `WAITAOF` nothing to wait for), so `WAITAOF` has one to wait for on its connection; the file is written in order, so every earlier write
-    of any connection is on disk with it.
+    left `WAITAOF` nothing to wait for), so `WAITAOF` has one to wait for on its
+    connection; the file is written in order, so every earlier write of any connection
+    is on disk with it. A write that still failed is refused (`NotDurableError`), never
+    waited for as if made.
 
     Args:
         client: A client of the server.

@@ -280,7 +280,9 @@ class RedisDigests:
         """What is stored for one checkpoint beside LangGraph's load, read in one pipeline.
 
         Args:
-            thread_id: The thread; `ns`, `checkpoint_id`: the checkpoint.
+            thread_id: The thread.
+            ns: The checkpoint's namespace.
+            checkpoint_id: The checkpoint.
             registry_key: Upstream's sorted set of the checkpoint's write keys.
 
         Raises:

@@ -267,8 +267,9 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
         checkpoint marked saved since `DOCUMENTS_SINCE`). Upstream's registry of write
         keys (`write_keys_zset`): each member is the key of one of this checkpoint's
         writes whose task has a digest, scored by its place in its `put_writes` batch
-        (a whole number below the member count), and each marked write is in it. Each write document: exactly upstream's fields, naming this checkpoint, its
-        task and index as its key does, and matching its mark's digest.
+        (a whole number below the member count), and each marked write is in it. Each
+        write document: exactly upstream's fields, naming this checkpoint, its task and
+        index as its key does, and matching its mark's digest.
 
         Raises:
             ValueError: A field differs (the checkpoint is refused as damaged).

@@ -25,7 +25,6 @@ import contextlib
 import io
 import json
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
