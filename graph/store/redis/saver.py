@@ -14,7 +14,12 @@ serializer, so `graph.store.serde`'s checksum inside serialized bytes cannot be 
   `updated_channels`, the parent's id) gets a digest of its own (`rest_digest`);
 * once LangGraph's `put` or `put_writes` returns, the checkpoint or write is marked
   saved, so one deleted later (or hidden from LangGraph's search index) is refused
-  instead of resuming from an older checkpoint or running a task again;
+  instead of resuming from an older checkpoint or running a task again; the mark holds
+  the digest of the whole document as stored (`graph.store.redis.digests.stored_digest`),
+  so the fields no load reads (`checkpoint_ts`, `run_id`, a write's `task_path`, `idx`
+  and `type`) are covered too, and every load checks each document's exact field set,
+  upstream's registry of write keys and the thread's saved and digest sets
+  (`_check_stored`): any one field edited is refused;
 * the serializer is `graph.store.redis.serde.StrictRedisSerializer`: nothing but LangGraph's
   interrupt record is revived from stored JSON, and values are never "recovered"
   as raw data when they fail to load.
@@ -239,7 +244,8 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
         super()._check_digests(thread_id, ns, checkpoint_id, saved)
         assert self.digests is not None
         self._redis_digests.check_indexed(thread_id, ns, checkpoint_id, saved.metadata or {})
-        recorded = self.digests.of_checkpoint(thread_id, ns, checkpoint_id).get(METADATA)
+        digested = self.digests.of_checkpoint(thread_id, ns, checkpoint_id)
+        recorded = digested.get(METADATA)
         parent = (saved.parent_config or {}).get("configurable", {}).get("checkpoint_id")
         if rest_digest(self.strict, saved.checkpoint, saved.metadata, parent) not in (
                 recorded or ()):
@@ -254,8 +260,7 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
                 raise _WritesRaced(f"checkpoint {checkpoint_id}: a pending write of task "
                                    f"{task_id} is missing: deleted, or hidden from "
                                    "LangGraph's index")
-        self._check_stored(thread_id, ns, checkpoint_id, saved,
-                           set(self.digests.of_checkpoint(thread_id, ns, checkpoint_id)))
+        self._check_stored(thread_id, ns, checkpoint_id, saved, set(digested))
 
     def _check_stored(self, thread_id: str, ns: str, checkpoint_id: str,
                       saved: CheckpointTuple, digested: set[str]) -> None:
