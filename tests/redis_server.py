@@ -323,20 +323,7 @@ def redis_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def redis_url(redis_server: RedisServer) -> str:
-    """The session server's URL (`redis://127.0.0.1:PORT/0`); use fresh thread ids per test.
-
-    Its store id is set (once) before the test: tests that flush the server and write
-    ledgers directly leave threads no store ever opened, and a database with threads but
-    no store id is refused as damaged (`graph.store.redis.open._store_id`).
-    """
-    import secrets
-
-    import redis
-
-    from graph.store.redis.open import STORE_ID
-
-    with redis.Redis.from_url(redis_server.url) as client:
-        client.set(STORE_ID, secrets.token_hex(16), nx=True)
+    """The session server's URL (`redis://127.0.0.1:PORT/0`); use fresh thread ids per test."""
     return redis_server.url
 
 

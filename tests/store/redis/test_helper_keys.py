@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import secrets
 from typing import Any
 
 import pytest
@@ -36,7 +37,8 @@ def client(redis_url: str) -> Any:
     try:
         yield found
     finally:
-        found.flushall()  # the session server's next test finds no damaged shared key
+        found.flushall()  # the session server's next test finds no damaged shared key,
+        found.set(STORE_ID, secrets.token_hex(16))  # and a store id, as a store leaves it
         found.close()
 
 
