@@ -15,6 +15,7 @@ hashes must outlive a crash after the file is written (approvals applied once).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from typing import Any
@@ -31,7 +32,17 @@ def _field(attempt: int, tool_call_id: str) -> bytes:
 
 
 def _encoded(row: dict[str, Any]) -> bytes:
-    return json.dumps({c: row.get(c) for c in COLUMNS}).encode()  # ASCII: any text
+    stored = {c: row.get(c) for c in COLUMNS}
+    return json.dumps({**stored, "digest": _digest(stored)}).encode()  # ASCII: any text
+
+
+def _digest(columns: dict[str, Any]) -> str:
+    """SHA-256 of a decision's columns (sorted-key JSON): any one edited is refused on read.
+
+    Every write of a row (the decision, its planned hashes, applied or failed) goes
+    through `_encoded`, which stores it; a SQL row is guarded by its table's constraints.
+    """
+    return hashlib.sha256(json.dumps(columns, sort_keys=True).encode()).hexdigest()
 
 
 def _row(thread_id: str, field: bytes, raw: bytes) -> dict[str, Any]:
@@ -40,6 +51,9 @@ def _row(thread_id: str, field: bytes, raw: bytes) -> dict[str, Any]:
         row = json.loads(raw.decode())
     except ValueError:  # UnicodeDecodeError included
         raise damaged("write_approvals", "a decision is not JSON") from None
+    if isinstance(row, dict) and "digest" in row:  # rows from before digests have none
+        if row.pop("digest") != _digest({c: row.get(c) for c in COLUMNS}):
+            raise damaged("write_approvals", "a decision does not match its digest: edited")
     if not isinstance(row, dict) or set(row) != set(COLUMNS):
         raise damaged("write_approvals", "a decision has other fields")
     check_row("write_approvals", tuple(row[c] for c in COLUMNS), APPROVAL_TYPES)

@@ -13,8 +13,9 @@ only ever raise a count by one, set a row that does not exist yet, or touch
 Every script answers a list whose first item is a status: `ok` (changed), `same`
 (nothing to change), `none` (no row), `exists`, `busy` (the thread's writer lease is
 another's, or this writer's lease is gone), `nocap`, `capfull`, `changed` (a compare-and-set
-found another value), or `damaged` followed by the table and what is wrong. Counts follow
-as `attempts, claimed, max_attempts`.
+found another value), `moved` (the log is not the length its rows were encoded for), or
+`damaged` followed by the table and what is wrong. Counts follow as `attempts, claimed,
+max_attempts`.
 
 Fencing (INVARIANTS I8): every script that writes a thread's keys takes the thread's lock
 key and the writer's lease token, and checks them first (`fenced`): the write happens only
@@ -194,13 +195,16 @@ PUT = _PRELUDE + r"""
 -- A checkpoint as `RedisSaver.put` stores it, with our digests and saved mark, in one step.
 -- KEYS: lock, checkpoint document, latest pointer, digest hash, digests set, saved set.
 -- ARGV: token, document (JSON), pointer value (the document's key), saved member,
---       the digest hash's written-mark prefix, then pairs of digest field and digest.
+--       the digest hash's written-mark prefix, the whole-document digest's field and
+--       value (set, not added: it is the digest of the document stored now), then pairs
+--       of digest field and digest.
 local refused = fenced(KEYS[1], ARGV[1])
 if refused then return refused end
 local bad = mistyped({{KEYS[2], JSON}, {KEYS[3], 'string'}, {KEYS[4], 'hash'}, {KEYS[5], 'set'},
                       {KEYS[6], 'set'}})
 if bad then return {'damaged', 'checkpoints', bad} end
-for i = 6, #ARGV, 2 do record(KEYS[4], KEYS[5], ARGV[i], ARGV[i + 1]) end
+for i = 8, #ARGV, 2 do record(KEYS[4], KEYS[5], ARGV[i], ARGV[i + 1]) end
+redis.call('HSET', KEYS[4], ARGV[6], ARGV[7])
 redis.call('JSON.SET', KEYS[2], '$', ARGV[2])
 for _, field in ipairs(redis.call('HKEYS', KEYS[4])) do
   if string.sub(field, 1, #ARGV[5]) == ARGV[5] then  -- its writes were saved first
@@ -218,7 +222,7 @@ PUT_WRITES = _PRELUDE + r"""
 -- written marks, in one step.
 -- KEYS: lock, checkpoint document, write-key registry, digest hash, digests set, then each
 --       write's key. ARGV: token, then per write: document (JSON), digest field, digest,
---       written-mark field.
+--       written-mark field, the mark's value (the whole write document's digest).
 local refused = fenced(KEYS[1], ARGV[1])
 if refused then return refused end
 local want = {{KEYS[2], JSON}, {KEYS[3], 'zset'}, {KEYS[4], 'hash'}, {KEYS[5], 'set'}}
@@ -226,11 +230,11 @@ for i = 6, #KEYS do want[#want + 1] = {KEYS[i], JSON} end
 local bad = mistyped(want)
 if bad then return {'damaged', 'checkpoint_writes', bad} end
 for i = 6, #KEYS do
-  local a = 2 + (i - 6) * 4
+  local a = 2 + (i - 6) * 5
   record(KEYS[4], KEYS[5], ARGV[a + 1], ARGV[a + 2])
   redis.call('JSON.SET', KEYS[i], '$', ARGV[a])
   redis.call('ZADD', KEYS[3], i - 6, KEYS[i])
-  redis.call('HSET', KEYS[4], ARGV[a + 3], '1')
+  redis.call('HSET', KEYS[4], ARGV[a + 3], ARGV[a + 4])
 end
 if #KEYS > 5 and kind(KEYS[2]) ~= 'none' then
   redis.call('JSON.SET', KEYS[2], '$.has_writes', 'true')
@@ -264,12 +268,16 @@ return {'ok'}
 """
 
 APPEND = _PRELUDE + r"""
--- KEYS: log, lock. ARGV: token, then the rows to append.
+-- KEYS: log, lock. ARGV: token, the first row's place (`seq`: the list's length before
+-- the push, which each row and its digest hold), then the rows to append. A list of
+-- another length answers 'moved' and its length, nothing pushed.
 local refused = fenced(KEYS[2], ARGV[1])
 if refused then return refused end
 local bad = mistyped({{KEYS[1], 'list'}})
 if bad then return {'damaged', 'attempt_log', bad} end
-for i = 2, #ARGV do redis.call('RPUSH', KEYS[1], ARGV[i]) end
+local n = redis.call('LLEN', KEYS[1])
+if n ~= tonumber(ARGV[2]) then return {'moved', n} end
+for i = 3, #ARGV do redis.call('RPUSH', KEYS[1], ARGV[i]) end
 return {'ok'}
 """
 

@@ -21,6 +21,13 @@ serializer, so `graph.store.serde`'s checksum inside serialized bytes cannot be 
   from a writer that lost its lease (INVARIANTS I8; `BusyError`, exit 5). `prune` (the
   window's trim) and `delete_thread` find keys by exact names, never by a search query,
   and delete them with their digests in one fenced script (`DROP`);
+* the checkpoint's `DOCUMENT` field and each write's mark hold the digest of the whole
+  document as stored (`graph.store.redis.digests.stored_digest`, computed from the JSON
+  text the script stores and handed to it with that text), so the fields no load
+  reads (`checkpoint_ts`, `run_id`, a write's `task_path`, `idx` and `type`) are
+  covered too, and every load checks each document's exact field set,
+  upstream's registry of write keys and the thread's saved and digest sets
+  (`_check_stored`): any one field edited is refused;
 * the serializer is `graph.store.redis.serde.StrictRedisSerializer`: nothing but LangGraph's
   interrupt record is revived from stored JSON, and values are never "recovered"
   as raw data when they fail to load.
@@ -36,7 +43,6 @@ the server needs the RedisJSON and RediSearch modules (`tests/redis_server.py`).
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any, cast
@@ -57,7 +63,15 @@ from ulid import ULID
 from graph.store.digest import checkpoint_digest, write_digest
 from graph.store.redis import keys
 from graph.store.redis import lua as redis_lua
-from graph.store.redis.digests import METADATA, WRITTEN, RedisDigests
+from graph.store.redis.digests import (
+    DOCUMENT,
+    LEGACY_WRITTEN,
+    METADATA,
+    WRITTEN,
+    RedisDigests,
+    stored_digest,
+    stored_json,
+)
 from graph.store.redis.exact import ExactRedisSaver
 from graph.store.redis.serde import StrictRedisSerializer
 from graph.store.redis.ttl import keep_alive, thread_keys
@@ -96,6 +110,7 @@ class CheckedRedisSaver(CheckedSaver, ExactRedisSaver):
         self._scripts: dict[str, Any] = {}
         self.digests = RedisDigests(  # type: ignore[assignment]
             self._redis, self._make_redis_checkpoint_key_cached)
+        self._documents_since: str | None = None
 
     @property
     def strict(self) -> StrictRedisSerializer:
@@ -137,7 +152,8 @@ class CheckedRedisSaver(CheckedSaver, ExactRedisSaver):
         Built as upstream builds it, with its own helpers (`_dump_checkpoint`,
         `_dump_metadata`, `to_storage_safe_id`), so its `get_tuple`, `list` and search
         index read it unchanged; `tests/store/redis/test_fenced_writes.py` compares it with
-        a document upstream's `put` writes.
+        a document upstream's `put` writes. Only `checkpoint_ts` differs: whole
+        milliseconds of the wall clock, where upstream keeps its fraction.
         """
         configurable = dict(config["configurable"])
         run_id = configurable.pop("run_id", metadata.get("run_id"))
@@ -153,7 +169,10 @@ class CheckedRedisSaver(CheckedSaver, ExactRedisSaver):
         try:
             checkpoint_ts: float = ULID.from_str(checkpoint_id).timestamp
         except Exception:  # noqa: BLE001 - as upstream: any id that is not a ULID
-            checkpoint_ts = time.time() * 1000
+            # Upstream's wall clock in ms (`time.time() * 1000`), cut to whole ms: a float
+            # of 17 digits comes back from RedisJSON one unit off now and then (its parser
+            # is not exact), and the whole-document digest is taken of the text sent.
+            checkpoint_ts = float(time.time_ns() // 1_000_000)
         document: dict[str, Any] = {
             "thread_id": to_storage_safe_id(thread_id),
             "run_id": to_storage_safe_id(run_id) if run_id else "",
@@ -176,7 +195,8 @@ class CheckedRedisSaver(CheckedSaver, ExactRedisSaver):
         """Saves a checkpoint as `RedisSaver.put` does, with its digests, in one fenced script.
 
         The document (`checkpoint_document`), the thread's latest pointer, the
-        checkpoint's digests (`graph.store.digest.checkpoint_digest`, `rest_digest`) and
+        checkpoint's digests (`graph.store.digest.checkpoint_digest`, `rest_digest`, and
+        the whole document's `stored_digest` in field `DOCUMENT`, bar `has_writes`) and
         its saved mark are written by one script (`graph.store.redis.lua.PUT`) that first
         checks this writer's lease token against the thread's lock: all or nothing, and
         nothing once the lease is lost. LangGraph may save a checkpoint's writes before the
@@ -202,11 +222,12 @@ class CheckedRedisSaver(CheckedSaver, ExactRedisSaver):
                                parent if parent != checkpoint["id"] else None)]
         self._token(thread_id)  # a holder elsewhere is refused before the TTL is touched
         keep_alive(cast("redis.Redis", self._redis), thread_id)  # a fork can continue
+        text, whole = stored_json(document)
         self._script("PUT", thread_id, [
             keys.lock_key(thread_id), key, self._make_redis_checkpoint_latest_key(thread_id, ns),
             keys.digest_key(thread_id, ns, checkpoint_id), keys.digests_key(thread_id),
             keys.saved_key(thread_id)],
-            [json.dumps(document), key, f"{ns}\0{checkpoint_id}", WRITTEN, *digests])
+            [text, key, f"{ns}\0{checkpoint_id}", WRITTEN, DOCUMENT, whole, *digests])
         return saved
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
@@ -214,9 +235,10 @@ class CheckedRedisSaver(CheckedSaver, ExactRedisSaver):
         """Saves writes as `RedisSaver.put_writes` does, with digests, in one fenced script.
 
         The write documents, the checkpoint's `has_writes`, upstream's write-key registry,
-        each write's digest (`graph.store.digest.write_digest`) and its written mark are
-        written by one script (`graph.store.redis.lua.PUT_WRITES`) that first checks this
-        writer's lease token against the thread's lock.
+        each write's digest (`graph.store.digest.write_digest`) and its written mark (the
+        whole write document's `stored_digest`) are written by one script
+        (`graph.store.redis.lua.PUT_WRITES`) that first checks this writer's lease token
+        against the thread's lock.
 
         Raises:
             BusyError: The thread's lease is another's, or this process lost it (exit 5).
@@ -231,13 +253,13 @@ class CheckedRedisSaver(CheckedSaver, ExactRedisSaver):
             type_, blob = self.serde.dumps_typed(value)
             write_keys.append(self._make_redis_checkpoint_writes_key_cached(
                 thread_id, ns, checkpoint_id, task_id, idx))
-            args += [json.dumps({
+            text, whole = stored_json({
                 "thread_id": to_storage_safe_id(thread_id), "checkpoint_ns": to_storage_safe_str(ns),
                 "checkpoint_id": to_storage_safe_id(checkpoint_id), "task_id": task_id,
                 "task_path": task_path, "idx": idx, "channel": channel, "type": type_,
-                "blob": self._encode_blob(blob)}),
-                f"{task_id}\0{idx}", write_digest(self.serde, task_id, channel, value),
-                f"{WRITTEN}{task_id}\0{idx}"]
+                "blob": self._encode_blob(blob)})
+            args += [text, f"{task_id}\0{idx}", write_digest(self.serde, task_id, channel, value),
+                     f"{WRITTEN}{task_id}\0{idx}", whole]
         self._script("PUT_WRITES", thread_id, [
             keys.lock_key(thread_id), self._make_redis_checkpoint_key_cached(thread_id, ns,
                                                                              checkpoint_id),
@@ -332,8 +354,11 @@ class CheckedRedisSaver(CheckedSaver, ExactRedisSaver):
         latest = not conf.get("checkpoint_id")
         try:
             before = self._redis_digests.saved_ids(*slot) if latest else set()
+            self._redis_digests.check_sets(slot[0])
         except redis.ResponseError as exc:
             raise _refused(config, exc) from None
+        except ValueError as exc:
+            raise CheckpointIntegrityError(f"thread {slot[0]!r}: {exc}") from None
         saved = self._read_whole(config)
         loaded = saved.config["configurable"]["checkpoint_id"] if saved else ""
         newer = {i for i in before if i > loaded}
@@ -380,12 +405,14 @@ class CheckedRedisSaver(CheckedSaver, ExactRedisSaver):
         slot = str(conf.get("thread_id")), str(conf.get("checkpoint_ns"))
         try:
             expected = self._redis_digests.saved_ids(*slot) if whole else set()
+            if whole:
+                self._redis_digests.check_sets(slot[0])
             for item in super().list(config, filter=filter, before=before, limit=limit):
                 expected.discard(item.config["configurable"]["checkpoint_id"])
                 yield item
         except redis.ResponseError as exc:
             raise _refused(config, exc) from None
-        except _WritesRaced as exc:
+        except (_WritesRaced, ValueError) as exc:
             raise CheckpointIntegrityError(str(exc)) from None
         missing = expected & self._redis_digests.saved_ids(*slot) if expected else set()
         if missing:
@@ -398,7 +425,8 @@ class CheckedRedisSaver(CheckedSaver, ExactRedisSaver):
         super()._check_digests(thread_id, ns, checkpoint_id, saved)
         assert self.digests is not None
         self._redis_digests.check_indexed(thread_id, ns, checkpoint_id, saved.metadata or {})
-        recorded = self.digests.of_checkpoint(thread_id, ns, checkpoint_id).get(METADATA)
+        digested = self.digests.of_checkpoint(thread_id, ns, checkpoint_id)
+        recorded = digested.get(METADATA)
         parent = (saved.parent_config or {}).get("configurable", {}).get("checkpoint_id")
         if rest_digest(self.strict, saved.checkpoint, saved.metadata, parent) not in (
                 recorded or ()):
@@ -413,6 +441,106 @@ class CheckedRedisSaver(CheckedSaver, ExactRedisSaver):
                 raise _WritesRaced(f"checkpoint {checkpoint_id}: a pending write of task "
                                    f"{task_id} is missing: deleted, or hidden from "
                                    "LangGraph's index")
+        self._check_stored(thread_id, ns, checkpoint_id, saved, set(digested))
+
+    def _check_stored(self, thread_id: str, ns: str, checkpoint_id: str,
+                      saved: CheckpointTuple, digested: set[str]) -> None:
+        """Checks every field of the stored documents that LangGraph's load drops or ignores.
+
+        The checkpoint document: exactly upstream's fields (`_DOCUMENT`, `_INNER`), no
+        pending sends, type `json`, `has_writes` a boolean that agrees with the write
+        marks, and its whole-document digest (written by `put`'s script; required for a
+        checkpoint marked saved since `DOCUMENTS_SINCE`). Upstream's registry of write
+        keys (`write_keys_zset`): each member is the key of one of this checkpoint's
+        writes whose task has a digest, scored by its place in its `put_writes` batch
+        (a whole number below the member count), and each marked write is in it. Each
+        write document: exactly upstream's fields, naming this checkpoint, its task and
+        index as its key does, and matching its mark's digest (a mark `1`, from before
+        write digests, only on a checkpoint older than `DOCUMENTS_SINCE`).
+
+        Raises:
+            ValueError: A field differs (the checkpoint is refused as damaged).
+            _WritesRaced: What a write saved meanwhile can explain; read again.
+        """
+        digests = self._redis_digests
+        if self._documents_since is None:
+            self._documents_since = digests.documents_since(create=False)
+        registry_key = SyncCheckpointKeyRegistry.make_write_keys_zset_key(
+            thread_id, ns, checkpoint_id)
+        stored = digests.stored(thread_id, ns, checkpoint_id, registry_key)
+        doc = stored.document
+        if doc is None:
+            raise _WritesRaced(f"checkpoint {checkpoint_id}: its document vanished while read")
+        if not isinstance(doc, dict) or set(doc) != _DOCUMENT:
+            raise ValueError("its document does not have exactly the fields LangGraph writes")
+        inner = doc["checkpoint"]
+        if not isinstance(inner, dict) or set(inner) != _INNER:
+            raise ValueError("its checkpoint object does not have exactly the fields "
+                             "LangGraph writes")
+        if inner["pending_sends"] != [] or inner["type"] != "json":
+            raise ValueError("its pending_sends or type were never written by this program")
+        if doc["metadata"] != self._dump_metadata(saved.metadata):
+            raise ValueError("its stored metadata text is not what its metadata reads as")
+        if stored.document_digest is not None:
+            if stored_digest(doc) != stored.document_digest:
+                raise ValueError("its document does not match its digest (checkpoint_ts, "
+                                 "run_id or another field was edited)")
+        elif stored.saved and checkpoint_id >= self._documents_since:
+            raise ValueError("it is marked saved but its document digest is missing")
+        if stored.document_digest is not None and not stored.saved:  # one MULTI adds both
+            raise ValueError("it has its document digest but is missing from the thread's "
+                             "set of saved checkpoints")
+        self._check_writes(thread_id, ns, checkpoint_id, stored, digested, registry_key)
+        has_writes = doc["has_writes"]
+        if not isinstance(has_writes, bool):
+            raise ValueError("its has_writes is not a boolean")
+        if (stored.written or stored.registry) and not has_writes:
+            raise _WritesRaced(f"checkpoint {checkpoint_id}: it has saved writes but "
+                               "has_writes is false")
+        if has_writes and not (stored.written or stored.registry or digested - {"", METADATA}):
+            raise ValueError("its has_writes is true but no write of it was ever recorded")
+
+    def _check_writes(self, thread_id: str, ns: str, checkpoint_id: str, stored: Any,
+                      digested: set[str], registry_key: Any) -> None:
+        """The write-key registry and each write document (see `_check_stored`)."""
+        slots: dict[str, tuple[str, int]] = {}
+        for slot in stored.written:
+            task_id, _, idx = slot.rpartition("\0")
+            if not idx.lstrip("-").isdigit():
+                raise ValueError(f"its digest hash marks a write {slot!r} never written here")
+            key = _text(self._make_redis_checkpoint_writes_key_cached(
+                thread_id, ns, checkpoint_id, task_id, int(idx)))
+            slots[key] = (task_id, int(idx))
+        listed = dict(stored.registry)
+        for key, (task_id, idx) in slots.items():
+            if key not in listed:
+                raise ValueError(f"saved write {task_id}/{idx} is missing from "
+                                 f"{_text(registry_key)!r}")
+        docs = self._redis_digests.write_documents(list(listed))
+        for (key, score), doc in zip(listed.items(), docs, strict=True):
+            task_id, idx = slots.get(key) or _write_slot(key)
+            expected = _text(self._make_redis_checkpoint_writes_key_cached(
+                thread_id, ns, checkpoint_id, task_id, idx))
+            if (key != expected or task_id not in digested or score != int(score)
+                    or not 0 <= score < len(listed)):  # its place in its put_writes batch
+                raise ValueError(f"{_text(registry_key)!r} has a member {key!r:.120} that is "
+                                 "not a recorded write of this checkpoint")
+            if not isinstance(doc, dict) or set(doc) != _WRITE:
+                raise ValueError(f"write {key!r:.120} is missing or does not have exactly "
+                                 "the fields LangGraph writes")
+            names = (doc["thread_id"], doc["checkpoint_ns"], doc["checkpoint_id"],
+                     doc["task_id"], doc["idx"])
+            head = expected.split(":", 1)[1].rsplit(":", 2)[0]
+            if (names[3:] != (task_id, idx) or type(names[4]) is not int
+                    or ":".join(map(str, names[:3])) != head):
+                raise ValueError(f"write {key!r:.120} names another checkpoint, task or index")
+            mark = stored.written.get(f"{task_id}\0{idx}")
+            if mark == LEGACY_WRITTEN and checkpoint_id >= (self._documents_since or "~"):
+                raise ValueError(f"write {key!r:.120} is marked saved without its digest, "
+                                 "which every write since digests were kept has: edited")
+            if mark is not None and mark != LEGACY_WRITTEN and mark != stored_digest(doc):
+                raise ValueError(f"write {key!r:.120} does not match its digest (task_path, "
+                                 "type or another field was edited)")
 
     def _load_checkpoint(self, checkpoint: Any, channel_values: dict[str, Any],
                          pending_sends: Sequence[Any]) -> Checkpoint:
@@ -436,6 +564,25 @@ class CheckedRedisSaver(CheckedSaver, ExactRedisSaver):
 
     def _recursive_deserialize(self, obj: Any) -> Any:
         return self.strict.revive(obj)
+
+
+_DOCUMENT = frozenset({"thread_id", "run_id", "checkpoint_ns", "checkpoint_id",
+                       "parent_checkpoint_id", "checkpoint_ts", "checkpoint", "metadata",
+                       "has_writes", "source", "step"})
+"""The fields of upstream's checkpoint document (`RedisSaver.put`)."""
+_INNER = frozenset({"type", "v", "ts", "id", "channel_values", "channel_versions",
+                    "versions_seen", "updated_channels", "pending_sends"})
+"""The fields of the checkpoint object inside it (`_dump_checkpoint`)."""
+_WRITE = frozenset({"thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "task_path",
+                    "idx", "channel", "type", "blob"})
+"""The fields of upstream's write document (`RedisSaver.put_writes`)."""
+
+
+def _write_slot(key: str) -> tuple[str, int]:
+    """`(task_id, idx)` as the end of a write key names them; ("", -1) when it does not."""
+    head, _, idx = key.rpartition(":")
+    task_id = head.rpartition(":")[2]
+    return (task_id, int(idx)) if idx.lstrip("-").isdigit() else ("", -1)
 
 
 class _WritesRaced(Exception):

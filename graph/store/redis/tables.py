@@ -10,6 +10,7 @@ type or form is refused as `damaged` (exit 4), never decoded into something else
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -108,16 +109,67 @@ def decoded(table: str, value: bytes) -> str:
         raise damaged(table, "a value holds bytes that are not UTF-8") from None
 
 
-def _log_row(raw: bytes, thread_id: str) -> dict[str, Any]:
+def log_row(thread_id: str, seq: int, attempt: int, kind: str, payload: dict[str, Any],
+            created_at: str) -> bytes:
+    """One attempt-log row as stored: JSON (ASCII: any text, lone surrogates too).
+
+    Besides the row's fields it holds its thread, its place in the list (`seq`, from 0)
+    and a digest of all of them (`_row_digest`): a row edited in any field (its thought,
+    its arguments), copied, or a list that lost rows at its start or middle is refused
+    as it is read (`_log_rows`), where a SQL log has triggers against updates and deletes.
+    """
+    row: dict[str, Any] = {"attempt": attempt, "kind": kind, "payload": payload,
+                           "created_at": created_at, "thread_id": thread_id, "seq": seq}
+    row["digest"] = _row_digest(row)
+    return json.dumps(row).encode()
+
+
+def _row_digest(row: dict[str, Any]) -> str:
+    """SHA-256 of a row's canonical JSON (sorted keys), bar its `digest`."""
+    rest = {k: v for k, v in row.items() if k != "digest"}
+    return hashlib.sha256(json.dumps(rest, sort_keys=True, separators=(",", ":"))
+                          .encode()).hexdigest()
+
+
+def _log_rows(found: list[bytes], thread_id: str) -> list[dict[str, Any]]:
+    """The stored rows of a thread's log, checked (`_log_row`), in their list order.
+
+    Rows from before digests (no `digest` field) may only come first; each digested row
+    must match its digest and sit at its `seq`: a deleted, moved or added row is refused.
+    """
+    rows, digested = [], False
+    for index, raw in enumerate(found):
+        row, seq = _log_row(raw, thread_id)
+        if seq is None and digested:
+            raise damaged("attempt_log", f"thread {thread_id!r}'s log row {index} has no "
+                          "digest after rows that have one: edited")
+        if seq is not None and seq != index:
+            raise damaged("attempt_log", f"thread {thread_id!r}'s log row {index} was stored "
+                          f"as row {seq}: rows were deleted, moved or added")
+        digested = digested or seq is not None
+        rows.append(row)
+    return rows
+
+
+def _log_row(raw: bytes, thread_id: str) -> tuple[dict[str, Any], int | None]:
     """One stored attempt-log row, checked as `graph.store.sql.attempt_log.SqlAttemptLog.rows` checks.
 
     A row names its thread (`thread_id`; rows written before it did lack it): a row
     copied from another thread's log is refused, even where counts and tokens agree.
+    Returns the row's fields and its `seq` (None for a row from before digests).
     """
     try:
         row = json.loads(decoded("attempt_log", raw))
     except ValueError:
         raise damaged("attempt_log", "a row is not JSON") from None
+    seq = None
+    if isinstance(row, dict) and "digest" in row:
+        if (row.get("digest") != _row_digest(row) or not is_int(row.get("seq"))
+                or "thread_id" not in row):
+            raise damaged("attempt_log", f"a row of thread {thread_id!r}'s log does not match "
+                          "its digest: edited")
+        seq = row.pop("seq")
+        row.pop("digest")
     if isinstance(row, dict) and "thread_id" in row:
         if row.pop("thread_id") != thread_id:
             raise damaged("attempt_log", f"a row of thread {thread_id!r}'s log names another "
@@ -131,7 +183,11 @@ def _log_row(raw: bytes, thread_id: str) -> dict[str, Any]:
     tokens = (payload.get("usage") or {}).get("total_tokens")  # summed for the token cap
     if tokens is not None and not is_int(tokens):
         raise damaged("attempt_log", "the recorded token usage is not a whole number")
-    return row
+    return row, seq
+
+
+_APPEND_TRIES = 3
+"""How often `_append_rows` encodes its rows again for a log that grew meanwhile."""
 
 
 class RedisAttemptLog(RedisTable):
@@ -149,12 +205,30 @@ class RedisAttemptLog(RedisTable):
 
     def _append_rows(self, thread_id: str, rows: list[tuple[int, str, dict[str, Any], str]]
                      ) -> None:
-        """Appends `(attempt, kind, payload, created_at)` rows in one fenced script (`APPEND`)."""
-        encoded = [json.dumps({"attempt": attempt, "kind": kind, "payload": payload,
-                               "created_at": created_at, "thread_id": thread_id}).encode()
-                   for attempt, kind, payload, created_at in rows]  # ASCII: any text
-        self._fenced("APPEND", thread_id, [keys.log_key(thread_id), keys.lock_key(thread_id)],
-                     encoded)
+        """Appends `(attempt, kind, payload, created_at)` rows in one fenced script (`APPEND`).
+
+        Each row is stored with its place in the list (`log_row`'s `seq`), which its
+        digest covers. The script pushes the rows only while the list's length is the
+        `seq` they were encoded for, checked in the same step as the lease token; when
+        it is not (a writer holding no lease appended meanwhile) it answers the length
+        and the rows are encoded again for it.
+
+        Raises:
+            BusyError: The thread's lease is another's, or this process lost it (exit 5);
+                or the list kept growing under a writer holding no lease.
+            RefusedError: `damaged` (exit 4): the log is not a list; nothing written.
+        """
+        seq = self._call("attempt_log", "llen", keys.log_key(thread_id))
+        for _ in range(_APPEND_TRIES):
+            encoded = [log_row(thread_id, seq + i, attempt, kind, payload, created_at)
+                       for i, (attempt, kind, payload, created_at) in enumerate(rows)]
+            reply = self._fenced("APPEND", thread_id,
+                                 [keys.log_key(thread_id), keys.lock_key(thread_id)],
+                                 [seq, *encoded])
+            if reply[0] != "moved":
+                return
+            seq = int(reply[1])
+        raise redis_lua.lost_lease(thread_id, self.location)
 
     def import_rows(self, thread_id: str, rows: list[dict[str, Any]]) -> None:
         """Appends rows as `rows` returned them elsewhere, times kept (`graph.copy`)."""
@@ -176,7 +250,7 @@ class RedisAttemptLog(RedisTable):
                 reply is logged once, in order).
         """
         found: list[bytes] = self._call("attempt_log", "lrange", keys.log_key(thread_id), 0, -1)
-        rows = [_log_row(raw, thread_id) for raw in found]
+        rows = _log_rows(found, thread_id)
         reasons = [r["attempt"] for r in rows if r["kind"] == "reason"]
         if any(later <= earlier for earlier, later in zip(reasons, reasons[1:], strict=False)):
             raise damaged("attempt_log", "its reason rows are not one per attempt, in order: "
