@@ -110,5 +110,5 @@ class ExpiringLedger(RedisLedger):
                 nothing is counted.
         """
         with server_errors(self.location):
-            keep_alive(self._client, thread_id)
+            keep_alive(self._client, thread_id, self._token(thread_id))
         return super().count(thread_id)

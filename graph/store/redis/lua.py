@@ -33,7 +33,7 @@ from typing import Any
 from graph.errors import BusyError
 from graph.store.rows import damaged
 
-_PRELUDE = r"""
+PRELUDE = r"""
 local function int(v)
   if type(v) ~= 'string' or #v == 0 or #v > 15 or not string.match(v, '^%d+$') then return nil end
   if #v > 1 and string.sub(v, 1, 1) == '0' then return nil end
@@ -105,8 +105,10 @@ local function record(hash, set, field, digest)
 end
 local JSON = 'ReJSON-RL'
 """
+"""The helpers every script here starts with (`fenced`, `ledger`, `mistyped`, ...); a script
+of another module that writes a thread's keys starts with it too (`graph.store.redis.ttl`)."""
 
-COUNT = _PRELUDE + r"""
+COUNT = PRELUDE + r"""
 -- KEYS: ledger, lock. ARGV: now, token.
 local refused = fenced(KEYS[2], ARGV[2])
 if refused then return refused end
@@ -121,7 +123,7 @@ end
 return {'same', a, c, m}
 """
 
-CLAIM = _PRELUDE + r"""
+CLAIM = PRELUDE + r"""
 -- KEYS: ledger, lock[, cap]. ARGV: attempt, now, token.
 local refused = fenced(KEYS[2], ARGV[3])
 if refused then return refused end
@@ -142,7 +144,7 @@ redis.call('HSET', KEYS[1], 'claimed', tostring(n), 'updated_at', ARGV[2])
 return {'ok', a, n, m}
 """
 
-CREATE = _PRELUDE + r"""
+CREATE = PRELUDE + r"""
 -- KEYS: ledger, lock. ARGV: max_attempts, now, token. Keeps an existing row as it is.
 local refused = fenced(KEYS[2], ARGV[3])
 if refused then return refused end
@@ -157,7 +159,7 @@ if bad then return {'damaged', 'attempt_ledger', bad} end
 return {status, row[1], row[2], row[3]}
 """
 
-INSERT_ROW = _PRELUDE + r"""
+INSERT_ROW = PRELUDE + r"""
 -- KEYS: ledger, lock. ARGV: attempts, claimed, max_attempts, created_at, updated_at, token.
 local refused = fenced(KEYS[2], ARGV[6])
 if refused then return refused end
@@ -167,7 +169,7 @@ redis.call('HSET', KEYS[1], 'attempts', ARGV[1], 'claimed', ARGV[2], 'max_attemp
 return {'ok'}
 """
 
-ENSURE_CAP = _PRELUDE + r"""
+ENSURE_CAP = PRELUDE + r"""
 -- KEYS: cap. ARGV: max_requests, requests (0, or the count copied from elsewhere), only_new.
 local t = kind(KEYS[1])
 if t == 'none' then
@@ -180,7 +182,7 @@ if bad then return {'damaged', 'request_caps', bad} end
 return {t == 'none' and 'ok' or 'same', caps[1], caps[2]}
 """
 
-TOUCH = _PRELUDE + r"""
+TOUCH = PRELUDE + r"""
 -- KEYS: ledger, lock. ARGV: now, token. Only an existing, intact row.
 local refused = fenced(KEYS[2], ARGV[2])
 if refused then return refused end
@@ -191,7 +193,7 @@ redis.call('HSET', KEYS[1], 'updated_at', ARGV[1])
 return {'ok', row[1], row[2], row[3]}
 """
 
-PUT = _PRELUDE + r"""
+PUT = PRELUDE + r"""
 -- A checkpoint as `RedisSaver.put` stores it, with our digests and saved mark, in one step.
 -- KEYS: lock, checkpoint document, latest pointer, digest hash, digests set, saved set.
 -- ARGV: token, document (JSON), pointer value (the document's key), saved member,
@@ -217,7 +219,7 @@ redis.call('SADD', KEYS[6], ARGV[4])
 return {'ok'}
 """
 
-PUT_WRITES = _PRELUDE + r"""
+PUT_WRITES = PRELUDE + r"""
 -- A task's pending writes as `RedisSaver.put_writes` stores them, with their digests and
 -- written marks, in one step.
 -- KEYS: lock, checkpoint document, write-key registry, digest hash, digests set, then each
@@ -242,7 +244,7 @@ end
 return {'ok'}
 """
 
-DROP = _PRELUDE + r"""
+DROP = PRELUDE + r"""
 -- Deletes checkpoints (a window's trim, a thread's deletion) with their digests and saved marks.
 -- KEYS: lock, digests set, saved set, then the keys to delete.
 -- ARGV: token, then the saved set's members to remove.
@@ -259,7 +261,7 @@ for i = 4, #KEYS do n = n + redis.call('DEL', KEYS[i]) end
 return {'ok', n}
 """
 
-DELETE = _PRELUDE + r"""
+DELETE = PRELUDE + r"""
 -- KEYS: lock, then the thread's keys to delete. ARGV: token.
 local refused = fenced(KEYS[1], ARGV[1])
 if refused then return refused end
@@ -267,7 +269,7 @@ for i = 2, #KEYS do redis.call('DEL', KEYS[i]) end
 return {'ok'}
 """
 
-APPEND = _PRELUDE + r"""
+APPEND = PRELUDE + r"""
 -- KEYS: log, lock. ARGV: token, the first row's place (`seq`: the list's length before
 -- the push, which each row and its digest hold), then the rows to append. A list of
 -- another length answers 'moved' and its length, nothing pushed.
@@ -281,7 +283,7 @@ for i = 3, #ARGV do redis.call('RPUSH', KEYS[1], ARGV[i]) end
 return {'ok'}
 """
 
-ADD_TOMBSTONE = _PRELUDE + r"""
+ADD_TOMBSTONE = PRELUDE + r"""
 -- KEYS: tombstone, lock. ARGV: token, final_status, pruned_at. A thread that has one keeps it.
 local refused = fenced(KEYS[2], ARGV[1])
 if refused then return refused end
@@ -292,7 +294,7 @@ end
 return {'same'}
 """
 
-ADD_DECISION = _PRELUDE + r"""
+ADD_DECISION = PRELUDE + r"""
 -- KEYS: decisions, lock. ARGV: token, field, row. A call with a decision keeps it.
 local refused = fenced(KEYS[2], ARGV[1])
 if refused then return refused end
@@ -302,7 +304,7 @@ if redis.call('HSETNX', KEYS[1], ARGV[2], ARGV[3]) == 1 then return {'ok'} end
 return {'exists'}
 """
 
-SET_DECISION = _PRELUDE + r"""
+SET_DECISION = PRELUDE + r"""
 -- Compare and set. KEYS: decisions, lock. ARGV: token, field, the row as read, the new row.
 local refused = fenced(KEYS[2], ARGV[1])
 if refused then return refused end

@@ -220,8 +220,8 @@ class CheckedRedisSaver(CheckedSaver, ExactRedisSaver):
         digests = ["", checkpoint_digest(self.serde, checkpoint), METADATA,
                    rest_digest(self.strict, checkpoint, metadata,
                                parent if parent != checkpoint["id"] else None)]
-        self._token(thread_id)  # a holder elsewhere is refused before the TTL is touched
-        keep_alive(cast("redis.Redis", self._redis), thread_id)  # a fork can continue
+        keep_alive(cast("redis.Redis", self._redis), thread_id,  # a fork can continue
+                   self._token(thread_id))
         text, whole = stored_json(document)
         self._script("PUT", thread_id, [
             keys.lock_key(thread_id), key, self._make_redis_checkpoint_latest_key(thread_id, ns),

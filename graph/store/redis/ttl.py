@@ -36,6 +36,7 @@ from graph.errors import BusyError, RefusedError
 from graph.store.ages import parse_age
 from graph.store.checks import pruned_refusal
 from graph.store.redis import keys
+from graph.store.redis import lua as redis_lua
 from graph.store.redis.backend import RedisBackend, checkpoint_thread
 from graph.store.redis.conn import server_errors
 from graph.store.redis.tables import decoded
@@ -95,20 +96,25 @@ return 1
 """
 """KEYS: mark. ARGV: checkpoints left. A mark deleted meanwhile is not written again."""
 
-_PERSIST = """
-local at = redis.call('HGET', KEYS[1], 'expires_at_ms')
+_PERSIST = redis_lua.PRELUDE + r"""
+local refused = fenced(KEYS[1], ARGV[1])
+if refused then return refused end
+local at = redis.call('HGET', KEYS[2], 'expires_at_ms')
 if at then
   local now = redis.call('TIME')
   local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-  if ms >= tonumber(at) or redis.call('EXISTS', KEYS[2]) == 0 then return 0 end
+  if ms >= tonumber(at) or redis.call('EXISTS', KEYS[3]) == 0 then return {'pruned'} end
 end
-for i = 2, #KEYS do redis.call('PERSIST', KEYS[i]) end
-redis.call('DEL', KEYS[1])
-return 1
+for i = 3, #KEYS do redis.call('PERSIST', KEYS[i]) end
+redis.call('DEL', KEYS[2])
+return {'ok'}
 """
-"""KEYS: mark, ledger, then every other key of the thread. No ARGV. Refuses (0) a thread
-whose mark's expiry time has passed or whose ledger hash is gone: some of its keys may
-have expired already; else every key loses its TTL and the mark is deleted, at once."""
+"""KEYS: the thread's lock, mark, ledger, then every other key of the thread. ARGV: the
+writer's lease token. Fenced as every write of a thread (`graph.store.redis.lua`): a
+writer that lost its lease answers `busy` and leaves a finished thread's TTL and mark
+alone. Refuses (`pruned`) a thread whose mark's expiry time has passed or whose ledger
+hash is gone: some of its keys may have expired already; else every key loses its TTL
+and the mark is deleted, at once."""
 
 
 def mark_key(thread_id: str) -> bytes:
@@ -216,7 +222,7 @@ def carries_ttl(client: Any, thread_id: str) -> bool:
     return bool(marked) or int(ledger_ttl) >= 0
 
 
-def keep_alive(client: Any, thread_id: str) -> bool:
+def keep_alive(client: Any, thread_id: str, token: str) -> bool:
     """Takes the TTL off every key of a thread that can continue, and deletes its mark.
 
     Called before a thread that carries a TTL (`carries_ttl`) gets a new checkpoint (a
@@ -224,7 +230,8 @@ def keep_alive(client: Any, thread_id: str) -> bool:
     attempt (`graph.store.redis.expiring.ExpiringLedger.count`): either way it can
     continue, and such a thread never expires (INVARIANTS I10). When the step leaves it
     finished again, `TtlBackend.expire_finished` gives it a new TTL. One script: every
-    key found now (`thread_keys`) is made persistent and the mark deleted together.
+    key found now (`thread_keys`) is made persistent and the mark deleted together,
+    only while `token` (the writer's lease token, '' for none) is still current.
 
     Returns:
         False when nothing carried a TTL (nothing written), True when keys were kept.
@@ -233,14 +240,17 @@ def keep_alive(client: Any, thread_id: str) -> bool:
         RefusedError: `pruned` (exit 4) when the thread's expiry time has passed or its
             ledger hash is gone: some keys may have expired, so it is never continued;
             nothing is written. `damaged` for a mark of the wrong form.
+        BusyError: The thread's lease is another's, or this writer lost it (exit 5);
+            nothing is written.
     """
     if not carries_ttl(client, thread_id):
         return False
     mark = read_mark(client, thread_id)
     found = thread_keys(client, thread_id)
-    kept = client.register_script(_PERSIST)(
-        keys=[mark_key(thread_id), keys.ledger_key(thread_id), *found])
-    if not kept:
+    reply = client.register_script(_PERSIST)(
+        keys=[keys.lock_key(thread_id), mark_key(thread_id), keys.ledger_key(thread_id), *found],
+        args=[token])
+    if redis_lua.answer(reply, thread_id, None)[0] == "pruned":
         final = mark or Mark("done", 0, 0)
         raise pruned_refusal(Tombstone(thread_id, final.final_status, final.pruned_at))
     return True

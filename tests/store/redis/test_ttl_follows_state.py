@@ -21,12 +21,12 @@ import pytest
 from graph.api import open_database
 from graph.checkpoints.load import graph_of, load_thread
 from graph.copy import main as copy_main
-from graph.errors import RefusedError
+from graph.errors import BusyError, RefusedError
 from graph.prune import main as prune_main
 from graph.run import main as run_main
 from graph.store import open_store
 from graph.store.redis import keys as redis_keys
-from graph.store.redis.ttl import COMPLETED_ENV, FAILED_ENV, mark_key, thread_keys
+from graph.store.redis.ttl import COMPLETED_ENV, FAILED_ENV, keep_alive, mark_key, thread_keys
 from graph.verify import main as verify_main
 from tests.conftest import run_cli
 from tests.step.test_approvals import Writer
@@ -108,6 +108,30 @@ def test_run_gives_a_done_thread_a_ttl_and_a_ready_one_none(
     assert _assert_ttl_follows_state(db, client, "ready")
     _to_done(capsys, db, "done")
     assert not _assert_ttl_follows_state(db, client, "done")
+
+
+def test_a_writer_without_the_lease_leaves_a_finished_threads_ttl_and_mark(
+        own: tuple[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    """`keep_alive` is fenced as every write: a stale writer (its token no longer the
+    lock's) or one holding no lease while another does changes nothing, exit 5. Unfenced,
+    a paused writer's put took a finished thread's TTL off before its script was refused."""
+    db, client = own
+    _to_done(capsys, db, "kept")
+    before = (_ttls(client, "kept"), client.hgetall(mark_key("kept")))
+    assert before[1]
+    for holder, token in ((None, "a-lost-token"), (b"another-writer", ""),
+                          (b"another-writer", "a-lost-token")):
+        if holder is not None:
+            client.set(redis_keys.lock_key("kept"), holder, px=60_000)
+        with pytest.raises(BusyError):
+            keep_alive(client, "kept", token)
+        client.delete(redis_keys.lock_key("kept"))
+        assert client.hgetall(mark_key("kept")) == before[1]
+        assert set(_ttls(client, "kept")) == set(before[0])
+        assert all(ttl > 0 for ttl in _ttls(client, "kept").values())
+    assert keep_alive(client, "kept", "")  # nobody holds it: a writer without a lease may
+    assert not client.exists(mark_key("kept"))
+    assert all(ttl == -1 for ttl in _ttls(client, "kept").values())
 
 
 def test_update_state_fork_of_a_done_thread_loses_its_ttl_and_mark_then_regains_them(
