@@ -455,8 +455,10 @@ class CheckedRedisSaver(CheckedSaver, ExactRedisSaver):
         writes whose task has a digest, scored by its place in its `put_writes` batch
         (a whole number below the member count), and each marked write is in it. Each
         write document: exactly upstream's fields, naming this checkpoint, its task and
-        index as its key does, and matching its mark's digest (a mark `1`, from before
-        write digests, only on a checkpoint older than `DOCUMENTS_SINCE`).
+        index as its key does, and matching its mark's digest. On a checkpoint older
+        than `DOCUMENTS_SINCE` a write may lack its mark (a kill between upstream's
+        pipeline and the mark) or have a mark `1` (from before write digests); since,
+        `PUT_WRITES` stores each write with its digest mark in one step.
 
         Raises:
             ValueError: A field differs (the checkpoint is refused as damaged).
@@ -535,7 +537,11 @@ class CheckedRedisSaver(CheckedSaver, ExactRedisSaver):
                     or ":".join(map(str, names[:3])) != head):
                 raise ValueError(f"write {key!r:.120} names another checkpoint, task or index")
             mark = stored.written.get(f"{task_id}\0{idx}")
-            if mark == LEGACY_WRITTEN and checkpoint_id >= (self._documents_since or "~"):
+            since = checkpoint_id >= (self._documents_since or "~")
+            if mark is None and since:  # PUT_WRITES stores a write and its mark together
+                raise ValueError(f"write {key!r:.120} is stored but not marked saved: its "
+                                 "mark was deleted")
+            if mark == LEGACY_WRITTEN and since:
                 raise ValueError(f"write {key!r:.120} is marked saved without its digest, "
                                  "which every write since digests were kept has: edited")
             if mark is not None and mark != LEGACY_WRITTEN and mark != stored_digest(doc):

@@ -225,7 +225,10 @@ def _cases(c: Any) -> dict[str, Edit]:
         label = field.decode(errors="replace").replace("\0", "/")
         cases[f"digest field {label!r} changed"] = _hash_field_edit(_digest_hash, field)
         cases[f"digest field {label!r} deleted"] = _hash_field_edit(_digest_hash, field, drop=True)
+    written = min(f for f in c.hkeys(_digest_hash(c)) if f.startswith(b"\0written\0"))
     cases.update({
+        # "1" marked a write before write digests: on a checkpoint since, an edit
+        "a write's mark set to 1": lambda cl: cl.hset(_digest_hash(cl), written, "1"),
         "digest hash given a foreign field": lambda cl: cl.hset(_digest_hash(cl), "x", "0" * 64),
         "digest hash retyped": _retype(_digest_hash),
         "digest hash deleted": _delete(_digest_hash),
@@ -283,10 +286,9 @@ def _cases(c: Any) -> dict[str, Edit]:
 
 
 KNOWN: dict[str, str] = {
-    # name: why it is not refused (by design, or not yet)
-    "digest field '{interrupt}' deleted": (
-        "a write saved by LangGraph but not yet marked (a kill between its put_writes and "
-        "the mark) looks the same; its value is still checked against its digest"),
+    # name: why it is not refused (by design, or not yet). "digest field '{interrupt}'
+    # deleted" was one while a write and its mark were stored apart (a kill between
+    # them looked the same); `PUT_WRITES` now stores them in one step.
 }
 HISTORY_SHOWS: dict[str, str] = {
     # name: why `graph.history` shows it (exit 0) where run and verify refuse it
