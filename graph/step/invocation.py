@@ -141,9 +141,11 @@ def _invoke_once(graph: Any, config: dict[str, Any], store: Store, ctx: StepCont
     Raises:
         RefusedError: `damaged` when the conversation cannot be sent (its pairing).
     """
+    store.take_failed_write(ctx.thread_id)  # one left by an earlier invocation is not ours
     try:
         try:
             graph.invoke(graph_input, config, context=ctx, durability="sync")
+            store.raise_failed_write(ctx.thread_id)
         finally:
             store.commit()  # writes saved without a checkpoint after them (a raise, a pause)
     except UnsafeHistoryError as exc:

@@ -402,6 +402,24 @@ class Store:
         ping = getattr(self.backend, "answers", None)
         return True if ping is None else bool(ping())
 
+    def take_failed_write(self, thread_id: str) -> BaseException | None:
+        """The first error a checkpoint write of the thread raised since the last call.
+
+        LangGraph drops the error of a checkpoint save that fails while an interrupt is
+        being raised (`graph.store.saver.CheckedSaver.take_failed_write` says where), so
+        `invoke` returns as if it were saved; `graph.step` asks here after each
+        invocation and raises it (a lost lease: `BusyError`, exit 5). None when nothing
+        failed, or the checkpointer is not one of ours.
+        """
+        take = getattr(self.checkpointer, "take_failed_write", None)
+        return take(thread_id) if callable(take) else None
+
+    def raise_failed_write(self, thread_id: str) -> None:
+        """Raises `take_failed_write`'s error, if any (see there)."""
+        failed = self.take_failed_write(thread_id)
+        if failed is not None:
+            raise failed
+
     def commit(self) -> None:
         """Commits what the last graph call left kept back (`graph.store.sql.conn.Sql.deferred`).
 

@@ -190,8 +190,8 @@ class CheckedRedisSaver(CheckedSaver, ExactRedisSaver):
         return document, {"configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns,
                                            "checkpoint_id": checkpoint_id}}
 
-    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
-            new_versions: ChannelVersions) -> RunnableConfig:
+    def _put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+             new_versions: ChannelVersions) -> RunnableConfig:
         """Saves a checkpoint as `RedisSaver.put` does, with its digests, in one fenced script.
 
         The document (`checkpoint_document`), the thread's latest pointer, the
@@ -230,8 +230,8 @@ class CheckedRedisSaver(CheckedSaver, ExactRedisSaver):
             [text, key, f"{ns}\0{checkpoint_id}", WRITTEN, DOCUMENT, whole, *digests])
         return saved
 
-    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
-                   task_path: str = "") -> None:
+    def _put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
+                    task_id: str, task_path: str = "") -> None:
         """Saves writes as `RedisSaver.put_writes` does, with digests, in one fenced script.
 
         The write documents, the checkpoint's `has_writes`, upstream's write-key registry,
