@@ -15,7 +15,6 @@ from typing import Any
 from graph.checkpoints.load import check_stored_thread, graph_of
 from graph.errors import ErrorCode, RefusedError
 from graph.store.base import Store
-from graph.store.rows import FINAL_STATUSES
 
 __all__ = ["copy_threads", "thread_exists"]
 
@@ -50,8 +49,7 @@ def copy_threads(src: Store, dst: Store, thread_ids: list[str] | None = None) ->
     for thread_id in ids:  # the whole source thread is checked before anything is written
         tombstone = src.tombstones.get(thread_id)
         loaded = check_stored_thread(src, graph_of(src), thread_id)
-        if (loaded is not None and loaded.values["progress"]["status"] in FINAL_STATUSES
-                and not (loaded.snapshot.next or loaded.snapshot.tasks)):
+        if loaded is not None and loaded.finished:
             finished[thread_id] = loaded.values["progress"]["status"]
         if loaded is None and tombstone is None:
             raise RefusedError(f"no such thread {thread_id!r} in {src.location}",

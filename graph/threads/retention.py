@@ -63,7 +63,7 @@ def select(store: Store, *, completed: timedelta, failed: timedelta,
         except RefusedError as exc:
             notes.append(f"kept {thread_id!r}: unreadable ({exc.error_code}): {exc.message}")
             continue
-        if buried or loaded is None or loaded.snapshot.next or loaded.snapshot.tasks:
+        if buried or loaded is None or not loaded.finished:
             continue
         status = loaded.values["progress"]["status"]
         age = now - datetime.fromisoformat(updated_at)

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from graph.checkpoints.load import LoadedThread, check_stored_thread, graph_of
+from graph.checkpoints.load import check_stored_thread, graph_of
 from graph.errors import RefusedError
 from graph.store import integrity_problems, open_store
-from graph.store.rows import FINAL_STATUSES
 
 __all__ = ["VerifyReport", "check_database"]
 
@@ -42,12 +41,6 @@ class VerifyReport:
         return not self.problems
 
 
-def _can_continue(loaded: LoadedThread) -> bool:
-    """True unless the thread is finished with nothing pending (`graph.step.finished`)."""
-    return (loaded.values["progress"]["status"] not in FINAL_STATUSES
-            or bool(loaded.snapshot.next or loaded.snapshot.tasks))
-
-
 def check_database(db: str, name: str = "--db") -> VerifyReport:
     """Checks database `db` whole, listing every problem instead of stopping at the first.
 
@@ -74,7 +67,7 @@ def check_database(db: str, name: str = "--db") -> VerifyReport:
             try:  # a tombstone graph.run would refuse to read is a problem
                 tombstone = store.tombstones.get(thread_id)
                 loaded = check_stored_thread(store, graph_of(store), thread_id)
-                if loaded is not None and _can_continue(loaded) and store.backend.carries_ttl(
+                if loaded is not None and not loaded.finished and store.backend.carries_ttl(
                         thread_id):
                     report.problems.append(
                         f"thread {thread_id!r} can continue but its keys carry a time-to-live "

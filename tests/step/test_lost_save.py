@@ -12,13 +12,17 @@ now asks the saver after each invocation (`graph.store.base.Store.raise_failed_w
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
+from graph.checkpoints.load import check_stored_thread, graph_of
 from graph.errors import BusyError, ExitCode
+from graph.prune import main as prune_main
 from graph.store import open_store
 from graph.store.saver import CheckedSaver
+from graph.verify import main as verify_main
 from tests.conftest import run_cli
 
 TASK = "How long does shipping take?"
@@ -56,3 +60,42 @@ def test_a_save_refused_after_reason_ends_the_step_busy_and_the_thread_goes_on(
     assert (done["status"], done["exit_code"]) == ("done", 0), done
     attempts, claimed, _ = backend.ledger_row("t1")
     assert attempts == claimed == done["attempts"]
+
+
+def test_a_thread_finished_only_in_pending_writes_is_finished_for_verify_and_prune(
+        backend: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Its last node's writes are stored, the checkpoint after them is not (a lost lease).
+
+    The step reports it `done` from the stored writes; `verify` and `prune` read it the
+    same way (`LoadedThread.finished`): no "can continue" report about its TTL, pruned
+    in its turn.
+    """
+    assert run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", backend.db])[
+        "status"] == "ready"
+    classes: list[Any] = [CheckedSaver]
+    if backend.name == "redis":
+        from graph.store.redis.saver import CheckedRedisSaver
+
+        classes.append(CheckedRedisSaver)
+    for cls in classes:
+        def put(self: Any, config: Any, checkpoint: Any, *args: Any, _orig: Any = cls._put) -> Any:
+            progress = checkpoint.get("channel_values", {}).get("progress") or {}
+            if progress.get("status") == "done":
+                raise BusyError.for_thread(str(config["configurable"]["thread_id"]))
+            return _orig(self, config, checkpoint, *args)
+
+        monkeypatch.setattr(cls, "_put", put)
+    assert run_cli(["--thread", "t1", "--once", "--db", backend.db])["exit_code"] == ExitCode.BUSY
+    monkeypatch.undo()
+    with open_store(backend.db, create=False, read_only=True) as store:
+        loaded = check_stored_thread(store, graph_of(store), "t1")
+        assert loaded is not None and loaded.snapshot.tasks and not loaded.snapshot.next
+        assert loaded.finished
+    done = run_cli(["--thread", "t1", "--once", "--db", backend.db])
+    assert (done["status"], done["exit_code"]) == ("done", 0), done
+    capsys.readouterr()
+    assert verify_main(["--db", backend.db]) == 0, capsys.readouterr().out
+    capsys.readouterr()
+    assert prune_main(["--db", backend.db, "--completed", "0s", "--json"]) == 0
+    pruned = json.loads(capsys.readouterr().out)
+    assert "t1" in json.dumps(pruned["pruned"]), pruned
