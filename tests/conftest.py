@@ -29,6 +29,7 @@ import pytest
 
 from tests.pg_pool import PostgresPool, drop_abandoned
 from tests.redis_server import (  # noqa: F401 - fixtures of the Redis tests
+    module_redis_server,
     redis_client,
     redis_pool,
     redis_server,

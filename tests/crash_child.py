@@ -1,4 +1,4 @@
-"""Runs `graph.run` in a child process that SIGKILLs itself at a chosen point.
+"""Runs `graph.run` in a child process that SIGKILLs (or SIGSTOPs) itself at a chosen point.
 
 Children are forked from a `multiprocessing` forkserver that has already imported the
 project, so a kill/resume cycle costs milliseconds instead of an interpreter start.
@@ -35,6 +35,15 @@ the step."""
 REDIS_KILL_POINTS = ("mid_waitaof", "mid_bury")
 """Redis only: right after the claim and its `WAITAOF` were sent, before the reply was
 read; and inside a prune's `bury`, after the tombstone script, before the checkpoints go."""
+
+HOLD_POINTS = ("hold:before_claim", "hold:after_claim", "hold:before_log", "hold:after_log",
+               "hold:before_put", "hold:before_writes", "hold:before_outcome")
+"""Redis only: points where a `graph.run` child stops itself (SIGSTOP) while it holds the
+thread's lease, for the test to let the lease run out, let another writer take the thread,
+then continue it (SIGCONT): before and after the claim; before and after the attempt's log
+row; before the first checkpoint `put` and the first `put_writes` after the claim; before
+the finished thread's outcome (its TTL). Each holds once per process. Named apart from the
+kill points (`after_claim` kills)."""
 
 HANG_DUMP_S = 40.0
 """A child still running after this long writes its threads' stacks to its output (again
@@ -131,10 +140,10 @@ def _patch_rest(kill_at: str, claimed: list[bool]) -> None:
 
         node, armed = kill_at.split(":", 1)[1], []
         savers: list[Any] = [SqliteSaver, PostgresSaver]
-        try:
-            from langgraph.checkpoint.redis import RedisSaver
+        try:  # our subclass: it writes through its own scripts, not RedisSaver's put
+            from graph.store.redis.saver import CheckedRedisSaver
 
-            savers.append(RedisSaver)
+            savers.append(CheckedRedisSaver)
         except ImportError:  # without the redis extra
             pass
         for saver in savers:
@@ -210,6 +219,55 @@ def _patch_redis(kill_at: str) -> None:
     RedisLedger.make_durable = patched_durable  # type: ignore[method-assign]
 
 
+def _stop() -> None:
+    """Stops this whole process (every thread: no lease renewal) until the test continues it."""
+    os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def _patch_hold(hold_at: str) -> None:
+    """Stops the process once at `hold_at` (`HOLD_POINTS`).
+
+    Ranking (rank_bm25, numpy) is imported first, before any lease is taken: loading numpy's
+    libraries holds the interpreter lock for long enough, on a loaded host, that the lease
+    renewal starved past a short lease (the run then ended `busy` before its hold point).
+    """
+    import rank_bm25  # noqa: F401 - imported for its side effect, see above
+
+    from graph.store.redis.ledger import RedisLedger
+    from graph.store.redis.saver import CheckedRedisSaver
+    from graph.store.redis.tables import RedisAttemptLog
+    from graph.store.redis.ttl import TtlBackend
+
+    claimed, held = [], []
+
+    def hold(point: str, armed: bool = True) -> None:
+        if f"hold:{point}" == hold_at and armed and not held:
+            held.append(point)
+            _stop()
+
+    def wrap(cls: Any, name: str, before: str, after: str | None = None,
+             after_claim: bool = False) -> None:
+        original = getattr(cls, name)
+
+        def patched(self: Any, *args: Any, **kwargs: Any) -> Any:
+            armed = bool(claimed) or not after_claim
+            hold(before, armed)
+            result = original(self, *args, **kwargs)
+            if name == "claim" and result:
+                claimed.append(True)
+            if after is not None:
+                hold(after, armed and (name != "claim" or bool(result)))
+            return result
+
+        setattr(cls, name, patched)
+
+    wrap(RedisLedger, "claim", "before_claim", "after_claim")
+    wrap(RedisAttemptLog, "record", "before_log", "after_log", after_claim=True)
+    wrap(CheckedRedisSaver, "put", "before_put", after_claim=True)
+    wrap(CheckedRedisSaver, "put_writes", "before_writes", after_claim=True)
+    wrap(TtlBackend, "expire_finished", "before_outcome")
+
+
 def _short_lease(lease_ms: str | None) -> None:
     """A Redis writer lease of `lease_ms` for every lock this process takes, and a set-up
     lock of `SHORT_SETUP_S`."""
@@ -240,6 +298,8 @@ def child_main(argv: list[str], kill_at: str | None, env: dict[str, str], cwd: s
     if kill_at in (*KILL_POINTS, *WRITE_KILL_POINTS, *NODE_WRITES_KILL_POINTS, *TRIM_KILL_POINTS,
                    *REDIS_KILL_POINTS):
         _patch(kill_at)
+    elif kill_at in HOLD_POINTS:
+        _patch_hold(kill_at)
     import importlib
 
     code = importlib.import_module(entry).main(argv)

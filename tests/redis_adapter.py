@@ -148,6 +148,7 @@ def latest_key(client: Any, thread_id: str) -> bytes:
 def reseal_redis(client: Any, thread_id: str) -> None:
     """Sets the digest of `thread_id`'s latest checkpoint (on `client`) to what is stored now."""
     from graph.store.digest import checkpoint_digest
+    from graph.store.redis.digests import DOCUMENT, stored_digest
     from graph.store.redis.saver import redis_saver
 
     saver = redis_saver(client)
@@ -158,3 +159,5 @@ def reseal_redis(client: Any, thread_id: str) -> None:
     client.hdel(redis_keys.digest_key(thread_id, "", checkpoint_id), "")
     saver.digests.record((thread_id, "", checkpoint_id, "", 0),
                          checkpoint_digest(saver.serde, checkpoint))
+    client.hset(redis_keys.digest_key(thread_id, "", checkpoint_id), DOCUMENT,
+                stored_digest(client.json().get(key)))  # the whole document, as stored now

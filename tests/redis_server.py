@@ -311,6 +311,21 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
         server.stop()
 
 
+@pytest.fixture(scope="module")
+def module_redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A server of the test module's own, for a module that snapshots and restores whole
+    keyspaces (the damage corpora), with the modules; stopped after the module."""
+    try:
+        import redis  # noqa: F401
+    except ImportError:
+        _unavailable("the redis package is not installed")
+    server = start_server(tmp_path_factory.mktemp("redis"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def redis_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Gives the pool of lent servers a folder for the session, and stops them at its end."""

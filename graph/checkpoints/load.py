@@ -17,6 +17,7 @@ from graph.errors import ErrorCode, RefusedError
 from graph.store.checks import check_ledger
 from graph.store.failures import undecodable
 from graph.store.migrations import migrate_state
+from graph.store.rows import FINAL_STATUSES
 from graph.store.serde import CheckpointIntegrityError
 
 if TYPE_CHECKING:
@@ -41,6 +42,20 @@ class LoadedThread:
     snapshot: Any
     values: dict[str, Any]
     stored_version: int
+
+    @property
+    def finished(self) -> bool:
+        """Whether the thread is finished: one rule for the step, verify, retention and copy.
+
+        Its status is final (`graph.store.rows.FINAL_STATUSES`) as LangGraph shows the
+        state, stored pending writes applied, and no task is left to run
+        (`StateSnapshot.next`, which leaves out a task whose writes are stored). A task
+        whose writes were stored before a kill or a lost lease, with no checkpoint after
+        them, counts as run: the step reports such a thread finished, so verify and
+        retention read it so too (a TTL on it is right, and it is pruned in its turn).
+        """
+        return (self.values["progress"]["status"] in FINAL_STATUSES
+                and not self.snapshot.next)
 
 
 def graph_of(store: Store) -> Any:

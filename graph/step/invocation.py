@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from graph.errors import ErrorCode, RefusedError
+from graph.errors import BusyError, ErrorCode, RefusedError
 from graph.outcome import Outcome
 from graph.step.approvals import pending_review
 from graph.step.checked_graph import refusal
@@ -141,9 +141,11 @@ def _invoke_once(graph: Any, config: dict[str, Any], store: Store, ctx: StepCont
     Raises:
         RefusedError: `damaged` when the conversation cannot be sent (its pairing).
     """
+    store.take_failed_write(ctx.thread_id)  # one left by an earlier invocation is not ours
     try:
         try:
             graph.invoke(graph_input, config, context=ctx, durability="sync")
+            store.raise_failed_write(ctx.thread_id)
         finally:
             store.commit()  # writes saved without a checkpoint after them (a raise, a pause)
     except UnsafeHistoryError as exc:
@@ -152,6 +154,8 @@ def _invoke_once(graph: Any, config: dict[str, Any], store: Store, ctx: StepCont
                            thread_id=ctx.thread_id) from None
     except InvocationRefusedError as exc:  # never for a step's own context; kept as a RunError
         raise refusal(exc, store.location) from None
+    except BusyError:
+        raise  # the lease was lost: this writer may write nothing more, routing included
     except Exception as exc:
         if unrouted_output(graph.get_state(config)) is None:
             raise

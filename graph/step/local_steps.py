@@ -73,9 +73,11 @@ def review(graph: Any, config: dict[str, Any], store: Store, loaded: Any, thread
     ctx = StepContext(thread_id, store.ledger, NoModel(), store.log)
     # Resume only the review interrupt found above, and stop before budget: an approval
     # invocation is local work and never makes a model request.
+    store.take_failed_write(thread_id)  # one left by an earlier invocation is not ours
     try:
         graph.invoke(Command(resume=payload), config, context=ctx, durability="sync",
                      interrupt_before=["budget"])
+        store.raise_failed_write(thread_id)
     finally:
         store.commit()  # writes saved without a checkpoint after them
     snapshot = graph.get_state(config)

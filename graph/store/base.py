@@ -24,21 +24,21 @@ Where could a second writer be stopped? First at `WriterLocks.hold(thread_id)`, 
 `graph.step.advance.advance` takes for the whole step (`BusyError`, exit 5, before
 anything is counted). Then at `WriterLocks.fence(thread_id)`, the one fencing hook,
 which every write of a thread's rows goes through before it is made: our tables'
-(ledger `count`, `claim`, `create`, `insert_row`, `touch`, `delete`; attempt log,
-decisions, tombstones, summaries) and the checkpointer's `put` and `put_writes`
-(`graph.store.saver.CheckedSaver`). It refuses (`BusyError`, exit 5;
-INVARIANTS I8) a write by a store that does not hold the thread's writer lock while
-another holder does; on Redis it hands the write this store's lease token, which the
-write's Lua script compares with the lock key on the server in the same step
-(`graph.store.redis.lua`), so a writer whose lease ran out is refused even after the
-check. A write of a thread that nobody holds (`graph.copy` importing a new thread, one
-table's tests) passes, as the Redis scripts always allowed.
-
-Not yet behind the hook (each is done under the thread's writer lock, which `hold`
-took for the whole step; issue 28 closes them): the checkpoint window's trims and a
-thread's deletion (`graph.store.sql.window`, `CheckedSaver.delete_thread`,
-`RedisBackend.trim`), and on Redis the attempt log, the decisions and the tombstones,
-which are plain commands without the lease check; request caps are not a thread's rows.
+(ledger, attempt log, decisions, tombstones, summaries), the checkpointer's `put`,
+`put_writes` and `delete_thread` (`graph.store.saver.CheckedSaver`), and the checkpoint
+window's trim (`graph.store.sql.window`). It refuses (`BusyError`, exit 5; INVARIANTS
+I8) a write by a store that does not hold the thread's writer lock while another holder
+does. On Redis it hands the write this store's lease token, which the write's Lua
+script compares with the lock key on the server in the same atomic step
+(`graph.store.redis.lua`): every write there (ledger, log row, checkpoint with its
+latest pointer, digests and saved mark, pending writes, decisions, tombstones, TTL,
+trims, deletions) is such a script, so a writer whose lease ran out while it was paused
+changes nothing and exits 5. A write of a thread that nobody holds (`graph.copy`
+importing a new thread, a Studio edit, a prune's sweep) carries no token and passes only
+while nobody holds the thread. On SQLite and PostgreSQL a lock lives with its
+process's file handle or session, which a pause does not end
+(`graph.store.postgres.locks.AdvisoryThreadLocks.fence` says what that guarantees).
+Request caps are not a thread's rows and are not fenced.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
+from graph.errors import BusyError
 from graph.store.rows import LedgerRow, Tombstone
 
 if TYPE_CHECKING:
@@ -242,6 +243,9 @@ class Backend(Protocol):
     def expire_finished(self, thread_id: str, status: str) -> None:
         """Gives a finished thread's keys their time-to-live (`graph.store.redis.ttl`); else nothing."""
 
+    def carries_ttl(self, thread_id: str) -> bool:
+        """True when the thread's keys carry a time-to-live or an expiry mark (Redis only)."""
+
     def buried_with_checkpoints(self) -> set[str]:
         """Tombstoned thread ids that still have checkpoints (an interrupted `bury`)."""
 
@@ -398,6 +402,24 @@ class Store:
         ping = getattr(self.backend, "answers", None)
         return True if ping is None else bool(ping())
 
+    def take_failed_write(self, thread_id: str) -> BaseException | None:
+        """The first error a checkpoint write of the thread raised since the last call.
+
+        LangGraph drops the error of a checkpoint save that fails while an interrupt is
+        being raised (`graph.store.saver.CheckedSaver.take_failed_write` says where), so
+        `invoke` returns as if it were saved; `graph.step` asks here after each
+        invocation and raises it (a lost lease: `BusyError`, exit 5). None when nothing
+        failed, or the checkpointer is not one of ours.
+        """
+        take = getattr(self.checkpointer, "take_failed_write", None)
+        return take(thread_id) if callable(take) else None
+
+    def raise_failed_write(self, thread_id: str) -> None:
+        """Raises `take_failed_write`'s error, if any (see there)."""
+        failed = self.take_failed_write(thread_id)
+        if failed is not None:
+            raise failed
+
     def commit(self) -> None:
         """Commits what the last graph call left kept back (`graph.store.sql.conn.Sql.deferred`).
 
@@ -484,13 +506,21 @@ class Store:
     def sweep_buried(self) -> int:
         """Deletes leftover checkpoints of tombstoned threads (an interrupted `bury`).
 
+        Each thread is held while its checkpoints go (the deletion is fenced); one
+        another process holds is left for the next prune.
+
         Returns:
             How many threads had leftovers.
         """
-        buried = sorted(self.backend.buried_with_checkpoints())
-        for thread_id in buried:
-            self.checkpointer.delete_thread(thread_id)
-        return len(buried)
+        swept = 0
+        for thread_id in sorted(self.backend.buried_with_checkpoints()):
+            try:
+                with self.locks.hold(thread_id):
+                    self.checkpointer.delete_thread(thread_id)
+            except BusyError:
+                continue  # restarted (`--restart-pruned`) meanwhile; the next prune sweeps it
+            swept += 1
+        return swept
 
     def export_thread(self, thread_id: str) -> ThreadExport:
         """Reads a whole thread: our rows with exact types, and every checkpoint, checked.

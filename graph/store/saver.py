@@ -20,6 +20,7 @@ the thread again.
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -55,6 +56,9 @@ _REREADS = 3  # how often `get_tuple` reads again a latest checkpoint trimmed wh
 class _Vanished(Exception):
     """The checkpoint was deleted after it was read: it is no longer the thread's."""
 _PARSE_ERRORS = (ValueError, TypeError, KeyError, AttributeError, IndexError)
+_FAILED_GUARD = threading.Lock()
+"""Guards every saver's failed writes (`CheckedSaver.take_failed_write`): saves run on
+LangGraph's background threads."""
 
 
 class CheckedSaver(BaseCheckpointSaver[str]):
@@ -101,6 +105,60 @@ class CheckedSaver(BaseCheckpointSaver[str]):
 
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
             new_versions: ChannelVersions) -> RunnableConfig:
+        """Saves a checkpoint (`_put`), noting a failure for `take_failed_write`.
+
+        Raises:
+            BusyError: The fence refused it (exit 5); as any error of `_put`, also noted.
+        """
+        with self._noting_failure(config):
+            return self._put(config, checkpoint, metadata, new_versions)
+
+    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+                   task_path: str = "") -> None:
+        """Saves a task's pending writes (`_put_writes`), noting a failure for `take_failed_write`.
+
+        Raises:
+            BusyError: The fence refused them (exit 5); as any error of `_put_writes`, also noted.
+        """
+        with self._noting_failure(config):
+            self._put_writes(config, writes, task_id, task_path)
+
+    @contextmanager
+    def _noting_failure(self, config: RunnableConfig) -> Iterator[None]:
+        """Keeps the first error a write of the thread raised until `take_failed_write`.
+
+        LangGraph saves checkpoints on a background executor; when the save after an
+        `interrupt_after` node fails, the interrupt is already being raised and the
+        executor drops the save's error ("if there's already an exception being raised,
+        don't raise another one", `langgraph.pregel._executor.BackgroundExecutor.__exit__`),
+        so `invoke` returns as if the checkpoint were saved. The step asks afterwards.
+        """
+        try:
+            yield
+        except BaseException as exc:
+            thread_id = str(config["configurable"].get("thread_id"))
+            with _FAILED_GUARD:
+                self._failed_writes.setdefault(thread_id, exc)
+            raise
+
+    def take_failed_write(self, thread_id: str) -> BaseException | None:
+        """The first error a write of the thread raised since the last call, else None.
+
+        Called before and after each invocation (`graph.step.invocation`): a write that
+        failed where LangGraph dropped its error is raised there instead of lost.
+        """
+        with _FAILED_GUARD:
+            return self._failed_writes.pop(thread_id, None)
+
+    @property
+    def _failed_writes(self) -> dict[str, BaseException]:
+        failed: dict[str, BaseException] | None = self.__dict__.get("_failed_writes_by_thread")
+        if failed is None:
+            failed = self.__dict__.setdefault("_failed_writes_by_thread", {})
+        return failed
+
+    def _put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+             new_versions: ChannelVersions) -> RunnableConfig:
         """Records the checkpoint's digest, then saves it like LangGraph (fenced first)."""
         self._fenced(config)
         starts = (metadata.get("source"), metadata.get("step")) in (("input", -1), ("loop", 0))
@@ -115,8 +173,8 @@ class CheckedSaver(BaseCheckpointSaver[str]):
     def _keep_window(self, config: RunnableConfig) -> None:
         """Inside a `put`'s block: trims the thread to its window; here nothing (`windows`)."""
 
-    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
-                   task_path: str = "") -> None:
+    def _put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
+                    task_id: str, task_path: str = "") -> None:
         """Records each write's digest, then saves them like LangGraph (fenced first)."""
         self._fenced(config)
         with self._writes_block(config):
@@ -129,7 +187,8 @@ class CheckedSaver(BaseCheckpointSaver[str]):
             super().put_writes(config, writes, task_id, task_path)
 
     def delete_thread(self, thread_id: str) -> None:
-        """Deletes the thread's checkpoints, then their digests."""
+        """Deletes the thread's checkpoints, then their digests (fenced first)."""
+        self._fenced({"configurable": {"thread_id": thread_id}})
         with self._checkpoint_block():
             super().delete_thread(thread_id)
             if self.digests is not None:

@@ -4,7 +4,8 @@ Every checkpoint (oldest first, with its pending writes), the ledger row (first,
 interrupted copy leaves a thread that is refused, never one with a fresh budget), the
 attempt log, write-approval decisions, tombstones and the request caps go through
 LangGraph's own checkpointer API on both sides, so the copy is re-serialized with fresh
-checksums and a copied thread resumes exactly where it stopped.
+checksums and a copied thread resumes exactly where it stopped. A finished thread
+copied to Redis gets its time-to-live there, counted from the copy.
 """
 
 from __future__ import annotations
@@ -44,9 +45,12 @@ def copy_threads(src: Store, dst: Store, thread_ids: list[str] | None = None) ->
             (`no_such_thread`), or fails its checks at the source.
     """
     ids = sorted(thread_ids) if thread_ids else _all_threads(src)
+    finished: dict[str, str] = {}
     for thread_id in ids:  # the whole source thread is checked before anything is written
         tombstone = src.tombstones.get(thread_id)
         loaded = check_stored_thread(src, graph_of(src), thread_id)
+        if loaded is not None and loaded.finished:
+            finished[thread_id] = loaded.values["progress"]["status"]
         if loaded is None and tombstone is None:
             raise RefusedError(f"no such thread {thread_id!r} in {src.location}",
                                error_code=ErrorCode.NO_SUCH_THREAD)
@@ -58,6 +62,9 @@ def copy_threads(src: Store, dst: Store, thread_ids: list[str] | None = None) ->
     _copy_caps(src, dst)
     for thread_id in ids:
         dst.import_thread(src.export_thread(thread_id))
+        if thread_id in finished:  # its TTL on Redis, counted from the copy (`graph.store.redis.ttl`)
+            with dst.locks.hold(thread_id):
+                dst.backend.expire_finished(thread_id, finished[thread_id])
     return ids
 
 

@@ -46,6 +46,10 @@ def select(store: Store, *, completed: timedelta, failed: timedelta,
            now: datetime | None = None) -> tuple[list[Candidate], list[str]]:
     """Chooses the threads to delete; reads only.
 
+    A thread already tombstoned (an expired Redis thread, swept by `prune`) is not a
+    candidate; one whose tombstone or expiry mark is damaged is noted as unreadable,
+    as on `--dry-run`.
+
     Returns:
         The candidates (by thread id) and one note per thread skipped because it could
         not be read (such a thread is never deleted).
@@ -53,12 +57,13 @@ def select(store: Store, *, completed: timedelta, failed: timedelta,
     now = now or datetime.now(UTC)
     chosen, notes = [], []
     for thread_id, updated_at in sorted(store.ledger.updated_at().items()):
-        try:
+        try:  # a tombstone or expiry mark `graph.run` would refuse keeps the thread too
+            buried = store.tombstones.get(thread_id) is not None
             loaded = load_thread(graph_of(store), thread_id, store.location)
         except RefusedError as exc:
             notes.append(f"kept {thread_id!r}: unreadable ({exc.error_code}): {exc.message}")
             continue
-        if loaded is None or loaded.snapshot.next or loaded.snapshot.tasks:
+        if buried or loaded is None or not loaded.finished:
             continue
         status = loaded.values["progress"]["status"]
         age = now - datetime.fromisoformat(updated_at)

@@ -66,7 +66,13 @@ def check_database(db: str, name: str = "--db") -> VerifyReport:
             tombstone = None
             try:  # a tombstone graph.run would refuse to read is a problem
                 tombstone = store.tombstones.get(thread_id)
-                check_stored_thread(store, graph_of(store), thread_id)
+                loaded = check_stored_thread(store, graph_of(store), thread_id)
+                if loaded is not None and not loaded.finished and store.backend.carries_ttl(
+                        thread_id):
+                    report.problems.append(
+                        f"thread {thread_id!r} can continue but its keys carry a time-to-live "
+                        "or an expiry mark: it would be lost when they expire; its next step "
+                        "takes them off")
             except RefusedError as exc:
                 report.problems.append(exc.message)
             checkpoints = store.count_checkpoints(thread_id)

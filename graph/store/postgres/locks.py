@@ -120,12 +120,29 @@ class AdvisoryThreadLocks:
     def fence(self, thread_id: str) -> str:
         """The fencing hook (`graph.store.base.WriterLocks.fence`): '' unless refused.
 
-        A thread held here costs nothing; otherwise `pg_locks` is read (`held_elsewhere`).
+        What the advisory lock guarantees: it belongs to the control connection's session
+        and no other session can take it while that session lives. It has no lease: a
+        writer that is paused (SIGSTOP, a long pause) keeps its session, so it keeps the
+        lock and nobody takes the thread over meanwhile; there is no stale writer to fence
+        out, unlike Redis. The lock is lost while the process lives only with its session
+        (the server restarted, `pg_terminate_backend`, a connection dropped past its
+        keepalives); psycopg then marks the control connection closed or broken at its
+        next use, and a thread held here is refused from then on. That check is local and
+        free; it is not atomic with the write (another connection makes it), so a session
+        lost between the check and the write is not caught here.
+
+        A thread not held here: `pg_locks` is read (`held_elsewhere`).
 
         Raises:
-            BusyError: Another session holds the thread's lock, this one not.
+            BusyError: Another session holds the thread's lock, this one not; or this
+                store held it but its control session is gone.
         """
-        if thread_id not in self._held and held_elsewhere(self._conn, thread_key(thread_id)):
+        if thread_id in self._held:
+            if self._conn.closed or self._conn.broken:
+                raise BusyError("this process lost its writer lock (its PostgreSQL session "
+                                "ended); nothing was written", thread_id=thread_id)
+            return ""
+        if held_elsewhere(self._conn, thread_key(thread_id)):
             raise BusyError.for_thread(thread_id)
         return ""
 

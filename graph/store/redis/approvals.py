@@ -5,7 +5,9 @@ whose reply asked for the call, and the call id), as one hash per thread
 (`graph.store.redis.keys.APPROVALS`) whose field `attempt:tool_call_id` holds the row as JSON.
 A second decision for the same call is refused (`HSETNX`); the updates that follow a
 decision (the planned hashes, applied, failed) change a row only in the state the SQL
-`UPDATE ... WHERE` would, read and written in one `WATCH`/`MULTI` transaction. Each row
+`UPDATE ... WHERE` would, written by compare-and-set (read again when it changed). Every
+write is a script fenced by the thread's writer lease (`graph.store.redis.lua`): a writer
+that lost it changes nothing (`BusyError`, exit 5). Each row
 is checked as it is read (`graph.store.rows`): another shape is `damaged` (exit 4). Each
 write is on disk before it returns (`RedisTable._durable`): a decision and the planned
 hashes must outlive a crash after the file is written (approvals applied once).
@@ -13,13 +15,13 @@ hashes must outlive a crash after the file is written (approvals applied once).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from typing import Any
 
 from graph.errors import ErrorCode, RefusedError
 from graph.store.redis import keys
-from graph.store.redis.conn import server_errors
 from graph.store.redis.tables import RedisTable
 from graph.store.rows import APPROVAL_COLUMNS as COLUMNS
 from graph.store.rows import APPROVAL_TYPES, check_row, damaged, now
@@ -30,7 +32,17 @@ def _field(attempt: int, tool_call_id: str) -> bytes:
 
 
 def _encoded(row: dict[str, Any]) -> bytes:
-    return json.dumps({c: row.get(c) for c in COLUMNS}).encode()  # ASCII: any text
+    stored = {c: row.get(c) for c in COLUMNS}
+    return json.dumps({**stored, "digest": _digest(stored)}).encode()  # ASCII: any text
+
+
+def _digest(columns: dict[str, Any]) -> str:
+    """SHA-256 of a decision's columns (sorted-key JSON): any one edited is refused on read.
+
+    Every write of a row (the decision, its planned hashes, applied or failed) goes
+    through `_encoded`, which stores it; a SQL row is guarded by its table's constraints.
+    """
+    return hashlib.sha256(json.dumps(columns, sort_keys=True).encode()).hexdigest()
 
 
 def _row(thread_id: str, field: bytes, raw: bytes) -> dict[str, Any]:
@@ -39,6 +51,9 @@ def _row(thread_id: str, field: bytes, raw: bytes) -> dict[str, Any]:
         row = json.loads(raw.decode())
     except ValueError:  # UnicodeDecodeError included
         raise damaged("write_approvals", "a decision is not JSON") from None
+    if isinstance(row, dict) and "digest" in row:  # rows from before digests have none
+        if row.pop("digest") != _digest({c: row.get(c) for c in COLUMNS}):
+            raise damaged("write_approvals", "a decision does not match its digest: edited")
     if not isinstance(row, dict) or set(row) != set(COLUMNS):
         raise damaged("write_approvals", "a decision has other fields")
     check_row("write_approvals", tuple(row[c] for c in COLUMNS), APPROVAL_TYPES)
@@ -74,9 +89,11 @@ class RedisApprovals(RedisTable):
         Raises:
             RefusedError: `exists` when the call has a decision already (nothing written).
         """
-        added = self._call("write_approvals", "hsetnx", keys.approvals_key(row["thread_id"]),
-                           _field(row["attempt"], row["tool_call_id"]), _encoded(row))
-        if not added:
+        thread_id = row["thread_id"]
+        status = self._fenced("ADD_DECISION", thread_id,
+                              [keys.approvals_key(thread_id), keys.lock_key(thread_id)],
+                              [_field(row["attempt"], row["tool_call_id"]), _encoded(row)])[0]
+        if status == "exists":
             raise RefusedError(f"call {row['tool_call_id']!r} of attempt {row['attempt']} has a "
                                "decision already", thread_id=row["thread_id"],
                                error_code=ErrorCode.EXISTS, location=self.location)
@@ -84,19 +101,23 @@ class RedisApprovals(RedisTable):
 
     def _update(self, thread_id: str, attempt: int, tool_call_id: str,
                 change: Callable[[dict[str, Any]], bool]) -> None:
-        """Applies `change` to the row when it returns True, atomically (`WATCH`/`MULTI`)."""
+        """Applies `change` to the row when it returns True, by compare-and-set (`SET_DECISION`).
+
+        Raises:
+            BusyError: The thread's lease is another's, or this process lost it (exit 5).
+        """
         key, field = keys.approvals_key(thread_id), _field(attempt, tool_call_id)
-
-        def transaction(pipe: Any) -> None:
-            raw = pipe.hget(key, field)
+        while True:
+            raw = self._call("write_approvals", "hget", key, field)
             if raw is None:
-                return
+                break
             row = _row(thread_id, field, raw)
-            if change(row):
-                pipe.multi()
-                pipe.hset(key, field, _encoded(row))
-
-        self._call("write_approvals", "transaction", transaction, key)
+            if not change(row):
+                break
+            status = self._fenced("SET_DECISION", thread_id, [key, keys.lock_key(thread_id)],
+                                  [field, raw, _encoded(row)])[0]
+            if status != "changed":
+                break
         self._durable(f"the decision on call {tool_call_id!r} is updated, but")
 
     def plan(self, thread_id: str, attempt: int, tool_call_id: str, before: str | None,
@@ -133,5 +154,5 @@ class RedisApprovals(RedisTable):
 
     def delete_thread(self, thread_id: str) -> None:
         """Deletes the thread's decisions (retention)."""
-        with server_errors(self.location):
-            self._client.delete(keys.approvals_key(thread_id))
+        self._fenced("DELETE", thread_id,
+                     [keys.lock_key(thread_id), keys.approvals_key(thread_id)], [])

@@ -140,6 +140,10 @@ class RedisBackend:
         with server_errors(self.location):
             return int(self._client.scard(keys.saved_key(thread_id)))
 
+    def carries_ttl(self, thread_id: str) -> bool:
+        """False: without retention by TTL (`graph.store.redis.ttl.TtlBackend`) nothing expires."""
+        return False
+
     def buried_with_checkpoints(self) -> set[str]:
         """Tombstoned thread ids that still have checkpoints (an interrupted `bury`)."""
         with server_errors(self.location):

@@ -220,9 +220,12 @@ which waits forever); send it in the same pipeline as the writes it covers."""
 def make_durable(client: redis.Redis, location: str, what: str) -> None:
     """Waits until every write acknowledged so far is fsynced to the append-only file.
 
-    A write of its own goes first (`graph.store.redis.keys.FSYNC`), so `WAITAOF` has one to
-    wait for on its connection; the file is written in order, so every earlier write
-    of any connection is on disk with it.
+    A write of its own goes first (`graph.store.redis.keys.FSYNC`, a cache: `SET` rebuilds
+    it whatever someone stored there, where the `INCR` before failed on a retyped key and
+    left `WAITAOF` nothing to wait for), so `WAITAOF` has one to wait for on its
+    connection; the file is written in order, so every earlier write of any connection
+    is on disk with it. A write that still failed is refused (`NotDurableError`), never
+    waited for as if made.
 
     Args:
         client: A client of the server.
@@ -235,9 +238,11 @@ def make_durable(client: redis.Redis, location: str, what: str) -> None:
     """
     with server_errors(location):
         pipe = client.pipeline(transaction=False)
-        pipe.incr(FSYNC)
+        pipe.set(FSYNC, b"1")  # SET replaces a key of any type: a retyped probe cannot fail it
         pipe.execute_command(*WAITAOF)
-        _, fsynced = pipe.execute(raise_on_error=False)
+        written, fsynced = pipe.execute(raise_on_error=False)
+    if written is not True:  # no write of its own: WAITAOF would answer without waiting
+        check_fsynced(written if isinstance(written, Exception) else (0, 0), what)
     check_fsynced(fsynced, what)
 
 

@@ -5,24 +5,38 @@ through `graph.store.digest.SqlDigests` on SQL backends. Each checkpoint has one
 (`graph.store.redis.keys.digest_key`): field `""` holds the checkpoint's own digest(s),
 field `METADATA` its metadata's, and `task_id NUL idx` each pending write's; a field
 keeps every digest recorded for its slot, space separated; `WRITTEN task_id NUL idx`
-marks a write LangGraph finished saving, so a deleted write is noticed. A thread's set
+marks a write LangGraph finished saving, so a deleted write is noticed; its value is
+the digest of the whole write document as stored (`stored_digest`: task path, index,
+type and blob included), or `1` where it was marked before those digests. Field
+`DOCUMENT` holds the digest of the checkpoint's whole document as stored, bar
+`has_writes` (which `put_writes` sets later; checked against the marks instead): its
+`checkpoint_ts`, `run_id`, raw metadata and nested `pending_sends` are in no other
+digest. Both are computed from the very JSON text the fenced script stores (`PUT`,
+`PUT_WRITES` in `graph.store.redis.lua`) and written by it in the same step, so they
+cover exactly what is stored; a `1` mark on a checkpoint from since `DOCUMENTS_SINCE`
+is damage. A thread's set
 (`graph.store.redis.keys.digests_key`) lists its hashes so `delete_thread` removes them.
 
-A digest is recorded (one atomic script) before LangGraph writes what it covers: a
-process killed in between leaves an unused digest, never an undigested checkpoint.
-After LangGraph's `put` returns, the checkpoint joins the thread's saved set
-(`graph.store.redis.keys.saved_key`), so a checkpoint deleted afterwards (or hidden from
-LangGraph's search index) is noticed instead of resuming from an older one.
+The saver writes a checkpoint's document, its digests and its place in the thread's
+saved set (`graph.store.redis.keys.saved_key`) in one fenced script
+(`graph.store.redis.lua.PUT`; a write and its written mark likewise, `PUT_WRITES`), and
+deletes them together (`DROP`): never an undigested checkpoint, and a checkpoint deleted
+afterwards (or hidden from LangGraph's search index) is noticed instead of resuming from
+an older one.
 There are no checkpoints from before digests on Redis: a checkpoint without its digest
 is refused.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
+
+from langgraph.checkpoint.base.id import uuid6
 
 from graph.store.redis import keys as redis_keys
 
@@ -30,6 +44,47 @@ METADATA = "\0metadata"
 """The field (and task id slot) of a checkpoint's metadata digest."""
 WRITTEN = "\0written\0"
 """Starts the field `WRITTEN task_id NUL idx` set once LangGraph saved that write."""
+DOCUMENT = "\0document"
+"""The field of the digest of a checkpoint's whole stored document (`stored_digest`)."""
+DOCUMENTS_SINCE = f"{redis_keys.PREFIX}documents-since"
+"""A string: the checkpoint id (uuid6) from which on a saved checkpoint has a `DOCUMENT`
+digest (set once, by the first writer after this digest existed). An older checkpoint
+without one is from before it; one whose digest exists is checked whatever the marker says,
+so an edited marker never switches a check off."""
+LEGACY_WRITTEN = "1"
+"""The value of a `WRITTEN` field marked before write documents had digests."""
+
+
+def stored_digest(document: Any) -> str:
+    """The SHA-256 of a stored RedisJSON document (a dict), bar its `has_writes` flag.
+
+    Canonical form: JSON with sorted keys and no spaces. The saver computes it from the
+    document it hands its script, parsed back from that exact JSON text
+    (`stored_json`); a load computes it from what `JSON.GET key $` returned:
+    RedisJSON gives back the same values (floats as their shortest round trip, as Python).
+    """
+    rest = {k: v for k, v in document.items() if k != "has_writes"}
+    text = json.dumps(rest, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def stored_json(document: dict[str, Any]) -> tuple[str, str]:
+    """The JSON text a fenced script stores for `document`, and that text's `stored_digest`.
+
+    The digest is taken of the text parsed back, as a load parses the server's reply,
+    so tuples and lists, or any value JSON writes in another form, digest alike.
+    """
+    text = json.dumps(document)
+    return text, stored_digest(json.loads(text))
+
+
+def _json_doc(raw: Any) -> Any:
+    """A `JSON.GET key $` reply: the document, or None when the key is missing."""
+    if raw is None:
+        return None
+    found = json.loads(raw) if isinstance(raw, (bytes, str)) else raw
+    return found[0] if isinstance(found, list) and len(found) == 1 else found
+
 
 _RECORD = r"""
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
@@ -45,6 +100,22 @@ return 1
 
 def _text(value: Any) -> str:
     return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else str(value)
+
+
+@dataclass(frozen=True)
+class StoredCheckpoint:
+    """One checkpoint's stored parts beside LangGraph's load (`RedisDigests.stored`)."""
+
+    document: Any
+    """The whole RedisJSON document (a dict), or None when missing."""
+    document_digest: str | None
+    """Field `DOCUMENT` of its digest hash, or None."""
+    written: dict[str, str]
+    """The `WRITTEN` marks, by `task_id NUL idx`: each write's `stored_digest` or `"1"`."""
+    registry: list[tuple[str, float]]
+    """Upstream's sorted set of its write keys: (key, score)."""
+    saved: bool
+    """Whether it is in the thread's saved set."""
 
 
 class RedisDigests:
@@ -96,22 +167,13 @@ class RedisDigests:
         found: dict[str, set[str]] = {}
         for field, value in rows.items():
             name = _text(field)
-            if name.startswith(WRITTEN):
+            if name.startswith(WRITTEN) or name == DOCUMENT:
                 continue
             task = name if name in ("", METADATA) else name.rpartition("\0")[0]
             if name not in ("", METADATA) and "\0" not in name:
                 raise ValueError(f"its digest hash has a field {name!r} never written here")
             found.setdefault(task, set()).update(_text(value).split(" "))
         return found
-
-    def written(self, thread_id: str, ns: str, checkpoint_id: str, task_id: str,
-                idxs: Iterable[int]) -> None:
-        """Notes that LangGraph saved the task's writes at `idxs` for the checkpoint."""
-        fields = {f"{WRITTEN}{task_id}\0{idx}": "1" for idx in idxs}
-        if fields:
-            with self._lock:
-                self._client.hset(redis_keys.digest_key(thread_id, ns, checkpoint_id),
-                                  mapping=fields)
 
     def written_counts(self, thread_id: str, ns: str, checkpoint_id: str) -> dict[str, int]:
         """How many writes LangGraph saved for the checkpoint, by task id."""
@@ -160,10 +222,93 @@ class RedisDigests:
         with self._lock:
             return bool(self._client.exists(self._checkpoint_key(thread_id, ns, checkpoint_id)))
 
-    def saved(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
-        """Notes that LangGraph's `put` of the checkpoint finished."""
+    def documents_since(self, *, create: bool) -> str:
+        """`DOCUMENTS_SINCE`, set to a new id now when missing and `create`.
+
+        Returns "~" (after every id: nothing is from before) when missing and not created.
+
+        Raises:
+            ValueError: The key is not a string holding a checkpoint id.
+            redis.ResponseError: Not WRONGTYPE: the server refused.
+        """
         with self._lock:
-            self._client.sadd(redis_keys.saved_key(thread_id), f"{ns}\0{checkpoint_id}")
+            if create:
+                self._client.set(DOCUMENTS_SINCE, str(uuid6()), nx=True)
+            try:
+                found = self._client.get(DOCUMENTS_SINCE)
+            except Exception as exc:
+                if "WRONGTYPE" not in str(exc):
+                    raise
+                raise ValueError(f"{DOCUMENTS_SINCE} is not a string") from None
+        if found is None:
+            return "~"
+        text = _text(found)
+        if len(text) != 36 or any(c not in "0123456789abcdef-" for c in text):
+            raise ValueError(f"{DOCUMENTS_SINCE} does not hold a checkpoint id")
+        return text
+
+    def stored(self, thread_id: str, ns: str, checkpoint_id: str, registry_key: Any
+               ) -> StoredCheckpoint:
+        """What is stored for one checkpoint beside LangGraph's load, read in one pipeline.
+
+        Args:
+            thread_id: The thread.
+            ns: The checkpoint's namespace.
+            checkpoint_id: The checkpoint.
+            registry_key: Upstream's sorted set of the checkpoint's write keys.
+
+        Raises:
+            redis.ResponseError: A key of the wrong Redis type (the saver refuses it).
+        """
+        with self._lock:
+            pipe = self._client.pipeline(transaction=True)
+            pipe.execute_command("JSON.GET", self._checkpoint_key(thread_id, ns, checkpoint_id), "$")
+            pipe.hgetall(redis_keys.digest_key(thread_id, ns, checkpoint_id))
+            pipe.zrange(registry_key, 0, -1, withscores=True)
+            pipe.sismember(redis_keys.saved_key(thread_id), f"{ns}\0{checkpoint_id}")
+            raw, fields, registry, saved = pipe.execute()
+        marks = {_text(k): _text(v) for k, v in fields.items()}
+        return StoredCheckpoint(
+            document=_json_doc(raw), document_digest=marks.get(DOCUMENT),
+            written={name[len(WRITTEN):]: value for name, value in marks.items()
+                     if name.startswith(WRITTEN)},
+            registry=[(_text(member), score) for member, score in registry], saved=bool(saved))
+
+    def check_sets(self, thread_id: str) -> None:
+        """Refuses a foreign member in the thread's digest set or saved set.
+
+        Each member of the digest set is one of the thread's digest hash keys; each of
+        the saved set is `ns NUL checkpoint_id`, and its checkpoint has a digest hash.
+
+        Raises:
+            ValueError: A member is not one this program adds.
+            redis.ResponseError: A key of the wrong Redis type (the saver refuses it).
+        """
+        head = redis_keys.digest_key(thread_id, "", "")[:-2]  # up to the NUL before ns
+        with self._lock:
+            pipe = self._client.pipeline(transaction=True)
+            pipe.smembers(redis_keys.digests_key(thread_id))
+            pipe.smembers(redis_keys.saved_key(thread_id))
+            hashes, saved = pipe.execute()
+        for member in hashes:
+            if not bytes(member).startswith(head + b"\0") or bytes(member).count(b"\0") != 2:
+                raise ValueError(f"its set of digest hashes holds {member!r:.80}, not one of "
+                                 "its digest hashes")
+        for member in map(_text, saved):
+            ns, sep, checkpoint_id = member.rpartition("\0")
+            if not sep or redis_keys.digest_key(thread_id, ns, checkpoint_id) not in hashes:
+                raise ValueError(f"its set of saved checkpoints holds {member!r:.80}, not "
+                                 "a checkpoint with digests")
+
+    def write_documents(self, keys: list[Any]) -> list[Any]:
+        """The stored write documents at `keys` (None where missing), in order."""
+        if not keys:
+            return []
+        with self._lock:
+            pipe = self._client.pipeline(transaction=False)
+            for key in keys:
+                pipe.execute_command("JSON.GET", key, "$")
+            return [_json_doc(raw) for raw in pipe.execute()]
 
     def saved_by_ns(self, thread_id: str) -> dict[str, set[str]]:
         """The ids of the thread's checkpoints whose `put` finished, by namespace."""
@@ -179,36 +324,9 @@ class RedisDigests:
         """The ids of the thread's checkpoints in namespace `ns` whose `put` finished."""
         return self.saved_by_ns(thread_id).get(ns, set())
 
-    def forget(self, thread_id: str, ns: str, checkpoint_ids: Iterable[str]) -> None:
-        """Deletes the digests of checkpoints deleted on purpose (a window, retention).
-
-        Call it in the same `MULTI` as (or right after) deleting LangGraph's keys of
-        those checkpoints; never for a thread's latest checkpoint it keeps.
-        """
-        ids = list(checkpoint_ids)
-        hashes = [redis_keys.digest_key(thread_id, ns, i) for i in ids]
-        with self._lock:
-            pipe = self._client.pipeline(transaction=True)
-            if ids:
-                pipe.delete(*hashes)
-                pipe.srem(redis_keys.digests_key(thread_id), *hashes)
-                pipe.srem(redis_keys.saved_key(thread_id), *[f"{ns}\0{i}" for i in ids])
-            pipe.execute()
-
     def thread_keys(self, thread_id: str) -> list[bytes]:
         """Every key of ours for the thread (to give them the TTL of LangGraph's keys)."""
         index = redis_keys.digests_key(thread_id)
         with self._lock:
             hashes = sorted(self._client.smembers(index))
         return [*hashes, index, redis_keys.saved_key(thread_id)]
-
-    def delete_thread(self, thread_id: str) -> None:
-        """Deletes a thread's digest hashes, their set and its saved set."""
-        index = redis_keys.digests_key(thread_id)
-        with self._lock:
-            keys = list(self._client.smembers(index))
-            pipe = self._client.pipeline(transaction=True)
-            for start in range(0, len(keys), 500):
-                pipe.delete(*keys[start:start + 500])
-            pipe.delete(index, redis_keys.saved_key(thread_id))
-            pipe.execute()

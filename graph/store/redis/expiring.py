@@ -21,7 +21,7 @@ from graph.store.redis.backend import CHECKPOINT_PREFIX, checkpoint_thread
 from graph.store.redis.conn import server_errors
 from graph.store.redis.ledger import RedisLedger
 from graph.store.redis.tables import RedisTombstones
-from graph.store.redis.ttl import EXPIRING, expired, mark_key, read_mark, thread_keys
+from graph.store.redis.ttl import EXPIRING, expired, keep_alive, mark_key, read_mark, thread_keys
 from graph.store.rows import Tombstone
 from nodes.context import LedgerEntry
 
@@ -97,3 +97,18 @@ class ExpiringLedger(RedisLedger):
         if mark is not None and not has_row:
             raise pruned_refusal(Tombstone(thread_id, mark.final_status, mark.pruned_at))
         return super().create(thread_id, max_attempts)
+
+    def count(self, thread_id: str) -> LedgerEntry:
+        """As `RedisLedger.count`, once a thread that carries a TTL has lost it (`keep_alive`).
+
+        A thread that counts an attempt can continue; one stored by a version that let a
+        fork keep its finished thread's TTL (or edited by hand) is repaired here, before
+        the attempt is counted, so it never expires (INVARIANTS I10).
+
+        Raises:
+            RefusedError: `pruned` (exit 4) when some of its keys may have expired;
+                nothing is counted.
+        """
+        with server_errors(self.location):
+            keep_alive(self._client, thread_id, self._token(thread_id))
+        return super().count(thread_id)

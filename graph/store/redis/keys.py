@@ -11,6 +11,8 @@ Redis Cluster.
 
 from __future__ import annotations
 
+from typing import Any
+
 PREFIX = "mandapi-resume:"
 """The start of every key this project writes."""
 
@@ -93,6 +95,32 @@ def glob_escape(text: str) -> str:
 def pattern(prefix: str) -> bytes:
     """A `SCAN MATCH` pattern for every key that starts with `prefix` (one of ours)."""
     return prefix.encode() + b"*"
+
+
+LANGGRAPH_FAMILIES = (("checkpoint:", 2), ("checkpoint_latest:", 1), ("checkpoint_write:", 4),
+                      ("write_keys_zset:", 2))
+"""`RedisSaver`'s key families and how many `:`-separated parts follow the thread id
+(namespace and checkpoint id; namespace; namespace, checkpoint id, task id, index;
+namespace and checkpoint id). Neither a namespace (the root's is `__empty__`; this
+program has no subgraphs) nor an id holds a `:`, so a key parses back to one thread."""
+
+
+def scan_thread(client: Any, prefix: str, thread_id: str) -> list[bytes]:
+    """Every key that starts with `prefix`, the thread id and `:` (other threads' too)."""
+    match = f"{prefix}{glob_escape(thread_id)}:*".encode("utf-8", "surrogateescape")
+    return [key if isinstance(key, bytes) else str(key).encode()
+            for key in client.scan_iter(match=match, count=1000)]
+
+
+def langgraph_keys(client: Any, thread_id: str) -> list[bytes]:
+    """Every key `RedisSaver` keeps for the thread (checkpoints first), found now by `SCAN`."""
+    found = []
+    for prefix, parts in LANGGRAPH_FAMILIES:
+        for key in scan_thread(client, prefix, thread_id):
+            rest = key.decode("utf-8", "surrogateescape")[len(prefix):].rsplit(":", parts)
+            if len(rest) == parts + 1 and rest[0] == thread_id:
+                found.append(key)
+    return found
 
 
 def suffix(key: bytes, prefix: str) -> str:

@@ -12,10 +12,11 @@ loading refuses what they leave inconsistent). On top of the SQL ledger:
   (`graph.store.redis.conn.check_durable`, checked before the first write: exit 2,
   `db_not_durable`), and each claim is sent with `WAITAOF` in one pipeline, so
   `claim` returns True only once the claim is fsynced on the server's disk.
-* Fencing (INVARIANTS I8): `count` and `claim` are refused (`BusyError`, exit 5) unless
-  the caller holds the thread's current writer lease (`graph.store.redis.locks`), checked by
-  the script itself, or nobody holds one; so a writer whose lease ran out while it was
-  paused can never count or claim again.
+* Fencing (INVARIANTS I8): every write of a thread's row (`create`, `count`, `claim`,
+  `insert_row`, `touch`, `delete`) is refused (`BusyError`, exit 5) unless the caller
+  holds the thread's current writer lease (`graph.store.redis.locks`), checked by the
+  script itself, or nobody holds one; so a writer whose lease ran out while it was
+  paused can never count, claim or change the row again.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from dataclasses import astuple
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from graph.errors import BusyError, ErrorCode, RefusedError
+from graph.errors import ErrorCode, RefusedError
 from graph.store.redis import keys
 from graph.store.redis import lua as redis_lua
 from graph.store.redis.conn import WAITAOF, check_durable, check_fsynced, make_durable, server_errors
@@ -57,7 +58,8 @@ class RedisLedger(RedisLedgerRows):
         self._tokens = tokens or (lambda _thread_id: None)
         self._durable = False
         self._scripts = {name: client.register_script(getattr(redis_lua, name))
-                         for name in ("COUNT", "CLAIM", "CREATE", "INSERT_ROW", "ENSURE_CAP", "TOUCH")}
+                         for name in ("COUNT", "CLAIM", "CREATE", "INSERT_ROW", "ENSURE_CAP", "TOUCH",
+                                     "DELETE")}
 
     def check_durable(self) -> None:
         """Refuses a server that cannot fsync a claim (`graph.store.redis.conn.check_durable`), once.
@@ -88,12 +90,16 @@ class RedisLedger(RedisLedgerRows):
 
     def _entry(self, thread_id: str, reply: list[Any]) -> LedgerEntry:
         if reply[0] == "busy":
-            raise BusyError("its writer lease is another process's, or this process lost it (it "
-                            "was paused or cut off past the lease); nothing was counted or sent",
-                            thread_id=thread_id, location=self.location)
+            raise redis_lua.lost_lease(thread_id, self.location)
         if reply[0] == "none":
             raise LookupError(f"attempt ledger has no row for thread {thread_id!r}")
         return LedgerEntry(*(int(v) for v in reply[1:4]))
+
+    def _entry_status(self, thread_id: str, reply: list[Any]) -> str:
+        """The status of a script's reply; `busy` raised (`BusyError`, exit 5)."""
+        if reply[0] == "busy":
+            raise redis_lua.lost_lease(thread_id, self.location)
+        return str(reply[0])
 
     def _token(self, thread_id: str) -> str:
         """The store's fencing hook (`graph.store.base.WriterLocks.fence`) for the thread's row.
@@ -114,8 +120,8 @@ class RedisLedger(RedisLedgerRows):
         """
         if not is_int(max_attempts, 1):
             raise ValueError(f"max_attempts must be at least 1, not {max_attempts!r}")
-        self._token(thread_id)  # the fencing hook: a script without a lease check
-        reply = self._run("CREATE", [keys.ledger_key(thread_id)], [max_attempts, _now()])
+        reply = self._run("CREATE", [keys.ledger_key(thread_id), keys.lock_key(thread_id)],
+                          [max_attempts, _now(), self._token(thread_id)])
         return self._entry(thread_id, reply)
 
     def count(self, thread_id: str) -> LedgerEntry:
@@ -195,8 +201,9 @@ class RedisLedger(RedisLedgerRows):
                 and row.max_attempts >= 1 and is_iso_time(row.created_at)
                 and is_iso_time(row.updated_at)):
             raise ValueError(f"impossible ledger row {row!r}")
-        self._token(thread_id)  # the fencing hook: a script without a lease check
-        if self._run("INSERT_ROW", [keys.ledger_key(thread_id)], values)[0] == "exists":
+        reply = self._run("INSERT_ROW", [keys.ledger_key(thread_id), keys.lock_key(thread_id)],
+                          [*values, self._token(thread_id)])
+        if self._entry_status(thread_id, reply) == "exists":
             raise RefusedError("the thread has a ledger row here already", thread_id=thread_id,
                                error_code=ErrorCode.EXISTS, location=self.location)
 
@@ -223,11 +230,12 @@ class RedisLedger(RedisLedgerRows):
 
     def touch(self, thread_id: str) -> None:
         """Sets the row's `updated_at` to now (a status change without an attempt)."""
-        self._token(thread_id)  # the fencing hook: a script without a lease check
-        self._run("TOUCH", [keys.ledger_key(thread_id)], [_now()])
+        reply = self._run("TOUCH", [keys.ledger_key(thread_id), keys.lock_key(thread_id)],
+                          [_now(), self._token(thread_id)])
+        self._entry_status(thread_id, reply)
 
     def delete(self, thread_id: str) -> None:
         """Deletes the thread's row: only retention and `--restart-pruned` do this."""
-        self._token(thread_id)  # the fencing hook
-        with server_errors(self.location):
-            self._client.delete(keys.ledger_key(thread_id))
+        reply = self._run("DELETE", [keys.lock_key(thread_id), keys.ledger_key(thread_id)],
+                          [self._token(thread_id)])
+        self._entry_status(thread_id, reply)

@@ -7,8 +7,10 @@ of it, only if the key still holds this token. A holder that dies (`kill -9` inc
 stops renewing, so its lock is taken over once the lease runs out, never before. A
 holder that is paused past its lease (SIGSTOP, a long garbage collection, a network
 partition) may find another process holding the thread when it wakes; it can no longer
-count or claim, because the ledger's scripts compare the lock key with this process's
-token on the server (`graph.store.redis.ledger`): fencing, not timing, keeps the budget.
+write anything of the thread (count, claim, log row, checkpoint, writes, decisions,
+tombstone, TTL, trim, deletion), because each write is a script that compares the lock key
+with this process's token on the server (`graph.store.redis.lua`): fencing, not timing,
+keeps the budget and the thread. It exits 5 `busy`.
 """
 
 from __future__ import annotations
@@ -129,7 +131,8 @@ class RedisThreadLocks:
 
         While this object holds the thread, its token, unchecked here: the write's script
         compares it with the lock key on the server (`graph.store.redis.lua`), in the same
-        step as the write. Otherwise '' after checking that nobody holds the thread.
+        step as the write. Otherwise '' after checking that nobody holds the thread (the
+        script checks that again: '' passes only while no lock key exists).
 
         Raises:
             BusyError: Another process holds the thread's lease, this one not (exit 5).

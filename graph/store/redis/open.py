@@ -78,7 +78,7 @@ def _is_set_up(client: redis.Redis, location: str) -> bool:
 
     with server_errors(location):
         try:
-            client.execute_command("JSON.TYPE", MODULE_PROBE)  # a key never written: nil
+            _probe_json(client)
             client.execute_command("FT.INFO", CHECKPOINT_INDEX)
         except redis.ResponseError as exc:
             text = str(exc).lower()
@@ -90,6 +90,37 @@ def _is_set_up(client: redis.Redis, location: str) -> bool:
                 return False
             raise
     return True
+
+
+def _documents_since(checkpointer: Any, location: str) -> None:
+    """Sets `graph.store.redis.digests.DOCUMENTS_SINCE` once (a writer), checking its shape.
+
+    Raises:
+        RefusedError: `damaged` (exit 4), naming the key: not a string holding an id.
+    """
+    with server_errors(location):
+        try:
+            checkpointer.digests.documents_since(create=True)
+        except ValueError as exc:
+            raise damaged("checkpoint_digests", str(exc)).at(location=location) from None
+
+
+def _probe_json(client: redis.Redis) -> None:
+    """Asks `JSON.TYPE` of `MODULE_PROBE`: an unknown command without RedisJSON.
+
+    The key is a probe, never data: whatever someone stored there (a string answers
+    "wrong Redis type") still shows the command exists, so it never turns into a refusal.
+
+    Raises:
+        redis.ResponseError: The command is unknown (no RedisJSON), or another refusal.
+    """
+    import redis  # noqa: PLC0415 - the redis extra: imported only where a Redis store is used
+
+    try:
+        client.execute_command("JSON.TYPE", MODULE_PROBE)  # a key never written: nil
+    except redis.ResponseError as exc:
+        if "unknown command" in str(exc).lower():
+            raise  # any other answer ("Existing key has wrong Redis type") came from RedisJSON
 
 
 def _set_up(checkpointer: Any, client: redis.Redis, location: str) -> None:
@@ -123,18 +154,27 @@ def _set_up(checkpointer: Any, client: redis.Redis, location: str) -> None:
 
 
 def _store_id(client: redis.Redis, location: str, *, write: bool) -> str | None:
-    """The database's `STORE_ID`, set now (once, `SET NX`) unless `write` is False.
+    """The database's `STORE_ID`; on a database without threads set now when `write`.
+
+    The id is data, not a cache: queued jobs carry it (`graph.fleet.worker.run_step`), so
+    one replaced by a new one would make them all fail as `identity_mismatch`. It is
+    created (once, `SET NX`) only while the database holds no thread (no ledger key).
 
     Raises:
-        RefusedError: `damaged` (exit 4): the key is not a string (nothing writes that).
+        RefusedError: `damaged` (exit 4), naming the key: it is not a string of 32 hex
+            digits, or it is missing from a database that holds threads.
     """
     import redis  # noqa: PLC0415 - the redis extra: imported only where a Redis store is used
 
     with server_errors(location):
         try:
-            if write:
-                client.set(STORE_ID, secrets.token_hex(16), nx=True)
             found = client.get(STORE_ID)
+            if found is None and _has_threads(client):
+                raise damaged("store_id", f"{STORE_ID} is missing from a database that holds "
+                              "threads; queued jobs name the old id").at(location=location)
+            if found is None and write:
+                client.set(STORE_ID, secrets.token_hex(16), nx=True)
+                found = client.get(STORE_ID)
         except redis.ResponseError as exc:
             if "WRONGTYPE" not in str(exc):
                 raise
@@ -142,7 +182,15 @@ def _store_id(client: redis.Redis, location: str, *, write: bool) -> str | None:
                 location=location) from None
     if found is None:
         return None
-    return found.decode("ascii", "replace") if isinstance(found, bytes) else str(found)
+    text = found.decode("ascii", "replace") if isinstance(found, bytes) else str(found)
+    if len(text) != 32 or any(c not in "0123456789abcdef" for c in text):
+        raise damaged("store_id", f"{STORE_ID} does not hold 32 hex digits").at(location=location)
+    return text
+
+
+def _has_threads(client: redis.Redis) -> bool:
+    """Whether any thread's ledger hash exists (`SCAN` until the first one)."""
+    return next(iter(client.scan_iter(match=keys.pattern(keys.LEDGER), count=1000)), None) is not None
 
 
 @contextmanager
@@ -188,11 +236,13 @@ def open_redis(url: str, *, create: bool = True, read_only: bool = False) -> Ite
         else:
             _set_up(checkpointer, client, location)
             checkpointer.fence_with(redis_locks.fence)
+            _documents_since(checkpointer, location)
         backend = TtlBackend(client, location, checkpointer, ledger, tokens=tokens,
                              ages=ttl_ages() if not read_only else {}, hold=locks.hold)
         store = Store(location, checkpointer, backend,
-                      ledger, RedisAttemptLog(client, location), ExpiringTombstones(client, location),
-                      RedisApprovals(client, location), locks, (saver_client, client),
+                      ledger, RedisAttemptLog(client, location, tokens=tokens),
+                      ExpiringTombstones(client, location, tokens=tokens),
+                      RedisApprovals(client, location, tokens=tokens), locks, (saver_client, client),
                       store_id=_store_id(client, location, write=not read_only))
     except BaseException:
         for conn in (saver_client, client):

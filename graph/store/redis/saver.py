@@ -4,26 +4,37 @@
 document, channel values inline, and each pending write as another; it takes no
 serializer, so `graph.store.serde`'s checksum inside serialized bytes cannot be used. Instead:
 
-* `graph.store.saver.CheckedSaver` is mixed in, as on SQLite and PostgreSQL: before
-  `put` and `put_writes` write, the digests of `graph.store.digest` (a SHA-256 over the
-  canonical form of the checkpoint id, channel versions, versions seen and channel
-  values; of each pending write) are recorded in `graph.store.redis.digests`, and every load
-  (`get_tuple`, which `get_state` and LangGraph's Pregel loop call, and `list`, which
-  `get_state_history` calls) checks the shape of what was loaded and recomputes them;
+* `graph.store.saver.CheckedSaver` is mixed in, as on SQLite and PostgreSQL, for reading:
+  every load (`get_tuple`, which `get_state` and LangGraph's Pregel loop call, and `list`,
+  which `get_state_history` calls) checks the shape of what was loaded and recomputes the
+  digests of `graph.store.digest` (a SHA-256 over the canonical form of the checkpoint
+  id, channel versions, versions seen and channel values; of each pending write), kept in
+  `graph.store.redis.digests`;
 * what that digest leaves out (the metadata, the checkpoint's `v`, `ts` and
   `updated_channels`, the parent's id) gets a digest of its own (`rest_digest`);
-* once LangGraph's `put` or `put_writes` returns, the checkpoint or write is marked
-  saved, so one deleted later (or hidden from LangGraph's search index) is refused
-  instead of resuming from an older checkpoint or running a task again;
+* writing replaces upstream's pipelines: `put` and `put_writes` store exactly the
+  documents upstream builds (`checkpoint_document`), with their digests and the marks
+  that they were saved (so one deleted later, or hidden from LangGraph's search index,
+  is refused instead of resuming from an older checkpoint or running a task again), in
+  one Lua script per call that first checks the writer's lease token against the
+  thread's lock (`graph.store.redis.lua.PUT`, `PUT_WRITES`): all or nothing, and nothing
+  from a writer that lost its lease (INVARIANTS I8; `BusyError`, exit 5). `prune` (the
+  window's trim) and `delete_thread` find keys by exact names, never by a search query,
+  and delete them with their digests in one fenced script (`DROP`);
+* the checkpoint's `DOCUMENT` field and each write's mark hold the digest of the whole
+  document as stored (`graph.store.redis.digests.stored_digest`, computed from the JSON
+  text the script stores and handed to it with that text), so the fields no load
+  reads (`checkpoint_ts`, `run_id`, a write's `task_path`, `idx` and `type`) are
+  covered too, and every load checks each document's exact field set,
+  upstream's registry of write keys and the thread's saved and digest sets
+  (`_check_stored`): any one field edited is refused;
 * the serializer is `graph.store.redis.serde.StrictRedisSerializer`: nothing but LangGraph's
   interrupt record is revived from stored JSON, and values are never "recovered"
   as raw data when they fail to load.
 
 A refusal raises `CheckpointIntegrityError` (`damaged`, exit 4) naming the checkpoint
-and changes nothing stored. `delete_thread` deletes the digests with the thread, and
-`prune` those of the checkpoints it deleted; code that deletes LangGraph's keys any
-other way (a TTL, a window) must delete ours too (`RedisDigests.forget`, or the whole
-thread), or the thread is refused as damaged.
+and changes nothing stored. Code that deletes LangGraph's keys any other way (a TTL)
+must delete ours too (the whole thread), or the thread is refused as damaged.
 
 Use `redis_saver(client)` (or `CheckedRedisSaver(redis_client=client)` then `setup()`);
 the server needs the RedisJSON and RediSearch modules (`tests/redis_server.py`).
@@ -32,9 +43,9 @@ the server needs the RedisJSON and RediSearch modules (`tests/redis_server.py`).
 from __future__ import annotations
 
 import hashlib
-import threading
+import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import redis
 from langchain_core.runnables import RunnableConfig
@@ -45,10 +56,25 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     CheckpointTuple,
 )
-from langgraph.checkpoint.redis import RedisSaver
+from langgraph.checkpoint.redis.key_registry import SyncCheckpointKeyRegistry
+from langgraph.checkpoint.redis.util import to_storage_safe_id, to_storage_safe_str
+from ulid import ULID
 
-from graph.store.redis.digests import METADATA, RedisDigests
+from graph.store.digest import checkpoint_digest, write_digest
+from graph.store.redis import keys
+from graph.store.redis import lua as redis_lua
+from graph.store.redis.digests import (
+    DOCUMENT,
+    LEGACY_WRITTEN,
+    METADATA,
+    WRITTEN,
+    RedisDigests,
+    stored_digest,
+    stored_json,
+)
+from graph.store.redis.exact import ExactRedisSaver
 from graph.store.redis.serde import StrictRedisSerializer
+from graph.store.redis.ttl import keep_alive, thread_keys
 from graph.store.saver import CheckedSaver
 from graph.store.serde import CheckpointIntegrityError
 
@@ -65,8 +91,11 @@ def rest_digest(serde: StrictRedisSerializer, checkpoint: Any, metadata: Any,
     return hashlib.sha256(serde.checksummed(rest)[1]).hexdigest()
 
 
-class CheckedRedisSaver(CheckedSaver, RedisSaver):
+class CheckedRedisSaver(CheckedSaver, ExactRedisSaver):
     """`RedisSaver` with digests, shape checks and strict loading (see module doc).
+
+    Its `list`, `delete_thread` and `prune` find a thread's keys exactly
+    (`graph.store.redis.exact.ExactRedisSaver`), never by a search query.
 
     Construct it as `RedisSaver` (`redis_url=` or `redis_client=`); the strict
     serializer and the digests are set up here. Call `setup()` once per database
@@ -75,10 +104,13 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if self.ttl_config:
+            raise ValueError("CheckedRedisSaver takes no ttl: retention is graph.store.redis.ttl's")
         self.serde = StrictRedisSerializer()
-        self._order = threading.Lock()
+        self._scripts: dict[str, Any] = {}
         self.digests = RedisDigests(  # type: ignore[assignment]
             self._redis, self._make_redis_checkpoint_key_cached)
+        self._documents_since: str | None = None
 
     @property
     def strict(self) -> StrictRedisSerializer:
@@ -88,47 +120,216 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
             raise TypeError("CheckedRedisSaver.serde was replaced; it must stay strict")
         return serde
 
-    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
-            new_versions: ChannelVersions) -> RunnableConfig:
-        """Records the digest of the rest (`rest_digest`), then saves like `CheckedSaver.put`.
+    def _token(self, thread_id: str) -> str:
+        """The lease token a write of the thread carries (the fencing hook, `fence_with`).
 
-        LangGraph's loop saves a run's input checkpoint in the background while its first
-        task runs, so that task's `put_writes` may finish before this `put`; `RedisSaver.put`
-        then overwrites the document's `has_writes` with false and every later load skips
-        those writes (LangGraph would run the task again; our check refuses the checkpoint
-        as damaged). `put` and `put_writes` therefore hold one lock, and a checkpoint whose
-        writes were already saved gets `has_writes` set back to true before `put` returns.
+        '' for a saver used on its own: its scripts then write only while nobody holds
+        the thread.
+
+        Raises:
+            BusyError: Another process holds the thread, this one not (exit 5).
         """
-        self._fenced(config)  # before the digest is recorded
-        conf = config["configurable"]
-        key = (str(conf["thread_id"]), str(conf.get("checkpoint_ns", "")), checkpoint["id"],
-               METADATA, 0)
-        parent = conf.get("checkpoint_id")  # as RedisSaver.put reads the parent
-        assert self.digests is not None
-        self.digests.record(key, rest_digest(self.strict, checkpoint, metadata,
-                                             parent if parent != checkpoint["id"] else None))
-        with self._order:
-            saved = super().put(config, checkpoint, metadata, new_versions)
-            self._redis_digests.saved(key[0], key[1], key[2])
-            if self._redis_digests.written_counts(key[0], key[1], key[2]):
-                self._redis.json().merge(self._make_redis_checkpoint_key_cached(*key[:3]),
-                                         "$", {"has_writes": True})
+        return (self.fence(thread_id) if self.fence is not None else "") or ""
+
+    def _script(self, name: str, thread_id: str, keys: list[Any], args: list[Any]) -> list[Any]:
+        """Runs fenced script `name` of `graph.store.redis.lua` with the thread's token first.
+
+        Raises:
+            BusyError: The thread's lease is another's, or this process lost it (exit 5);
+                nothing was written.
+            RefusedError: `damaged` (exit 4): a key of the wrong type; nothing written.
+        """
+        script = self._scripts.get(name)
+        if script is None:
+            script = self._scripts[name] = self._redis.register_script(getattr(redis_lua, name))
+        reply = script(keys=keys, args=[self._token(thread_id), *args])
+        return redis_lua.answer(reply, thread_id, None)
+
+    def checkpoint_document(self, config: RunnableConfig, checkpoint: Checkpoint,
+                            metadata: CheckpointMetadata) -> tuple[dict[str, Any], RunnableConfig]:
+        """The document `RedisSaver.put` (0.5.2) stores for a checkpoint, and the config it returns.
+
+        Built as upstream builds it, with its own helpers (`_dump_checkpoint`,
+        `_dump_metadata`, `to_storage_safe_id`), so its `get_tuple`, `list` and search
+        index read it unchanged; `tests/store/redis/test_fenced_writes.py` compares it with
+        a document upstream's `put` writes. Only `checkpoint_ts` differs: whole
+        milliseconds of the wall clock, where upstream keeps its fraction.
+        """
+        configurable = dict(config["configurable"])
+        run_id = configurable.pop("run_id", metadata.get("run_id"))
+        thread_id = configurable.pop("thread_id")
+        checkpoint_ns = configurable.pop("checkpoint_ns", "")
+        config_checkpoint_id = configurable.pop("checkpoint_id", None)
+        thread_ts = configurable.pop("thread_ts", "")
+        checkpoint_id = config_checkpoint_id or thread_ts or checkpoint.get("id", "")
+        parent_checkpoint_id = None
+        if (checkpoint.get("id") and config_checkpoint_id
+                and checkpoint.get("id") != config_checkpoint_id):
+            parent_checkpoint_id, checkpoint_id = config_checkpoint_id, checkpoint["id"]
+        try:
+            checkpoint_ts: float = ULID.from_str(checkpoint_id).timestamp
+        except Exception:  # noqa: BLE001 - as upstream: any id that is not a ULID
+            # Upstream's wall clock in ms (`time.time() * 1000`), cut to whole ms: a float
+            # of 17 digits comes back from RedisJSON one unit off now and then (its parser
+            # is not exact), and the whole-document digest is taken of the text sent.
+            checkpoint_ts = float(time.time_ns() // 1_000_000)
+        document: dict[str, Any] = {
+            "thread_id": to_storage_safe_id(thread_id),
+            "run_id": to_storage_safe_id(run_id) if run_id else "",
+            "checkpoint_ns": to_storage_safe_str(checkpoint_ns),
+            "checkpoint_id": to_storage_safe_id(checkpoint_id),
+            "parent_checkpoint_id": (to_storage_safe_id(parent_checkpoint_id)
+                                     if parent_checkpoint_id else ""),
+            "checkpoint_ts": checkpoint_ts,
+            "checkpoint": self._dump_checkpoint(checkpoint.copy()),
+            "metadata": self._dump_metadata(metadata),
+            "has_writes": False,
+        }
+        if all(key in metadata for key in ("source", "step")):
+            document["source"], document["step"] = metadata["source"], metadata["step"]
+        return document, {"configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns,
+                                           "checkpoint_id": checkpoint_id}}
+
+    def _put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+             new_versions: ChannelVersions) -> RunnableConfig:
+        """Saves a checkpoint as `RedisSaver.put` does, with its digests, in one fenced script.
+
+        The document (`checkpoint_document`), the thread's latest pointer, the
+        checkpoint's digests (`graph.store.digest.checkpoint_digest`, `rest_digest`, and
+        the whole document's `stored_digest` in field `DOCUMENT`, bar `has_writes`) and
+        its saved mark are written by one script (`graph.store.redis.lua.PUT`) that first
+        checks this writer's lease token against the thread's lock: all or nothing, and
+        nothing once the lease is lost. LangGraph may save a checkpoint's writes before the
+        checkpoint itself (a run's input checkpoint is saved in the background while the
+        first task runs); the script then sets `has_writes`, which upstream's `put` resets.
+
+        A thread that carries a TTL loses it first (`graph.store.redis.ttl.keep_alive`): a
+        new checkpoint on a finished thread (a fork, `update_state`) can continue, and
+        one whose keys may have partly expired is refused as `pruned`, nothing written.
+
+        Raises:
+            BusyError: The thread's lease is another's, or this process lost it (exit 5).
+            RefusedError: `pruned` (exit 4): the thread's TTL ran out; nothing written.
+        """
+        document, saved = self.checkpoint_document(config, checkpoint, metadata)
+        conf = saved["configurable"]
+        thread_id, ns, checkpoint_id = (str(conf["thread_id"]), str(conf["checkpoint_ns"]),
+                                        str(conf["checkpoint_id"]))
+        parent = config["configurable"].get("checkpoint_id")  # as RedisSaver.put reads the parent
+        key = self._make_redis_checkpoint_key_cached(thread_id, ns, checkpoint_id)
+        digests = ["", checkpoint_digest(self.serde, checkpoint), METADATA,
+                   rest_digest(self.strict, checkpoint, metadata,
+                               parent if parent != checkpoint["id"] else None)]
+        keep_alive(cast("redis.Redis", self._redis), thread_id,  # a fork can continue
+                   self._token(thread_id))
+        text, whole = stored_json(document)
+        self._script("PUT", thread_id, [
+            keys.lock_key(thread_id), key, self._make_redis_checkpoint_latest_key(thread_id, ns),
+            keys.digest_key(thread_id, ns, checkpoint_id), keys.digests_key(thread_id),
+            keys.saved_key(thread_id)],
+            [text, key, f"{ns}\0{checkpoint_id}", WRITTEN, DOCUMENT, whole, *digests])
         return saved
 
-    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
-                   task_path: str = "") -> None:
-        """Saves like `CheckedSaver.put_writes`, then marks the writes saved.
+    def _put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
+                    task_id: str, task_path: str = "") -> None:
+        """Saves writes as `RedisSaver.put_writes` does, with digests, in one fenced script.
 
-        Runs under the lock `put` takes (see `put`), so a checkpoint saved after its
-        writes is marked as having them.
+        The write documents, the checkpoint's `has_writes`, upstream's write-key registry,
+        each write's digest (`graph.store.digest.write_digest`) and its written mark (the
+        whole write document's `stored_digest`) are written by one script
+        (`graph.store.redis.lua.PUT_WRITES`) that first checks this writer's lease token
+        against the thread's lock.
+
+        Raises:
+            BusyError: The thread's lease is another's, or this process lost it (exit 5).
         """
         conf = config["configurable"]
-        with self._order:
-            super().put_writes(config, writes, task_id, task_path)
-            self._redis_digests.written(
-                str(conf["thread_id"]), str(conf.get("checkpoint_ns", "")),
-                str(conf["checkpoint_id"]), task_id,
-                [WRITES_IDX_MAP.get(channel, idx) for idx, (channel, _) in enumerate(writes)])
+        thread_id, ns, checkpoint_id = (str(conf["thread_id"]), str(conf.get("checkpoint_ns", "")),
+                                        str(conf["checkpoint_id"]))
+        write_keys: list[str] = []
+        args: list[Any] = []
+        for position, (channel, value) in enumerate(writes):
+            idx = WRITES_IDX_MAP.get(channel, position)
+            type_, blob = self.serde.dumps_typed(value)
+            write_keys.append(self._make_redis_checkpoint_writes_key_cached(
+                thread_id, ns, checkpoint_id, task_id, idx))
+            text, whole = stored_json({
+                "thread_id": to_storage_safe_id(thread_id), "checkpoint_ns": to_storage_safe_str(ns),
+                "checkpoint_id": to_storage_safe_id(checkpoint_id), "task_id": task_id,
+                "task_path": task_path, "idx": idx, "channel": channel, "type": type_,
+                "blob": self._encode_blob(blob)})
+            args += [text, f"{task_id}\0{idx}", write_digest(self.serde, task_id, channel, value),
+                     f"{WRITTEN}{task_id}\0{idx}", whole]
+        self._script("PUT_WRITES", thread_id, [
+            keys.lock_key(thread_id), self._make_redis_checkpoint_key_cached(thread_id, ns,
+                                                                             checkpoint_id),
+            SyncCheckpointKeyRegistry.make_write_keys_zset_key(thread_id, ns, checkpoint_id),
+            keys.digest_key(thread_id, ns, checkpoint_id), keys.digests_key(thread_id),
+            *write_keys], args)
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Deletes every checkpoint key of the thread with its digests, in one fenced script.
+
+        The keys are found by exact prefixes (`graph.store.redis.ttl.thread_keys`), never by
+        a search query; the thread's attempt log and decisions are not checkpoints and stay.
+
+        Raises:
+            BusyError: The thread's lease is another's, or this process lost it (exit 5).
+        """
+        ours = {keys.log_key(thread_id), keys.approvals_key(thread_id)}
+        found = [key for key in thread_keys(cast("redis.Redis", self._redis), thread_id)
+                 if key not in ours]
+        self._drop(thread_id, found, [])
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest",
+              keep_last: int | None = None, max_results: int = 10000) -> None:
+        """`RedisSaver.prune` from exact keys, fenced: each thread's trim is one script.
+
+        Keeps the latest `keep_last` (else 1, or 0 for `strategy="delete"`) saved
+        checkpoints per namespace (the saved set, `graph.store.redis.keys.saved_key`);
+        deletes the others with their writes, write registries, digests and saved marks,
+        and the latest pointer of a namespace left empty. `max_results` is accepted for
+        upstream's signature; no search query limits what is found.
+
+        Raises:
+            ValueError: As `RedisSaver.prune` (no thread ids, a negative `keep_last`).
+            BusyError: A thread's lease is another's, or this process lost it (exit 5).
+        """
+        keep = keep_last if keep_last is not None else 0 if strategy == "delete" else 1
+        if not thread_ids:
+            raise ValueError("``thread_ids`` must be a non-empty sequence")
+        if keep < 0:
+            raise ValueError(f"``keep_last`` must be >= 0, got {keep}")
+        for thread_id in thread_ids:
+            found: list[Any] = []
+            members: list[str] = []
+            for ns, ids in self._redis_digests.saved_by_ns(thread_id).items():
+                evicted = sorted(ids, reverse=True)[keep:]
+                for checkpoint_id in evicted:
+                    found += self._checkpoint_keys(thread_id, ns, checkpoint_id)
+                    members.append(f"{ns}\0{checkpoint_id}")
+                if evicted and len(evicted) == len(ids):
+                    found.append(self._make_redis_checkpoint_latest_key(thread_id, ns))
+            if found:
+                self._drop(thread_id, found, members)
+
+    def _checkpoint_keys(self, thread_id: str, ns: str, checkpoint_id: str) -> list[Any]:
+        """Every key of one checkpoint: its document, writes, write registry and digest hash."""
+        registry = SyncCheckpointKeyRegistry.make_write_keys_zset_key(thread_id, ns, checkpoint_id)
+        digest = keys.digest_key(thread_id, ns, checkpoint_id)
+        writes = {_text(key) for key in self._redis.zrange(registry, 0, -1)}
+        for field in map(_text, self._redis.hkeys(digest)):
+            if field.startswith(WRITTEN):
+                task_id, _, idx = field[len(WRITTEN):].rpartition("\0")
+                writes.add(self._make_redis_checkpoint_writes_key_cached(
+                    thread_id, ns, checkpoint_id, task_id, int(idx)))
+        return [self._make_redis_checkpoint_key_cached(thread_id, ns, checkpoint_id),
+                *sorted(writes), registry, digest]
+
+    def _drop(self, thread_id: str, found: list[Any], members: list[str]) -> None:
+        """Deletes `found` keys and saved-set `members` of the thread in one fenced script."""
+        self._script("DROP", thread_id, [keys.lock_key(thread_id), keys.digests_key(thread_id),
+                                         keys.saved_key(thread_id), *found], members)
 
     @property
     def _redis_digests(self) -> RedisDigests:
@@ -153,8 +354,11 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
         latest = not conf.get("checkpoint_id")
         try:
             before = self._redis_digests.saved_ids(*slot) if latest else set()
+            self._redis_digests.check_sets(slot[0])
         except redis.ResponseError as exc:
             raise _refused(config, exc) from None
+        except ValueError as exc:
+            raise CheckpointIntegrityError(f"thread {slot[0]!r}: {exc}") from None
         saved = self._read_whole(config)
         loaded = saved.config["configurable"]["checkpoint_id"] if saved else ""
         newer = {i for i in before if i > loaded}
@@ -201,12 +405,14 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
         slot = str(conf.get("thread_id")), str(conf.get("checkpoint_ns"))
         try:
             expected = self._redis_digests.saved_ids(*slot) if whole else set()
+            if whole:
+                self._redis_digests.check_sets(slot[0])
             for item in super().list(config, filter=filter, before=before, limit=limit):
                 expected.discard(item.config["configurable"]["checkpoint_id"])
                 yield item
         except redis.ResponseError as exc:
             raise _refused(config, exc) from None
-        except _WritesRaced as exc:
+        except (_WritesRaced, ValueError) as exc:
             raise CheckpointIntegrityError(str(exc)) from None
         missing = expected & self._redis_digests.saved_ids(*slot) if expected else set()
         if missing:
@@ -214,25 +420,13 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
                 f"thread {slot[0]!r}: saved checkpoint(s) {sorted(missing)} are missing or "
                 "hidden from LangGraph's index")
 
-    def prune(self, thread_ids: Sequence[str], **kwargs: Any) -> None:
-        """`RedisSaver.prune`, then forgets the digests of the checkpoints it deleted.
-
-        Raises:
-            ValueError: As `RedisSaver.prune` (no thread ids, a negative `keep_last`).
-        """
-        super().prune(thread_ids, **kwargs)
-        digests = self._redis_digests
-        for thread_id in thread_ids:
-            for ns, ids in digests.saved_by_ns(thread_id).items():
-                gone = [i for i in ids if not digests.checkpoint_exists(thread_id, ns, i)]
-                digests.forget(thread_id, ns, gone)
-
     def _check_digests(self, thread_id: str, ns: str, checkpoint_id: str,
                        saved: CheckpointTuple) -> None:
         super()._check_digests(thread_id, ns, checkpoint_id, saved)
         assert self.digests is not None
         self._redis_digests.check_indexed(thread_id, ns, checkpoint_id, saved.metadata or {})
-        recorded = self.digests.of_checkpoint(thread_id, ns, checkpoint_id).get(METADATA)
+        digested = self.digests.of_checkpoint(thread_id, ns, checkpoint_id)
+        recorded = digested.get(METADATA)
         parent = (saved.parent_config or {}).get("configurable", {}).get("checkpoint_id")
         if rest_digest(self.strict, saved.checkpoint, saved.metadata, parent) not in (
                 recorded or ()):
@@ -247,6 +441,112 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
                 raise _WritesRaced(f"checkpoint {checkpoint_id}: a pending write of task "
                                    f"{task_id} is missing: deleted, or hidden from "
                                    "LangGraph's index")
+        self._check_stored(thread_id, ns, checkpoint_id, saved, set(digested))
+
+    def _check_stored(self, thread_id: str, ns: str, checkpoint_id: str,
+                      saved: CheckpointTuple, digested: set[str]) -> None:
+        """Checks every field of the stored documents that LangGraph's load drops or ignores.
+
+        The checkpoint document: exactly upstream's fields (`_DOCUMENT`, `_INNER`), no
+        pending sends, type `json`, `has_writes` a boolean that agrees with the write
+        marks, and its whole-document digest (written by `put`'s script; required for a
+        checkpoint marked saved since `DOCUMENTS_SINCE`). Upstream's registry of write
+        keys (`write_keys_zset`): each member is the key of one of this checkpoint's
+        writes whose task has a digest, scored by its place in its `put_writes` batch
+        (a whole number below the member count), and each marked write is in it. Each
+        write document: exactly upstream's fields, naming this checkpoint, its task and
+        index as its key does, and matching its mark's digest. On a checkpoint older
+        than `DOCUMENTS_SINCE` a write may lack its mark (a kill between upstream's
+        pipeline and the mark) or have a mark `1` (from before write digests); since,
+        `PUT_WRITES` stores each write with its digest mark in one step.
+
+        Raises:
+            ValueError: A field differs (the checkpoint is refused as damaged).
+            _WritesRaced: What a write saved meanwhile can explain; read again.
+        """
+        digests = self._redis_digests
+        if self._documents_since is None:
+            self._documents_since = digests.documents_since(create=False)
+        registry_key = SyncCheckpointKeyRegistry.make_write_keys_zset_key(
+            thread_id, ns, checkpoint_id)
+        stored = digests.stored(thread_id, ns, checkpoint_id, registry_key)
+        doc = stored.document
+        if doc is None:
+            raise _WritesRaced(f"checkpoint {checkpoint_id}: its document vanished while read")
+        if not isinstance(doc, dict) or set(doc) != _DOCUMENT:
+            raise ValueError("its document does not have exactly the fields LangGraph writes")
+        inner = doc["checkpoint"]
+        if not isinstance(inner, dict) or set(inner) != _INNER:
+            raise ValueError("its checkpoint object does not have exactly the fields "
+                             "LangGraph writes")
+        if inner["pending_sends"] != [] or inner["type"] != "json":
+            raise ValueError("its pending_sends or type were never written by this program")
+        if doc["metadata"] != self._dump_metadata(saved.metadata):
+            raise ValueError("its stored metadata text is not what its metadata reads as")
+        if stored.document_digest is not None:
+            if stored_digest(doc) != stored.document_digest:
+                raise ValueError("its document does not match its digest (checkpoint_ts, "
+                                 "run_id or another field was edited)")
+        elif stored.saved and checkpoint_id >= self._documents_since:
+            raise ValueError("it is marked saved but its document digest is missing")
+        if stored.document_digest is not None and not stored.saved:  # one MULTI adds both
+            raise ValueError("it has its document digest but is missing from the thread's "
+                             "set of saved checkpoints")
+        self._check_writes(thread_id, ns, checkpoint_id, stored, digested, registry_key)
+        has_writes = doc["has_writes"]
+        if not isinstance(has_writes, bool):
+            raise ValueError("its has_writes is not a boolean")
+        if (stored.written or stored.registry) and not has_writes:
+            raise _WritesRaced(f"checkpoint {checkpoint_id}: it has saved writes but "
+                               "has_writes is false")
+        if has_writes and not (stored.written or stored.registry or digested - {"", METADATA}):
+            raise ValueError("its has_writes is true but no write of it was ever recorded")
+
+    def _check_writes(self, thread_id: str, ns: str, checkpoint_id: str, stored: Any,
+                      digested: set[str], registry_key: Any) -> None:
+        """The write-key registry and each write document (see `_check_stored`)."""
+        slots: dict[str, tuple[str, int]] = {}
+        for slot in stored.written:
+            task_id, _, idx = slot.rpartition("\0")
+            if not idx.lstrip("-").isdigit():
+                raise ValueError(f"its digest hash marks a write {slot!r} never written here")
+            key = _text(self._make_redis_checkpoint_writes_key_cached(
+                thread_id, ns, checkpoint_id, task_id, int(idx)))
+            slots[key] = (task_id, int(idx))
+        listed = dict(stored.registry)
+        for key, (task_id, idx) in slots.items():
+            if key not in listed:
+                raise ValueError(f"saved write {task_id}/{idx} is missing from "
+                                 f"{_text(registry_key)!r}")
+        docs = self._redis_digests.write_documents(list(listed))
+        for (key, score), doc in zip(listed.items(), docs, strict=True):
+            task_id, idx = slots.get(key) or _write_slot(key)
+            expected = _text(self._make_redis_checkpoint_writes_key_cached(
+                thread_id, ns, checkpoint_id, task_id, idx))
+            if (key != expected or task_id not in digested or score != int(score)
+                    or not 0 <= score < len(listed)):  # its place in its put_writes batch
+                raise ValueError(f"{_text(registry_key)!r} has a member {key!r:.120} that is "
+                                 "not a recorded write of this checkpoint")
+            if not isinstance(doc, dict) or set(doc) != _WRITE:
+                raise ValueError(f"write {key!r:.120} is missing or does not have exactly "
+                                 "the fields LangGraph writes")
+            names = (doc["thread_id"], doc["checkpoint_ns"], doc["checkpoint_id"],
+                     doc["task_id"], doc["idx"])
+            head = expected.split(":", 1)[1].rsplit(":", 2)[0]
+            if (names[3:] != (task_id, idx) or type(names[4]) is not int
+                    or ":".join(map(str, names[:3])) != head):
+                raise ValueError(f"write {key!r:.120} names another checkpoint, task or index")
+            mark = stored.written.get(f"{task_id}\0{idx}")
+            since = checkpoint_id >= (self._documents_since or "~")
+            if mark is None and since:  # PUT_WRITES stores a write and its mark together
+                raise ValueError(f"write {key!r:.120} is stored but not marked saved: its "
+                                 "mark was deleted")
+            if mark == LEGACY_WRITTEN and since:
+                raise ValueError(f"write {key!r:.120} is marked saved without its digest, "
+                                 "which every write since digests were kept has: edited")
+            if mark is not None and mark != LEGACY_WRITTEN and mark != stored_digest(doc):
+                raise ValueError(f"write {key!r:.120} does not match its digest (task_path, "
+                                 "type or another field was edited)")
 
     def _load_checkpoint(self, checkpoint: Any, channel_values: dict[str, Any],
                          pending_sends: Sequence[Any]) -> Checkpoint:
@@ -272,12 +572,35 @@ class CheckedRedisSaver(CheckedSaver, RedisSaver):
         return self.strict.revive(obj)
 
 
+_DOCUMENT = frozenset({"thread_id", "run_id", "checkpoint_ns", "checkpoint_id",
+                       "parent_checkpoint_id", "checkpoint_ts", "checkpoint", "metadata",
+                       "has_writes", "source", "step"})
+"""The fields of upstream's checkpoint document (`RedisSaver.put`)."""
+_INNER = frozenset({"type", "v", "ts", "id", "channel_values", "channel_versions",
+                    "versions_seen", "updated_channels", "pending_sends"})
+"""The fields of the checkpoint object inside it (`_dump_checkpoint`)."""
+_WRITE = frozenset({"thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "task_path",
+                    "idx", "channel", "type", "blob"})
+"""The fields of upstream's write document (`RedisSaver.put_writes`)."""
+
+
+def _write_slot(key: str) -> tuple[str, int]:
+    """`(task_id, idx)` as the end of a write key names them; ("", -1) when it does not."""
+    head, _, idx = key.rpartition(":")
+    task_id = head.rpartition(":")[2]
+    return (task_id, int(idx)) if idx.lstrip("-").isdigit() else ("", -1)
+
+
 class _WritesRaced(Exception):
     """Fewer pending writes were loaded than were saved: damage, or a write saved meanwhile."""
 
 
 _REREADS = 3
 """How often `get_tuple` reads a checkpoint whose saved writes were not all loaded."""
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else str(value)
 
 
 def _refused(config: RunnableConfig | None, exc: Exception) -> CheckpointIntegrityError:

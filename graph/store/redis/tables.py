@@ -2,19 +2,22 @@
 
 The same rows as the SQL tables (`graph.store.sql.attempt_log`, `graph.store.sql.tombstones`), under the
 keys of `graph.store.redis.keys`: a thread's attempt log is a list of JSON objects, appended
-to and never changed; a tombstone is a hash that never expires. Every value is checked
-as it is read, as the SQL tables check theirs (`graph.store.rows`): a row of the wrong
+to and never changed; a tombstone is a hash that never expires. Every write is fenced by
+the thread's writer lease (`graph.store.redis.lua`): a writer that lost it changes nothing.
+Every value is checked as it is read, as the SQL tables check theirs (`graph.store.rows`): a row of the wrong
 type or form is refused as `damaged` (exit 4), never decoded into something else.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from graph.store.redis import keys
+from graph.store.redis import lua as redis_lua
 from graph.store.redis.conn import make_durable, server_errors
 from graph.store.rows import (
     FINAL_STATUSES,
@@ -30,26 +33,42 @@ from graph.store.rows import (
 if TYPE_CHECKING:
     import redis
 
-_ADD_TOMBSTONE = """
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('HSET', KEYS[1], 'final_status', ARGV[1], 'pruned_at', ARGV[2])
-end
-return 1
-"""
-"""KEYS: tombstone. ARGV: final_status, pruned_at. A thread that has one keeps it."""
-
 
 class RedisTable:
-    """What the Redis tables share: the client, messages' location, reading ids and keys.
+    """What the Redis tables share: the client, messages' location, ids, keys, fenced writes.
+
+    Every write of a thread's keys is a script of `graph.store.redis.lua` that checks the
+    writer's lease token against the thread's lock key first (`_fenced`).
 
     Args:
         client: A client of the server (`graph.store.redis.conn.connect`), answering bytes.
         location: The redacted URL, for messages.
+        tokens: The store's fencing hook (`graph.store.base.WriterLocks.fence`): this
+            process's lease token for a thread ('' or None when it holds none); None
+            writes as a writer holding no lease.
     """
 
-    def __init__(self, client: redis.Redis, location: str) -> None:
+    def __init__(self, client: redis.Redis, location: str, *,
+                 tokens: Callable[[str], str | None] | None = None) -> None:
         self._client = client
         self.location = location
+        self._tokens = tokens
+        self._scripts: dict[str, Any] = {}
+
+    def _fenced(self, name: str, thread_id: str, keys_: list[bytes], args: list[Any]) -> list[Any]:
+        """Runs script `name` of `graph.store.redis.lua` with the token as its first argument.
+
+        Raises:
+            BusyError: The thread's lease is another's, or this process lost it (exit 5).
+            RefusedError: `damaged` (exit 4): a key of the wrong type; nothing written.
+        """
+        token = (self._tokens(thread_id) if self._tokens is not None else None) or ""
+        script = self._scripts.get(name)
+        if script is None:
+            script = self._scripts[name] = self._client.register_script(getattr(redis_lua, name))
+        with server_errors(self.location):
+            reply = script(keys=keys_, args=[token, *args])
+        return redis_lua.answer(reply, thread_id, self.location)
 
     def _ids(self, prefix: str) -> Iterator[str]:
         with server_errors(self.location):
@@ -90,16 +109,67 @@ def decoded(table: str, value: bytes) -> str:
         raise damaged(table, "a value holds bytes that are not UTF-8") from None
 
 
-def _log_row(raw: bytes, thread_id: str) -> dict[str, Any]:
+def log_row(thread_id: str, seq: int, attempt: int, kind: str, payload: dict[str, Any],
+            created_at: str) -> bytes:
+    """One attempt-log row as stored: JSON (ASCII: any text, lone surrogates too).
+
+    Besides the row's fields it holds its thread, its place in the list (`seq`, from 0)
+    and a digest of all of them (`_row_digest`): a row edited in any field (its thought,
+    its arguments), copied, or a list that lost rows at its start or middle is refused
+    as it is read (`_log_rows`), where a SQL log has triggers against updates and deletes.
+    """
+    row: dict[str, Any] = {"attempt": attempt, "kind": kind, "payload": payload,
+                           "created_at": created_at, "thread_id": thread_id, "seq": seq}
+    row["digest"] = _row_digest(row)
+    return json.dumps(row).encode()
+
+
+def _row_digest(row: dict[str, Any]) -> str:
+    """SHA-256 of a row's canonical JSON (sorted keys), bar its `digest`."""
+    rest = {k: v for k, v in row.items() if k != "digest"}
+    return hashlib.sha256(json.dumps(rest, sort_keys=True, separators=(",", ":"))
+                          .encode()).hexdigest()
+
+
+def _log_rows(found: list[bytes], thread_id: str) -> list[dict[str, Any]]:
+    """The stored rows of a thread's log, checked (`_log_row`), in their list order.
+
+    Rows from before digests (no `digest` field) may only come first; each digested row
+    must match its digest and sit at its `seq`: a deleted, moved or added row is refused.
+    """
+    rows, digested = [], False
+    for index, raw in enumerate(found):
+        row, seq = _log_row(raw, thread_id)
+        if seq is None and digested:
+            raise damaged("attempt_log", f"thread {thread_id!r}'s log row {index} has no "
+                          "digest after rows that have one: edited")
+        if seq is not None and seq != index:
+            raise damaged("attempt_log", f"thread {thread_id!r}'s log row {index} was stored "
+                          f"as row {seq}: rows were deleted, moved or added")
+        digested = digested or seq is not None
+        rows.append(row)
+    return rows
+
+
+def _log_row(raw: bytes, thread_id: str) -> tuple[dict[str, Any], int | None]:
     """One stored attempt-log row, checked as `graph.store.sql.attempt_log.SqlAttemptLog.rows` checks.
 
     A row names its thread (`thread_id`; rows written before it did lack it): a row
     copied from another thread's log is refused, even where counts and tokens agree.
+    Returns the row's fields and its `seq` (None for a row from before digests).
     """
     try:
         row = json.loads(decoded("attempt_log", raw))
     except ValueError:
         raise damaged("attempt_log", "a row is not JSON") from None
+    seq = None
+    if isinstance(row, dict) and "digest" in row:
+        if (row.get("digest") != _row_digest(row) or not is_int(row.get("seq"))
+                or "thread_id" not in row):
+            raise damaged("attempt_log", f"a row of thread {thread_id!r}'s log does not match "
+                          "its digest: edited")
+        seq = row.pop("seq")
+        row.pop("digest")
     if isinstance(row, dict) and "thread_id" in row:
         if row.pop("thread_id") != thread_id:
             raise damaged("attempt_log", f"a row of thread {thread_id!r}'s log names another "
@@ -113,7 +183,11 @@ def _log_row(raw: bytes, thread_id: str) -> dict[str, Any]:
     tokens = (payload.get("usage") or {}).get("total_tokens")  # summed for the token cap
     if tokens is not None and not is_int(tokens):
         raise damaged("attempt_log", "the recorded token usage is not a whole number")
-    return row
+    return row, seq
+
+
+_APPEND_TRIES = 3
+"""How often `_append_rows` encodes its rows again for a log that grew meanwhile."""
 
 
 class RedisAttemptLog(RedisTable):
@@ -125,28 +199,47 @@ class RedisAttemptLog(RedisTable):
 
     def record(self, thread_id: str, attempt: int, kind: str, payload: dict[str, Any]) -> None:
         """Appends one row (`kind`: `reason` or `tool`)."""
-        self._append(thread_id, attempt, kind, payload,
-                     datetime.now(UTC).isoformat(timespec="seconds"))
+        self._append_rows(thread_id, [(attempt, kind, payload,
+                                       datetime.now(UTC).isoformat(timespec="seconds"))])
         self._durable(f"thread {thread_id!r}: attempt {attempt}'s log row is stored, but")
 
-    def _append(self, thread_id: str, attempt: int, kind: str, payload: dict[str, Any],
-                created_at: str) -> None:
-        row = {"attempt": attempt, "kind": kind, "payload": payload, "created_at": created_at,
-               "thread_id": thread_id}
-        self._call("attempt_log", "rpush", keys.log_key(thread_id),
-                   json.dumps(row).encode())  # ASCII: any text, lone surrogates too
+    def _append_rows(self, thread_id: str, rows: list[tuple[int, str, dict[str, Any], str]]
+                     ) -> None:
+        """Appends `(attempt, kind, payload, created_at)` rows in one fenced script (`APPEND`).
+
+        Each row is stored with its place in the list (`log_row`'s `seq`), which its
+        digest covers. The script pushes the rows only while the list's length is the
+        `seq` they were encoded for, checked in the same step as the lease token; when
+        it is not (a writer holding no lease appended meanwhile) it answers the length
+        and the rows are encoded again for it.
+
+        Raises:
+            BusyError: The thread's lease is another's, or this process lost it (exit 5);
+                or the list kept growing under a writer holding no lease.
+            RefusedError: `damaged` (exit 4): the log is not a list; nothing written.
+        """
+        seq = self._call("attempt_log", "llen", keys.log_key(thread_id))
+        for _ in range(_APPEND_TRIES):
+            encoded = [log_row(thread_id, seq + i, attempt, kind, payload, created_at)
+                       for i, (attempt, kind, payload, created_at) in enumerate(rows)]
+            reply = self._fenced("APPEND", thread_id,
+                                 [keys.log_key(thread_id), keys.lock_key(thread_id)],
+                                 [seq, *encoded])
+            if reply[0] != "moved":
+                return
+            seq = int(reply[1])
+        raise redis_lua.lost_lease(thread_id, self.location)
 
     def import_rows(self, thread_id: str, rows: list[dict[str, Any]]) -> None:
         """Appends rows as `rows` returned them elsewhere, times kept (`graph.copy`)."""
-        for row in rows:
-            self._append(thread_id, row["attempt"], row["kind"], row["payload"],
-                         row["created_at"])
+        if rows:
+            self._append_rows(thread_id, [(row["attempt"], row["kind"], row["payload"],
+                                           row["created_at"]) for row in rows])
         self._durable(f"thread {thread_id!r}: its copied log is stored, but")
 
     def delete_thread(self, thread_id: str) -> None:
         """Deletes the thread's rows (retention)."""
-        with server_errors(self.location):
-            self._client.delete(keys.log_key(thread_id))
+        self._fenced("DELETE", thread_id, [keys.lock_key(thread_id), keys.log_key(thread_id)], [])
 
     def rows(self, thread_id: str) -> list[dict[str, Any]]:
         """The thread's rows, oldest first: `attempt`, `kind`, `payload` (dict), `created_at`.
@@ -157,7 +250,7 @@ class RedisAttemptLog(RedisTable):
                 reply is logged once, in order).
         """
         found: list[bytes] = self._call("attempt_log", "lrange", keys.log_key(thread_id), 0, -1)
-        rows = [_log_row(raw, thread_id) for raw in found]
+        rows = _log_rows(found, thread_id)
         reasons = [r["attempt"] for r in rows if r["kind"] == "reason"]
         if any(later <= earlier for earlier, later in zip(reasons, reasons[1:], strict=False)):
             raise damaged("attempt_log", "its reason rows are not one per attempt, in order: "
@@ -249,10 +342,6 @@ def _tokens(rows: list[dict[str, Any]]) -> int:
 class RedisTombstones(RedisTable):
     """Tombstones of pruned threads: a hash per thread that never expires."""
 
-    def __init__(self, client: redis.Redis, location: str) -> None:
-        super().__init__(client, location)
-        self._add = client.register_script(_ADD_TOMBSTONE)
-
     def get(self, thread_id: str) -> Tombstone | None:
         """The thread's tombstone, or None.
 
@@ -274,9 +363,10 @@ class RedisTombstones(RedisTable):
 
     def add(self, tombstone: Tombstone) -> None:
         """Records a tombstone; a thread that already has one keeps it."""
-        with server_errors(self.location):
-            self._add(keys=[keys.tombstone_key(tombstone.thread_id)],
-                      args=[tombstone.final_status, tombstone.pruned_at])
+        thread_id = tombstone.thread_id
+        self._fenced("ADD_TOMBSTONE", thread_id,
+                     [keys.tombstone_key(thread_id), keys.lock_key(thread_id)],
+                     [tombstone.final_status, tombstone.pruned_at])
         self._durable(f"thread {tombstone.thread_id!r}: its tombstone is stored, but")
 
     def thread_ids(self) -> set[str]:
@@ -285,5 +375,5 @@ class RedisTombstones(RedisTable):
 
     def remove(self, thread_id: str) -> None:
         """Deletes the tombstone (for `--restart-pruned`)."""
-        with server_errors(self.location):
-            self._client.delete(keys.tombstone_key(thread_id))
+        self._fenced("DELETE", thread_id,
+                     [keys.lock_key(thread_id), keys.tombstone_key(thread_id)], [])

@@ -32,20 +32,22 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
-from graph.errors import BusyError
+from graph.errors import BusyError, RefusedError
 from graph.store.ages import parse_age
+from graph.store.checks import pruned_refusal
 from graph.store.redis import keys
-from graph.store.redis.backend import CHECKPOINT_PREFIX, RedisBackend, checkpoint_thread
+from graph.store.redis import lua as redis_lua
+from graph.store.redis.backend import RedisBackend, checkpoint_thread
 from graph.store.redis.conn import server_errors
 from graph.store.redis.tables import decoded
-from graph.store.rows import FINAL_STATUSES, damaged
+from graph.store.rows import FINAL_STATUSES, Tombstone, damaged
 
 if TYPE_CHECKING:
     import redis
 
 __all__ = ["COMPLETED_ENV", "DEFAULT_COMPLETED", "DEFAULT_FAILED", "EXPIRING", "FAILED_ENV", "Mark",
-           "TtlBackend", "checkpoint_keys", "expired", "mark_key", "read_mark", "thread_keys",
-           "ttl_ages"]
+           "TtlBackend", "carries_ttl", "checkpoint_keys", "expired", "keep_alive", "mark_key",
+           "read_mark", "thread_keys", "ttl_ages"]
 
 COMPLETED_ENV = "GRAPH_TTL_COMPLETED"
 """The time-to-live of a `done` thread's keys (default `DEFAULT_COMPLETED`)."""
@@ -55,10 +57,6 @@ DEFAULT_COMPLETED = "24h"
 DEFAULT_FAILED = "7d"
 EXPIRING = f"{keys.PREFIX}expiring:"
 """A hash per finished thread (module doc): `final_status`, `expires_at_ms`, `checkpoints`."""
-
-_LANGGRAPH_KEYS = (("checkpoint_latest:", 1), ("checkpoint_write:", 4), ("write_keys_zset:", 2))
-"""`RedisSaver`'s other key families and how many `:`-separated parts follow the thread id
-(namespace and checkpoint id; namespace; namespace, checkpoint id, task id, index)."""
 
 _EXPIRE = """
 local lock = redis.call('GET', KEYS[2])
@@ -92,6 +90,32 @@ return 1
 """KEYS: mark, lock, tombstone, then the thread's remaining keys. ARGV: final_status,
 pruned_at, lease token. An expired thread's mark becomes an ordinary tombstone."""
 
+_RECOUNT = """
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'checkpoints', ARGV[1]) end
+return 1
+"""
+"""KEYS: mark. ARGV: checkpoints left. A mark deleted meanwhile is not written again."""
+
+_PERSIST = redis_lua.PRELUDE + r"""
+local refused = fenced(KEYS[1], ARGV[1])
+if refused then return refused end
+local at = redis.call('HGET', KEYS[2], 'expires_at_ms')
+if at then
+  local now = redis.call('TIME')
+  local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  if ms >= tonumber(at) or redis.call('EXISTS', KEYS[3]) == 0 then return {'pruned'} end
+end
+for i = 3, #KEYS do redis.call('PERSIST', KEYS[i]) end
+redis.call('DEL', KEYS[2])
+return {'ok'}
+"""
+"""KEYS: the thread's lock, mark, ledger, then every other key of the thread. ARGV: the
+writer's lease token. Fenced as every write of a thread (`graph.store.redis.lua`): a
+writer that lost its lease answers `busy` and leaves a finished thread's TTL and mark
+alone. Refuses (`pruned`) a thread whose mark's expiry time has passed or whose ledger
+hash is gone: some of its keys may have expired already; else every key loses its TTL
+and the mark is deleted, at once."""
+
 
 def mark_key(thread_id: str) -> bytes:
     """The thread's expiry mark."""
@@ -110,24 +134,14 @@ def ttl_ages(environ: Mapping[str, str] | None = None) -> dict[str, timedelta]:
     return {"done": completed, "exhausted": failed, "cancelled": failed}
 
 
-def _scan(client: redis.Redis, match: str) -> list[bytes]:
-    return list(client.scan_iter(match=match.encode("utf-8", "surrogateescape"), count=1000))
-
-
 def checkpoint_keys(client: redis.Redis, thread_id: str) -> list[bytes]:
     """The thread's `checkpoint:` keys (one per checkpoint), found by `SCAN`."""
-    found = _scan(client, f"{CHECKPOINT_PREFIX}{keys.glob_escape(thread_id)}:*")
-    return [key for key in found if checkpoint_thread(key) == thread_id]
+    return [key for key in keys.langgraph_keys(client, thread_id) if checkpoint_thread(key) == thread_id]
 
 
 def thread_keys(client: redis.Redis, thread_id: str) -> list[bytes]:
     """Every key of the thread but its ledger hash, lock and mark (module doc), found now."""
-    found = checkpoint_keys(client, thread_id)
-    for prefix, parts in _LANGGRAPH_KEYS:
-        for key in _scan(client, f"{prefix}{keys.glob_escape(thread_id)}:*"):
-            rest = key.decode("utf-8", "surrogateescape")[len(prefix):].rsplit(":", parts)
-            if len(rest) == parts + 1 and rest[0] == thread_id:
-                found.append(key)
+    found = keys.langgraph_keys(client, thread_id)
     digests = keys.digests_key(thread_id)
     found += sorted(cast("set[bytes]", client.smembers(digests)))
     return [*found, digests, keys.saved_key(thread_id), keys.log_key(thread_id),
@@ -159,21 +173,22 @@ def read_mark(client: redis.Redis, thread_id: str) -> Mark | None:
     """
     import redis as redis_lib  # noqa: PLC0415 - the redis extra: imported only where a Redis store is used
 
+    key = mark_key(thread_id)
     try:
-        raw = cast("dict[bytes, bytes]", client.hgetall(mark_key(thread_id)))
+        raw = cast("dict[bytes, bytes]", client.hgetall(key))
     except redis_lib.ResponseError as exc:
         if "WRONGTYPE" not in str(exc):
             raise
-        raise damaged("thread_tombstones", f"thread {thread_id!r} has an expiry mark of the "
-                      "wrong type") from None
+        raise damaged("thread_tombstones", f"thread {thread_id!r}: its expiry mark {key!r} is "
+                      "not a hash") from None
     if not raw:
         return None
     fields = {decoded("thread_tombstones", k): decoded("thread_tombstones", v) for k, v in raw.items()}
     numbers = (fields.get("expires_at_ms", ""), fields.get("checkpoints", ""))
     if (set(fields) != _FIELDS or fields["final_status"] not in FINAL_STATUSES
             or not all(n.isascii() and n.isdigit() and len(n) <= 15 for n in numbers)):
-        raise damaged("thread_tombstones", f"thread {thread_id!r} has an expiry mark of the "
-                      "wrong form")
+        raise damaged("thread_tombstones", f"thread {thread_id!r}: its expiry mark {key!r} "
+                      "has the wrong form")
     return Mark(fields["final_status"], int(numbers[0]), int(numbers[1]))
 
 
@@ -198,6 +213,49 @@ def expired(client: redis.Redis, thread_id: str, mark: Mark,
     return left < mark.checkpoints
 
 
+def carries_ttl(client: Any, thread_id: str) -> bool:
+    """True when the thread has an expiry mark or its ledger hash has a TTL (two reads)."""
+    with client.pipeline(transaction=False) as pipe:
+        pipe.exists(mark_key(thread_id))
+        pipe.pttl(keys.ledger_key(thread_id))
+        marked, ledger_ttl = pipe.execute()
+    return bool(marked) or int(ledger_ttl) >= 0
+
+
+def keep_alive(client: Any, thread_id: str, token: str) -> bool:
+    """Takes the TTL off every key of a thread that can continue, and deletes its mark.
+
+    Called before a thread that carries a TTL (`carries_ttl`) gets a new checkpoint (a
+    fork, `update_state`: `graph.store.redis.exact.ExactRedisSaver.put`) or counts an
+    attempt (`graph.store.redis.expiring.ExpiringLedger.count`): either way it can
+    continue, and such a thread never expires (INVARIANTS I10). When the step leaves it
+    finished again, `TtlBackend.expire_finished` gives it a new TTL. One script: every
+    key found now (`thread_keys`) is made persistent and the mark deleted together,
+    only while `token` (the writer's lease token, '' for none) is still current.
+
+    Returns:
+        False when nothing carried a TTL (nothing written), True when keys were kept.
+
+    Raises:
+        RefusedError: `pruned` (exit 4) when the thread's expiry time has passed or its
+            ledger hash is gone: some keys may have expired, so it is never continued;
+            nothing is written. `damaged` for a mark of the wrong form.
+        BusyError: The thread's lease is another's, or this writer lost it (exit 5);
+            nothing is written.
+    """
+    if not carries_ttl(client, thread_id):
+        return False
+    mark = read_mark(client, thread_id)
+    found = thread_keys(client, thread_id)
+    reply = client.register_script(_PERSIST)(
+        keys=[keys.lock_key(thread_id), mark_key(thread_id), keys.ledger_key(thread_id), *found],
+        args=[token])
+    if redis_lua.answer(reply, thread_id, None)[0] == "pruned":
+        final = mark or Mark("done", 0, 0)
+        raise pruned_refusal(Tombstone(thread_id, final.final_status, final.pruned_at))
+    return True
+
+
 class TtlBackend(RedisBackend):
     """`RedisBackend` with retention by TTL (module doc).
 
@@ -215,6 +273,7 @@ class TtlBackend(RedisBackend):
         self._hold = hold
         self._expire = self._client.register_script(_EXPIRE)
         self._settle = self._client.register_script(_SETTLE)
+        self._recount = self._client.register_script(_RECOUNT)
 
     def expire_finished(self, thread_id: str, status: str) -> None:
         """Gives every key of the finished thread its TTL and writes its mark, on disk.
@@ -240,12 +299,34 @@ class TtlBackend(RedisBackend):
                             thread_id=thread_id, location=self.location)
         self._ledger.make_durable(f"thread {thread_id!r} has its TTL, but")
 
+    def carries_ttl(self, thread_id: str) -> bool:
+        """True when the thread has an expiry mark or its ledger hash a TTL (`carries_ttl`)."""
+        with server_errors(self.location):
+            return carries_ttl(self._client, thread_id)
+
+    def trim(self, thread_id: str, keep: int | None) -> int:
+        """`RedisBackend.trim`; a marked thread's mark then counts the checkpoints left.
+
+        Without the recount, a finished thread trimmed by `graph.prune` would have fewer
+        checkpoints than its mark counted and read as expired (`expired`) long before
+        its expiry time.
+        """
+        deleted = super().trim(thread_id, keep)
+        if deleted:
+            with server_errors(self.location):
+                left = len(checkpoint_keys(self._client, thread_id))
+                self._recount(keys=[mark_key(thread_id)], args=[left])
+        return deleted
+
     def buried_with_checkpoints(self) -> set[str]:
         """Tombstoned threads with checkpoints, and the expired ones settled now.
 
         Each expired thread's mark (`expired`) becomes an ordinary
         tombstone and its remaining keys are deleted, holding its lock (a busy one is left
-        for the next prune). `graph.store.base.Store.sweep_buried` is the caller.
+        for the next prune). A thread whose mark is damaged is left as it is, as
+        `graph.threads.retention.select` leaves an unreadable thread: reading it refuses it
+        (exit 4, naming the mark's key), and `prune --dry-run` and `prune` both keep it
+        and do the rest. `graph.store.base.Store.sweep_buried` is the caller.
         """
         with server_errors(self.location):
             marked = [keys.suffix(key, EXPIRING)
@@ -254,7 +335,10 @@ class TtlBackend(RedisBackend):
         for thread_id in marked:
             try:
                 with self._hold(thread_id), server_errors(self.location):
-                    mark = read_mark(self._client, thread_id)
+                    try:
+                        mark = read_mark(self._client, thread_id)
+                    except RefusedError:
+                        continue  # damaged: kept, and refused per thread (`read_mark`)
                     if mark is None or not expired(self._client, thread_id, mark):
                         continue
                     self._settle(keys=[mark_key(thread_id), keys.lock_key(thread_id),

@@ -8,6 +8,7 @@ database's size.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from graph.store.base import Approvals, AttemptLog, Ledger, Summaries, Tombstones
@@ -26,12 +27,15 @@ class SqlBackend:
         sql: The autocommit connection of our tables (on SQLite also the checkpointer's).
         checkpointer: LangGraph's saver on the same database.
         ledger, log, tombstones, approvals, summaries: The store's tables, on `sql`.
+        fence: The store's fencing hook (`graph.store.base.WriterLocks.fence`), which a
+            window's trim passes first; None for a backend used on its own.
     """
 
     def __init__(self, sql: Sql, checkpointer: Any, *, ledger: Ledger, log: AttemptLog,
                  tombstones: Tombstones, approvals: Approvals,
-                 summaries: Summaries | None) -> None:
+                 summaries: Summaries | None, fence: Callable[[str], str] | None = None) -> None:
         self.sql = sql
+        self._fence = fence
         self._checkpointer = checkpointer
         self._ledger, self._log, self._tombstones = ledger, log, tombstones
         self._approvals, self._summaries = approvals, summaries
@@ -79,11 +83,15 @@ class SqlBackend:
         self._checkpointer.delete_thread(thread_id)
 
     def trim(self, thread_id: str, keep: int | None) -> int:
-        """`graph.store.sql.window.trim` on this connection."""
-        return trim(self.sql, self._checkpointer, thread_id, keep)
+        """`graph.store.sql.window.trim` on this connection, fenced."""
+        return trim(self.sql, self._checkpointer, thread_id, keep, self._fence)
 
     def expire_finished(self, thread_id: str, status: str) -> None:
         """Nothing: SQL databases keep finished threads until `graph.prune` deletes them."""
+
+    def carries_ttl(self, thread_id: str) -> bool:
+        """False: rows never expire."""
+        return False
 
     def buried_with_checkpoints(self) -> set[str]:
         """Tombstoned thread ids that still have checkpoints."""

@@ -46,6 +46,6 @@ def sql_store(location: str, checkpointer: BaseCheckpointSaver[str], sql: Sql, *
     if fenced is not None:
         fenced(fence)
     backend = SqlBackend(sql, checkpointer, ledger=ledger, log=log, tombstones=tombstones,
-                         approvals=approvals, summaries=kept)
+                         approvals=approvals, summaries=kept, fence=fence)
     return Store(location, checkpointer, backend, ledger, log, tombstones, approvals, locks,
                  conns, kept, keeps_pool=keeps_pool)

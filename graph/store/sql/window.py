@@ -40,6 +40,7 @@ Only the root namespace (`checkpoint_ns = ''`) is trimmed: the graph has no subg
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from graph.store.sql.conn import PostgresSql, Sql
@@ -89,7 +90,8 @@ def execute(sql: Sql, statement: str, params: tuple[Any, ...]) -> int:
     return sql.run(statement, params).rowcount
 
 
-def trim(sql: Sql, checkpointer: Any, thread_id: str, keep: int | None) -> int:
+def trim(sql: Sql, checkpointer: Any, thread_id: str, keep: int | None,
+         fence: Callable[[str], str] | None = None) -> int:
     """Deletes the thread's checkpoints older than its latest `keep` (see module doc).
 
     Call it holding the thread's writer lock, after a step.
@@ -99,12 +101,20 @@ def trim(sql: Sql, checkpointer: Any, thread_id: str, keep: int | None) -> int:
         checkpointer: The store's LangGraph saver (its `prune`, where it has one).
         thread_id: The thread.
         keep: How many latest checkpoints stay (at least 1); None keeps all.
+        fence: The store's fencing hook (`graph.store.base.WriterLocks.fence`), called
+            before anything is deleted; None for a trim on its own (tests).
 
     Returns:
         How many checkpoints were deleted.
+
+    Raises:
+        BusyError: `fence` refused: another process holds the thread (exit 5); nothing
+            was deleted.
     """
     if keep is None:
         return 0
+    if fence is not None:
+        fence(thread_id)
     if keep < 1:
         raise ValueError(f"a checkpoint window keeps at least 1, not {keep}")
     postgres = isinstance(sql, PostgresSql)
@@ -130,7 +140,8 @@ def trim_in_transaction(sql: Sql, thread_id: str, keep: int) -> int:
     """Deletes the thread's checkpoints older than its latest `keep`, in the open transaction.
 
     For SQLite, where a checkpoint's `put` runs in a transaction on the same connection
-    (see module doc): the caller holds that transaction open and commits it. Pending
+    (see module doc): the caller holds that transaction open and commits it, and has
+    passed the fencing hook already (`graph.store.saver.CheckedSaver.put`, `put_writes`). Pending
     writes and digests older than the window go too, even when no checkpoint does (a
     late write for a checkpoint already trimmed).
 

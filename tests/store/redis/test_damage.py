@@ -29,7 +29,7 @@ import pytest
 from graph.store.redis import keys
 from tests.conftest import run_cli
 from tests.fake_mandapi import FakeMandApi
-from tests.redis_server import RedisServer, start_server
+from tests.redis_server import RedisServer
 from tests.step.test_approvals import Writer
 
 TASK = "How long does shipping take at the demo shop?"
@@ -54,16 +54,9 @@ class Case:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    try:
-        import redis  # noqa: F401
-    except ImportError:
-        pytest.skip("the redis extra is not installed")
-    found = start_server(tmp_path_factory.mktemp("redis"))
-    try:
-        yield found
-    finally:
-        found.stop()
+def server(module_redis_server: RedisServer) -> RedisServer:
+    """This module's own server (`tests.redis_server.module_redis_server`)."""
+    return module_redis_server
 
 
 @pytest.fixture(scope="module")

@@ -153,17 +153,20 @@ def test_a_constructor_envelope_in_a_stored_value_is_never_revived(saver: Any, r
     assert refused.value.error_code == ErrorCode.DAMAGED
 
 
-def test_a_put_killed_after_its_digest_leaves_the_thread_resumable(
+def test_a_put_killed_before_its_script_ran_leaves_the_thread_resumable(
         saver: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from langgraph.checkpoint.redis import RedisSaver
+    from graph.store.redis.saver import CheckedRedisSaver
 
     thread = _Thread(saver)
     thread.step(first=True)
+    script = CheckedRedisSaver._script
 
-    def killed(*args: Any, **kwargs: Any) -> Any:
-        raise SystemExit("killed inside put, after the digest was recorded")
+    def killed(self: Any, name: str, *args: Any) -> Any:
+        if name == "PUT":  # the document, digests and saved mark are one script: all or none
+            raise SystemExit("killed inside put, before its script ran")
+        return script(self, name, *args)
 
-    monkeypatch.setattr(RedisSaver, "put", killed)
+    monkeypatch.setattr(CheckedRedisSaver, "_script", killed)
     with pytest.raises(SystemExit):
         thread.step(first=False)
     monkeypatch.undo()

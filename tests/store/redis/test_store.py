@@ -259,7 +259,8 @@ def test_steps_at_once_in_one_worker_on_a_fresh_database_all_succeed(
 def test_a_redis_server_lost_mid_step_exits_6_not_as_a_bug(
         redis_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     import redis
-    from langgraph.checkpoint.redis import RedisSaver
+
+    from graph.store.redis.saver import CheckedRedisSaver
 
     thread_id = _thread()
     assert _run(capsys, "--db", redis_url, "--thread", thread_id, "--task", TASK, "--once")[0] == 0
@@ -267,6 +268,6 @@ def test_a_redis_server_lost_mid_step_exits_6_not_as_a_bug(
     def lost(*_args: Any, **_kwargs: Any) -> None:
         raise redis.ConnectionError("Connection closed by server.")
 
-    monkeypatch.setattr(RedisSaver, "put", lost)
+    monkeypatch.setattr(CheckedRedisSaver, "put", lost)
     code, out = _run(capsys, "--db", redis_url, "--thread", thread_id, "--once")
     assert code == 6 and out["error_code"] == "db_lost"

@@ -11,6 +11,7 @@ field) and a server whose append-only file is turned off behind the program's ba
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -107,6 +108,26 @@ def test_used_tokens_refuses_a_usage_that_is_not_a_whole_number(client: Any, red
     log.record(thread_id, 3, "reason", {**payload, "usage": {"total_tokens": 1.5}})
     with pytest.raises(RefusedError):
         log.used_tokens(thread_id)
+
+
+def test_a_log_row_holds_the_place_it_was_pushed_at_when_the_log_grew_after_its_read(
+        client: Any, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`APPEND` pushes only at the `seq` the rows were encoded for (the row digest covers
+    it): a log that grew between the length read and the push answers `moved`, and the
+    rows are encoded again for its length, never stored out of place."""
+    from graph.store.redis.tables import RedisAttemptLog
+
+    log, thread_id = RedisAttemptLog(client, redis_url), f"rl-{uuid.uuid4().hex}"
+    payload = {"outcome": "answer", "tool_calls": [], "usage": {"total_tokens": 10}}
+    log.record(thread_id, 1, "reason", payload)
+    log.record(thread_id, 2, "reason", payload)
+    real = log._call
+    monkeypatch.setattr(log, "_call", lambda table, method, *args: 0 if method == "llen"
+                        else real(table, method, *args))  # a length read before two pushes
+    log.record(thread_id, 3, "reason", payload)
+    assert [row["attempt"] for row in log.rows(thread_id)] == [1, 2, 3]
+    stored = client.lrange(redis_keys.log_key(thread_id), 0, -1)
+    assert [json.loads(raw)["seq"] for raw in stored] == [0, 1, 2]
 
 
 def test_a_log_row_or_decision_that_cannot_be_fsynced_is_an_error(tmp_path: Any) -> None:

@@ -1,0 +1,269 @@
+"""On Redis a thread's TTL follows its state (`graph.store.redis.ttl`, INVARIANTS I10).
+
+After run, fork, `update_state`, cancel, approve, copy and prune, every key a thread owns
+carries the TTL its current state calls for: a finished thread with nothing pending has
+one on every key and an expiry mark; a thread that can continue has none and no mark. A
+fork of a finished thread once kept the finished thread's TTL and mark, so a thread that
+could continue expired. A fork whose keys may have partly expired is refused as
+`pruned`; a database stored by such a version is reported by `verify` and repaired by
+the thread's next step before it counts. A damaged expiry mark is refused for its own
+thread, naming its key; `prune --dry-run` and `prune` agree on it and do the rest.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from graph.api import open_database
+from graph.checkpoints.load import graph_of, load_thread
+from graph.copy import main as copy_main
+from graph.errors import BusyError, RefusedError
+from graph.prune import main as prune_main
+from graph.run import main as run_main
+from graph.store import open_store
+from graph.store.redis import keys as redis_keys
+from graph.store.redis.ttl import COMPLETED_ENV, FAILED_ENV, keep_alive, mark_key, thread_keys
+from graph.verify import main as verify_main
+from tests.conftest import run_cli
+from tests.step.test_approvals import Writer
+from tests.store.redis import test_ttl
+
+pytestmark = pytest.mark.redis
+
+own = test_ttl.own
+"""A server of the test's own (prune and verify read every thread) and a client of it."""
+
+TASK = "Find the capital of France"
+WRITE_TASK = "Write the shipping summary to report.md and log it."
+
+
+@pytest.fixture(autouse=True)
+def _default_ages(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(COMPLETED_ENV, raising=False)
+    monkeypatch.delenv(FAILED_ENV, raising=False)
+
+
+def _run(capsys: pytest.CaptureFixture[str], db: str, thread_id: str,
+         *extra: str) -> tuple[int, dict[str, Any]]:
+    capsys.readouterr()
+    code = run_main(["--db", db, f"--thread={thread_id}", "--once", *extra, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def _to_done(capsys: pytest.CaptureFixture[str], db: str, thread_id: str, *extra: str) -> None:
+    code, out = _run(capsys, db, thread_id, "--task", TASK, *extra)
+    while code == 0 and out["status"] == "ready":
+        code, out = _run(capsys, db, thread_id)
+    assert (code, out["status"]) == (0, "done"), out
+
+
+def _ttls(client: Any, thread_id: str) -> dict[bytes, int]:
+    """Every key the thread owns (`thread_keys`, its ledger hash) that exists, and its PTTL."""
+    found = [*thread_keys(client, thread_id), redis_keys.ledger_key(thread_id)]
+    return {key: client.pttl(key) for key in found if client.exists(key)}
+
+
+def _can_continue(db: str, thread_id: str) -> bool:
+    with open_store(db, create=False, read_only=True) as store:
+        loaded = load_thread(graph_of(store), thread_id, store.location)
+    assert loaded is not None
+    return (loaded.values["progress"]["status"] not in ("done", "exhausted", "cancelled")
+            or bool(loaded.snapshot.next or loaded.snapshot.tasks))
+
+
+def _assert_ttl_follows_state(db: str, client: Any, thread_id: str) -> bool:
+    """Asserts the thread's TTLs and mark are what its state calls for; returns whether it
+    can continue."""
+    ttls = _ttls(client, thread_id)
+    assert ttls, "the thread has keys"
+    if _can_continue(db, thread_id):
+        assert all(ttl == -1 for ttl in ttls.values()), ttls
+        assert not client.exists(mark_key(thread_id))
+        return True
+    assert all(ttl > 0 for ttl in ttls.values()), ttls
+    assert client.exists(mark_key(thread_id))
+    return False
+
+
+def _before(database: Any, thread_id: str, node: str) -> dict[str, Any]:
+    """The config of the thread's latest checkpoint whose next step is `node` (a fork's start)."""
+    config = {"configurable": {"thread_id": thread_id}}
+    return next(s for s in database.graph.get_state_history(config) if s.next == (node,)).config
+
+
+def _fork_by_update_state(db: str, thread_id: str) -> None:
+    """`update_state` on the checkpoint before the thread's last `budget` step: a fork."""
+    with open_database(db) as database:
+        database.graph.update_state(_before(database, thread_id, "budget"), {"messages": []})
+
+
+def test_run_gives_a_done_thread_a_ttl_and_a_ready_one_none(
+        own: tuple[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    db, client = own
+    _run(capsys, db, "ready", "--task", TASK)
+    assert _assert_ttl_follows_state(db, client, "ready")
+    _to_done(capsys, db, "done")
+    assert not _assert_ttl_follows_state(db, client, "done")
+
+
+def test_a_writer_without_the_lease_leaves_a_finished_threads_ttl_and_mark(
+        own: tuple[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    """`keep_alive` is fenced as every write: a stale writer (its token no longer the
+    lock's) or one holding no lease while another does changes nothing, exit 5. Unfenced,
+    a paused writer's put took a finished thread's TTL off before its script was refused."""
+    db, client = own
+    _to_done(capsys, db, "kept")
+    before = (_ttls(client, "kept"), client.hgetall(mark_key("kept")))
+    assert before[1]
+    for holder, token in ((None, "a-lost-token"), (b"another-writer", ""),
+                          (b"another-writer", "a-lost-token")):
+        if holder is not None:
+            client.set(redis_keys.lock_key("kept"), holder, px=60_000)
+        with pytest.raises(BusyError):
+            keep_alive(client, "kept", token)
+        client.delete(redis_keys.lock_key("kept"))
+        assert client.hgetall(mark_key("kept")) == before[1]
+        assert set(_ttls(client, "kept")) == set(before[0])
+        assert all(ttl > 0 for ttl in _ttls(client, "kept").values())
+    assert keep_alive(client, "kept", "")  # nobody holds it: a writer without a lease may
+    assert not client.exists(mark_key("kept"))
+    assert all(ttl == -1 for ttl in _ttls(client, "kept").values())
+
+
+def test_update_state_fork_of_a_done_thread_loses_its_ttl_and_mark_then_regains_them(
+        own: tuple[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    db, client = own
+    _to_done(capsys, db, "fork")
+    _fork_by_update_state(db, "fork")
+    assert _assert_ttl_follows_state(db, client, "fork")  # it can continue: nothing expires
+    code, out = _run(capsys, db, "fork")
+    while code == 0 and out["status"] == "ready":
+        code, out = _run(capsys, db, "fork")
+    assert (code, out["status"]) == (0, "done"), out
+    assert not _assert_ttl_follows_state(db, client, "fork")
+
+
+def test_time_travel_fork_of_a_done_thread_keeps_every_key(
+        own: tuple[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    db, client = own
+    _to_done(capsys, db, "travel")
+    with open_database(db) as database:
+        start = _before(database, "travel", "reason")
+        with database.invocation("travel") as context:
+            database.graph.invoke(None, start, context=context, durability="sync",
+                                  interrupt_after=["reason"])
+    assert _assert_ttl_follows_state(db, client, "travel")
+
+
+def test_a_fork_whose_keys_partly_expired_is_refused_as_pruned(
+        own: tuple[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    db, client = own
+    _to_done(capsys, db, "gone")
+    with open_database(db) as database:
+        start = _before(database, "gone", "budget")
+        client.pexpireat(redis_keys.log_key("gone"), 1)  # one key expired, the rest not yet
+        client.pexpireat(redis_keys.ledger_key("gone"), 1)
+        before = {key: client.dump(key) for key in client.scan_iter(count=1000)}
+        with pytest.raises(RefusedError) as refused:
+            database.graph.update_state(start, {"messages": []})
+    assert refused.value.error_code == "pruned"
+    assert {key: client.dump(key) for key in client.scan_iter(count=1000)} == before
+    code, out = _run(capsys, db, "gone")
+    assert (code, out["error_code"]) == (4, "pruned")
+
+
+def test_cancel_gives_every_key_the_failed_ttl(
+        own: tuple[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    db, client = own
+    _run(capsys, db, "cancel", "--task", TASK)
+    code, out = _run(capsys, db, "cancel", "--cancel")
+    assert (code, out["status"]) == (0, "cancelled")
+    assert not _assert_ttl_follows_state(db, client, "cancel")
+
+
+def test_a_thread_awaiting_approval_and_approved_has_no_ttl(
+        own: tuple[str, Any], tmp_path: Path) -> None:
+    db, client = own
+    model = Writer()
+    for argv in (["--task", WRITE_TASK, "--allow-writes", str(tmp_path)], [], ["--approve", "w1"],
+                 ["--approve", "w2"]):
+        out = run_cli(["--thread=approve", "--once", "--db", db, *argv],
+                      model_factory=lambda m, s: model)
+        assert out["exit_code"] in (0, 7), out  # 7: awaiting approval
+        assert _assert_ttl_follows_state(db, client, "approve") == (out["status"] != "done")
+
+
+def test_copy_gives_a_finished_thread_its_ttl_and_a_ready_one_none(
+        own: tuple[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db, client = own
+    src = str(tmp_path / "src.sqlite")
+    _to_done(capsys, src, "copied-done")
+    _run(capsys, src, "copied-ready", "--task", TASK)
+    assert copy_main(["--from", src, "--to", db]) == 0
+    assert not _assert_ttl_follows_state(db, client, "copied-done")
+    assert _assert_ttl_follows_state(db, client, "copied-ready")
+
+
+def test_prune_trims_a_marked_thread_without_making_it_expire_early(
+        own: tuple[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    db, client = own
+    _to_done(capsys, db, "window", "--keep-checkpoints", "all")
+    ready = "other"
+    _run(capsys, db, ready, "--task", TASK)
+    with open_store(db, create=False) as store, store.locks.hold("window"):
+        assert store.trim("window", 1) > 0  # as prune's trim_windows does, holding the lock
+    assert prune_main(["--db", db, "--json"]) == 0
+    code, out = _run(capsys, db, "window")
+    assert (code, out["status"]) == (0, "done"), out  # whole, not refused as pruned
+    assert not _assert_ttl_follows_state(db, client, "window")
+    assert _assert_ttl_follows_state(db, client, ready)
+
+
+def test_verify_reports_a_continuable_thread_with_a_ttl_and_its_next_step_repairs_it(
+        own: tuple[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    db, client = own
+    _run(capsys, db, "old", "--task", TASK)
+    found = _ttls(client, "old")
+    for key in found:  # as a version that let a fork keep its finished thread's TTL left it
+        client.pexpire(key, 86_400_000)
+    client.hset(mark_key("old"), mapping={"final_status": "done",
+                                          "expires_at_ms": str(2**42), "checkpoints": "1"})
+    capsys.readouterr()
+    assert verify_main(["--db", db, "--json"]) == 4
+    assert "can continue but its keys carry a time-to-live" in capsys.readouterr().out
+    code, out = _run(capsys, db, "old")
+    assert (code, out["attempts"]) == (0, 2), out
+    assert _assert_ttl_follows_state(db, client, "old") == (out["status"] == "ready")
+    capsys.readouterr()
+    assert verify_main(["--db", db, "--json"]) == 0
+
+
+@pytest.mark.parametrize("damage", [
+    lambda c, k: c.hset(k, "expires_at_ms", "soon"),
+    lambda c, k: (c.delete(k), c.set(k, "x")),
+    lambda c, k: c.hset(k, "extra", "1"),
+], ids=["field", "type", "extra-field"])
+def test_a_damaged_expiry_mark_is_refused_for_its_thread_and_prune_agrees_with_its_dry_run(
+        own: tuple[str, Any], capsys: pytest.CaptureFixture[str], damage: Any) -> None:
+    db, client = own
+    _to_done(capsys, db, "hurt")
+    _to_done(capsys, db, "fine")
+    damage(client, mark_key("hurt"))
+    for read in (run_main, verify_main):  # history shows what is stored, mark or not
+        capsys.readouterr()
+        argv = ["--db", db, "--json"] + (["--thread=hurt"] if read is not verify_main else [])
+        code = read(argv)
+        out = capsys.readouterr().out
+        assert code == 4 and "mandapi-resume:expiring:hurt" in out, (read, code, out)
+    ages = ["--completed", "0s", "--json"]
+    assert prune_main(["--db", db, "--dry-run", *ages]) == 0
+    dry = json.loads(capsys.readouterr().out)
+    assert prune_main(["--db", db, *ages]) == 0
+    done = json.loads(capsys.readouterr().out)
+    assert [c["thread_id"] for c in dry["would_prune"]] == done["pruned"] == ["fine"]
+    assert dry["skipped"] == done["skipped"] and "hurt" in " ".join(done["skipped"])
+    assert client.exists(redis_keys.ledger_key("hurt"))  # the damaged thread is kept as it is
