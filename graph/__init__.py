@@ -18,9 +18,12 @@ The folders are layers, read top down; a module imports only from layers below i
   checked once), `errors` (exit codes, error codes), `text`, `outcome`.
 
 Where an attempt gets counted, and where a second writer could be stopped (the promises
-are INVARIANTS I1, I2, I8 in `INVARIANTS.md` at the repository's root). To check this
-answer in the code, open these five files: this one, `nodes/budget.py`, `nodes/reason.py`,
-`graph/store/sql/ledger.py` and `graph/store/sqlite/ledger.py`.
+are INVARIANTS I1, I2, I8 in `INVARIANTS.md` at the repository's root). To check it in
+the code for the default backend (SQLite): the count and the claim in `nodes/budget.py`,
+`nodes/reason.py`, `graph/store/sql/ledger.py` and `graph/store/sqlite/ledger.py` (the
+durability wait); the second writer in `graph/step/advance.py` (the hold),
+`graph/store/sqlite/locks.py` (the lock and `fence`) and `graph/store/sql/build.py`
+(where `fence` is handed to every table and the saver).
 
 1. One step holds the thread's writer lock throughout: `graph.step.advance.advance` runs
    inside `store.locks.hold(thread_id)` (`graph.store.base.WriterLocks.hold`). A second
@@ -53,10 +56,15 @@ answer in the code, open these five files: this one, `nodes/budget.py`, `nodes/r
    `delete` (each starts with `self._fence` in `graph/store/sql/ledger.py`); the attempt
    log, decisions, tombstones and summaries (`graph.store.sql.attempt_log`, `approvals`,
    `tombstones`, `summaries`); LangGraph's `put` and `put_writes`
-   (`graph.store.saver.CheckedSaver`). On Redis the hook hands the write its lease token
-   and the write's Lua script checks it on the server. Not behind the hook yet (done
-   under the lock of step 1; issue 28): checkpoint-window trims and thread deletion,
-   and on Redis the attempt log, decisions and tombstones (`graph.store.base` lists them).
+   (`graph.store.saver.CheckedSaver`), `delete_thread` and the checkpoint window's trims
+   (`graph.store.sql.window`). The hook reaches every table and the saver in one place
+   per backend: `graph.store.sql.build.sql_store` (SQLite, PostgreSQL) and
+   `graph.store.redis.open` hand each `locks.fence`. On Redis the hook hands the write
+   its lease token and every write of a thread is one Lua script that checks it on the
+   server in the same step (`graph.store.redis.lua`), so a writer paused past its lease
+   changes nothing and exits 5. A save LangGraph runs in the background and whose error
+   it drops (after an `interrupt_after` node) is raised by the step afterwards
+   (`graph.store.base.Store.raise_failed_write`).
 
 Nothing is compiled or opened at import time: `graph.agent.build_graph` compiles the
 graph for a given checkpointer, and `graph.store.open_store` opens a database.
