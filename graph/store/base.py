@@ -495,6 +495,10 @@ class Store:
         """Gives a finished thread's keys their TTL (Redis: `graph.store.redis.ttl`); else nothing."""
         self.backend.expire_finished(thread_id, status)
 
+    def carries_ttl(self, thread_id: str) -> bool:
+        """True when the thread's keys carry a time-to-live or an expiry mark (Redis only)."""
+        return self.backend.carries_ttl(thread_id)
+
     def used_bytes(self) -> int:
         """Bytes the database uses (0 where this is not known)."""
         return self.backend.used_bytes()

@@ -64,7 +64,7 @@ def copy_threads(src: Store, dst: Store, thread_ids: list[str] | None = None) ->
         dst.import_thread(src.export_thread(thread_id))
         if thread_id in finished:  # its TTL on Redis, counted from the copy (`graph.store.redis.ttl`)
             with dst.locks.hold(thread_id):
-                dst.backend.expire_finished(thread_id, finished[thread_id])
+                dst.expire_finished(thread_id, finished[thread_id])
     return ids
 
 

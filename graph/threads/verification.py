@@ -67,7 +67,7 @@ def check_database(db: str, name: str = "--db") -> VerifyReport:
             try:  # a tombstone graph.run would refuse to read is a problem
                 tombstone = store.tombstones.get(thread_id)
                 loaded = check_stored_thread(store, graph_of(store), thread_id)
-                if loaded is not None and not loaded.finished and store.backend.carries_ttl(
+                if loaded is not None and not loaded.finished and store.carries_ttl(
                         thread_id):
                     report.problems.append(
                         f"thread {thread_id!r} can continue but its keys carry a time-to-live "
