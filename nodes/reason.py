@@ -9,7 +9,7 @@ budget node (INVARIANTS I1, I3). A failed request is recorded and not retried.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from langgraph.runtime import Runtime
@@ -30,13 +30,12 @@ from nodes.state import (
 )
 
 
-def _check_new_call_ids(message: Mapping[str, Any], stored: Sequence[Mapping[str, Any]]) -> None:
+def _check_new_call_ids(message: Mapping[str, Any]) -> None:
     """Refuses a reply that uses one tool-call id for two of its calls.
 
     Ids reused from earlier replies are accepted: pairing is positional (a tool result
     answers the assistant message right before it), and several servers number their
-    calls `call_0`, `call_1`, ... afresh in every reply. `stored` is unused and kept
-    for callers.
+    calls `call_0`, `call_1`, ... afresh in every reply.
 
     Raises:
         ModelRequestError: `bad_response` (the attempt stays spent; nothing is stored, so
@@ -124,7 +123,7 @@ def reason_node(state: ThreadState, runtime: Runtime[StepContext]) -> ThreadUpda
         if not message.get("tool_calls") and not (message.get("content") or "").strip():
             raise ModelRequestError(RequestErrorCode.BAD_RESPONSE,
                                     "the model returned neither text nor a tool call")
-        _check_new_call_ids(message, state["messages"])
+        _check_new_call_ids(message)
     except ModelRequestError as exc:
         return _refused(ctx, attempt, exc, usage or exc.usage, progress, spent)
     stored = _stored_messages(state["messages"], request.compacted, message)

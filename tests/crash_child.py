@@ -70,11 +70,11 @@ PRELOAD = ["graph.run", "graph.step.advance", "graph.step.approvals", "graph.sto
            "httpcore", "h11", "langchain_core.tracers.stdout",
            "langchain_core.tracers.run_collector", "langchain_core.tracers.context",
            "encodings.unicode_escape", "snowballstemmer", "nodes.demo_model",
-           "graph.run", "tests.redis_child"]
+           "graph.run", "tests.redis_child", "tests.one_blas_thread"]
 """Modules the forkserver imports once, so that a child forked from it imports nothing a
-run needs (checked with `sys.modules` before and after `graph.run.main` on each backend),
-but `rank_bm25` and numpy, which a run that ranks imports: a forkserver holding numpy (and
-its BLAS threads) made every child slower, not faster."""
+run needs (checked with `sys.modules` before and after `graph.run.main` on each backend).
+`rank_bm25` and numpy come last, through `tests.one_blas_thread`, with one BLAS thread: a
+forkserver whose BLAS had started its thread pool made every child slower."""
 
 
 def _die() -> None:

@@ -13,12 +13,17 @@ module imports no backend: the SQL classes (`graph.store.sql`, built into a `Sto
 `graph.store.sql.build.sql_store` for `graph.store.sqlite` and `graph.store.postgres`)
 and the Redis ones (`graph.store.redis`) implement the protocols.
 
-Where is an attempt counted? In the `Ledger`: `count` (called by `nodes/budget.py`) adds
-one, `claim` (called by `nodes/reason.py` before its one request) marks it sent once, and
-returns only when the claim is durable (`make_durable`: SQLite's synced `-wal`
-checkpoint in `graph.store.sqlite.ledger`, else `NotDurableError` exit 6 `wal_busy`;
-PostgreSQL's commit; Redis's `WAITAOF`). The whole answer, step by step, is in
-`graph/__init__.py`.
+Where is an attempt counted? In the `Ledger`, in two committed writes. `count` (called
+by `nodes/budget.py`) adds one attempt, unless an earlier one was counted but never
+claimed (a crash between the two: that one is reused, never counted twice) or the
+maximum is reached. `claim` (called by `nodes/reason.py` before its one request) marks
+that attempt sent, once, and returns only when the claim is durable (`make_durable`:
+SQLite's synced `-wal` checkpoint in `graph.store.sqlite.ledger`, else
+`NotDurableError` exit 6 `wal_busy`; PostgreSQL's commit with `synchronous_commit` on;
+Redis's `WAITAOF`). The request is sent only after that, so the durable claim is the
+count INVARIANTS I1 speaks of (an unclaimed count sends nothing). Both statements are in
+`graph/store/sql/ledger.py` (SQLite, PostgreSQL) and `graph/store/redis/ledger.py`.
+The whole answer, step by step, is in `graph/__init__.py`.
 
 Where could a second writer be stopped? First at `WriterLocks.hold(thread_id)`, which
 `graph.step.advance.advance` takes for the whole step (`BusyError`, exit 5, before
