@@ -214,9 +214,10 @@ note = "the attempt_ledger row"
 def _listed_test_files(text: str) -> set[str]:
     """The test files a page names, as paths from `tests/` without `.py` (`store/test_ledger`).
 
-    A name is a path of folders ending in `test_...`, written from `tests/` or from the root.
+    A name is a path of folders ending in `test_...`, written from `tests/` or from the root;
+    a test named after its file (`step/test_crash::test_sigkill...`) is not a file.
     """
-    found = re.findall(r"(?<![\w/.-])((?:[a-z0-9_]+/)*test_[a-z0-9_]+)\b", text)
+    found = re.findall(r"(?<![\w/.:-])((?:[a-z0-9_]+/)*test_[a-z0-9_]+)\b", text)
     return {name.removeprefix("tests/") for name in found}
 
 
@@ -226,5 +227,18 @@ def test_the_tests_readme_lists_every_test_file_and_no_file_that_is_gone() -> No
     files = {path.relative_to(tests).with_suffix("").as_posix() for path in tests.rglob("test_*.py")}
     assert files - listed == set(), "test files tests/README.md does not place"
     assert listed - files == set(), "tests/README.md names test files that are gone"
-    assert _listed_test_files("`tests/store/redis/test_ledger.py`, step/test_crash and test_rules") == {
-        "store/redis/test_ledger", "step/test_crash", "test_rules"}
+    assert _listed_test_files("`tests/store/redis/test_ledger.py`, step/test_crash and test_rules"
+                              ", step/test_resume::test_a_resume") == {
+        "store/redis/test_ledger", "step/test_crash", "test_rules", "step/test_resume"}
+
+
+def test_every_test_the_tests_readme_names_exists() -> None:
+    """A row that names one test (`store/redis/test_helper_keys::test_...`) names a test that
+    is there: a renamed test would leave the reported failure pointing at nothing."""
+    tests = ROOT / "tests"
+    named = re.findall(r"((?:[a-z0-9_]+/)*test_[a-z0-9_]+)::(test_[a-z0-9_]+)",
+                       (tests / "README.md").read_text())
+    assert named, "the page names single tests in its table of reported failures"
+    missing = [f"{path}::{name}" for path, name in named
+               if not re.search(rf"^(?:async )?def {name}\(", (tests / f"{path}.py").read_text(), re.M)]
+    assert missing == []
