@@ -35,6 +35,8 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from graph.store.sql.conn import Sql, SqlTable
 from graph.store.sql.schema import CHECKPOINTS, DIGEST_MARKER_KEY, DIGESTS
 
+__all__ = ["SqlDigests", "checkpoint_digest", "new_marker", "write_digest"]
+
 
 def new_marker() -> str:
     """A checkpoint id (LangGraph's time-ordered uuid6) for the moment of creation."""

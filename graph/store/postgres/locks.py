@@ -18,6 +18,9 @@ from graph.errors import BusyError
 if TYPE_CHECKING:
     import psycopg
 
+__all__ = ["AdvisoryThreadLocks", "POLL_S", "advisory_key", "advisory_lock", "held_elsewhere",
+           "thread_key"]
+
 POLL_S = 0.05
 """Pause between two tries while waiting for a lock (seconds)."""
 

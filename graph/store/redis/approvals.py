@@ -26,6 +26,8 @@ from graph.store.redis.tables import RedisTable
 from graph.store.rows import APPROVAL_COLUMNS as COLUMNS
 from graph.store.rows import APPROVAL_TYPES, check_row, damaged, now
 
+__all__ = ["RedisApprovals"]
+
 
 def _field(attempt: int, tool_call_id: str) -> bytes:
     return f"{attempt}:{tool_call_id}".encode("utf-8", "surrogateescape")

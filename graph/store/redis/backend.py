@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
     from graph.store.redis.ledger import RedisLedger
 
+__all__ = ["CHECKPOINT_PREFIX", "RedisBackend", "checkpoint_thread"]
+
 CHECKPOINT_PREFIX = "checkpoint:"
 """The start of `RedisSaver`'s checkpoint keys (its default `checkpoint_prefix`)."""
 

@@ -29,6 +29,10 @@ from graph.store.urls import check_redis_url, redact
 if TYPE_CHECKING:
     import redis
 
+__all__ = ["CONNECT_TIMEOUT_S", "SOCKET_TIMEOUT_S", "WAITAOF", "WAITAOF_TIMEOUT_MS",
+           "check_durable", "check_fsynced", "connect", "known_redis_error", "make_durable",
+           "server_errors"]
+
 WAITAOF_TIMEOUT_MS = 5_000
 """How long a claim waits for its fsync before the step gives up (milliseconds)."""
 SOCKET_TIMEOUT_S = 30.0

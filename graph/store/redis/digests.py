@@ -40,6 +40,9 @@ from langgraph.checkpoint.base.id import uuid6
 
 from graph.store.redis import keys as redis_keys
 
+__all__ = ["DOCUMENT", "DOCUMENTS_SINCE", "LEGACY_WRITTEN", "METADATA", "RedisDigests",
+           "StoredCheckpoint", "WRITTEN", "stored_digest", "stored_json"]
+
 METADATA = "\0metadata"
 """The field (and task id slot) of a checkpoint's metadata digest."""
 WRITTEN = "\0written\0"

@@ -13,6 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
+__all__ = ["APPROVALS", "CAP", "DIGEST", "DIGESTS", "FSYNC", "LANGGRAPH_FAMILIES", "LEDGER", "LOCK",
+           "LOG", "PREFIX", "SAVED", "TOMBSTONE", "approvals_key", "cap_key", "digest_key",
+           "digests_key", "glob_escape", "langgraph_keys", "ledger_key", "lock_key", "log_key",
+           "pattern", "saved_key", "scan_thread", "suffix", "tombstone_key"]
+
 PREFIX = "mandapi-resume:"
 """The start of every key this project writes."""
 

@@ -37,6 +37,8 @@ from nodes.context import LedgerEntry
 if TYPE_CHECKING:
     import redis
 
+__all__ = ["RedisLedger"]
+
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")

@@ -29,6 +29,8 @@ from graph.store.rows import damaged
 if TYPE_CHECKING:
     import redis
 
+__all__ = ["LEASE_MS", "RedisThreadLocks"]
+
 LEASE_MS = 15_000
 """How long a lock outlives its last renewal (milliseconds): a killed holder's thread is
 taken over after at most this long."""

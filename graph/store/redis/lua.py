@@ -33,6 +33,10 @@ from typing import Any
 from graph.errors import BusyError
 from graph.store.rows import damaged
 
+__all__ = ["ADD_DECISION", "ADD_TOMBSTONE", "APPEND", "CLAIM", "COUNT", "CREATE", "DELETE", "DROP",
+           "ENSURE_CAP", "INSERT_ROW", "PRELUDE", "PUT", "PUT_WRITES", "SET_DECISION", "TOUCH",
+           "answer", "lost_lease"]
+
 PRELUDE = r"""
 local function int(v)
   if type(v) ~= 'string' or #v == 0 or #v > 15 or not string.match(v, '^%d+$') then return nil end

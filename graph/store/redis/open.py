@@ -40,6 +40,9 @@ from graph.store.urls import redact
 if TYPE_CHECKING:
     import redis
 
+__all__ = ["CHECKPOINT_INDEX", "MODULE_PROBE", "SETUP_LOCK", "SETUP_TIMEOUT_S", "STORE_ID",
+           "open_redis"]
+
 CHECKPOINT_INDEX = "checkpoint"
 """The search index `RedisSaver.setup()` creates (its checkpoint prefix): our set-up marker."""
 SETUP_LOCK = f"{keys.PREFIX}setup"

@@ -21,6 +21,8 @@ from nodes.context import LedgerEntry
 if TYPE_CHECKING:
     import redis
 
+__all__ = ["FIELDS", "RedisLedgerRows", "canonical_int"]
+
 FIELDS = ("attempts", "claimed", "max_attempts", "created_at", "updated_at")
 """The fields of a ledger row, in `LedgerRow` order."""
 

@@ -78,6 +78,8 @@ from graph.store.redis.ttl import keep_alive, thread_keys
 from graph.store.saver import CheckedSaver
 from graph.store.serde import CheckpointIntegrityError
 
+__all__ = ["CheckedRedisSaver", "redis_saver", "rest_digest"]
+
 
 def rest_digest(serde: StrictRedisSerializer, checkpoint: Any, metadata: Any,
                 parent_id: str | None) -> str:

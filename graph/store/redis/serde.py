@@ -27,6 +27,8 @@ from langgraph.checkpoint.redis.jsonplus_redis import (
 
 from graph.store.serde import CheckpointIntegrityError, StoredTypeError, _strict_ext_hook
 
+__all__ = ["StrictRedisSerializer"]
+
 _ENVELOPE_TYPES = frozenset({"constructor", "secret", "not_implemented"})
 _MARKERS = ("__send__", "__delta_snapshot__", "__bytes__")
 _TYPES = frozenset({"json", "msgpack", "null"})

@@ -33,6 +33,8 @@ from graph.store.rows import (
 if TYPE_CHECKING:
     import redis
 
+__all__ = ["RedisAttemptLog", "RedisTable", "RedisTombstones", "decoded", "log_row"]
+
 
 class RedisTable:
     """What the Redis tables share: the client, messages' location, ids, keys, fenced writes.

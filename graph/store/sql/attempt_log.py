@@ -29,6 +29,8 @@ from graph.store.rows import (
 from graph.store.sql.conn import SqlTable
 from graph.store.sql.schema import LOG
 
+__all__ = ["SqlAttemptLog"]
+
 
 @contextmanager
 def _sql_damage_refused() -> Iterator[None]:

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 if TYPE_CHECKING:
     import psycopg
 
+__all__ = ["Cursor", "PostgresSql", "Sql", "SqlTable", "SqliteSql"]
+
 
 class Cursor(Protocol):
     """What our tables use of a sqlite3 or psycopg cursor."""

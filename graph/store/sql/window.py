@@ -46,6 +46,8 @@ from typing import Any
 from graph.store.sql.conn import PostgresSql, Sql
 from graph.store.sql.schema import CHECKPOINTS, DIGESTS
 
+__all__ = ["WRITES", "count", "execute", "trim", "trim_in_transaction"]
+
 _CUTOFF = (f"SELECT checkpoint_id FROM {CHECKPOINTS} WHERE thread_id = ? AND checkpoint_ns = '' "
            "ORDER BY checkpoint_id DESC LIMIT 1 OFFSET ?")
 """The oldest checkpoint id to keep (the `keep`-th latest), or no row when fewer exist."""
