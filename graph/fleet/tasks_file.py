@@ -8,6 +8,7 @@ checks them, so a line accepts exactly what the flags accept.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,11 +50,13 @@ def subtask_id(parent: str, index: int) -> str:
     return f"{parent}:sub_{index}"
 
 
-def read_tasks(path: Path, parent: str | None = None, live: bool = True) -> list[BatchItem]:
+def read_tasks(path: str | os.PathLike[str], parent: str | None = None, live: bool = True
+               ) -> list[BatchItem]:
     """Reads and checks every line of a JSON-lines tasks file before anything runs.
 
     Args:
-        path: One JSON object per line: `{"thread_id": ..., "task": ...}` plus optional
+        path: The file (a str or an `os.PathLike` such as `pathlib.Path`): one JSON
+            object per line, `{"thread_id": ..., "task": ...}` plus optional
             settings (`graph.settings.FIELDS`); blank lines are skipped.
         parent: With a parent id, lines carry no `thread_id`: subtask ids are derived
             (`subtask_id`), in file order.
@@ -68,11 +71,12 @@ def read_tasks(path: Path, parent: str | None = None, live: bool = True) -> list
             object, missing or unknown fields, wrong types, out-of-range numbers, a
             paid model without `live`, a missing folder, a thread id given twice.
     """
+    file = Path(path)
     try:
-        raw = path.read_bytes()
+        raw = file.read_bytes()
     except OSError as exc:
         raise UsageError(f"cannot read tasks file: {exc.strerror or exc}",
-                         location=str(path)) from None
+                         location=str(file)) from None
     items: list[BatchItem] = []
     problems: list[str] = []
     codes: set[ErrorCode] = set()
@@ -99,10 +103,10 @@ def read_tasks(path: Path, parent: str | None = None, live: bool = True) -> list
         # One kind of problem keeps its own code (a missing folder is `no_such_workspace`
         # as for `graph.run`); a mix is `usage`. Both exit 2.
         code = codes.pop() if len(codes) == 1 else ErrorCode.USAGE
-        raise UsageError("; ".join(problems[:MAX_PROBLEMS_SHOWN]) + more, location=str(path),
+        raise UsageError("; ".join(problems[:MAX_PROBLEMS_SHOWN]) + more, location=str(file),
                          error_code=code)
     if not items:
-        raise UsageError("holds no task", location=str(path))
+        raise UsageError("holds no task", location=str(file))
     return items
 
 

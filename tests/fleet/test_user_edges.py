@@ -121,3 +121,16 @@ def test_a_summary_with_a_lone_surrogate_is_left_to_the_full_path(tmp_path, caps
         conn.execute("UPDATE thread_summaries SET outcome = ?, fingerprint = ? WHERE thread_id = 's1'",
                      (forged, fingerprint))
     assert quick_answer(str(db), "s1") is None
+
+
+def test_read_tasks_takes_a_path_as_a_str_or_a_pathlike(tmp_path) -> None:
+    """The README's import (`read_tasks("tasks.jsonl")`) raised AttributeError on a str."""
+    from graph.fleet.tasks_file import read_tasks
+
+    path = tmp_path / "tasks.jsonl"
+    path.write_text(json.dumps({"thread_id": "s1", "task": "How long does shipping take?"}) + "\n")
+    by_str, by_path = read_tasks(str(path)), read_tasks(path)
+    assert [i.spec.thread_id for i in by_str] == [i.spec.thread_id for i in by_path] == ["s1"]
+    with pytest.raises(UsageError) as refused:
+        read_tasks(str(tmp_path / "missing.jsonl"))
+    assert refused.value.exit_code == 2 and "missing.jsonl" in str(refused.value.location)

@@ -16,6 +16,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from graph.errors import ErrorCode, RefusedError, UsageError
 from graph.studio import StudioContext, studio_graph
+from tests.conftest import ROOT
 
 TASK = "How long does shipping take at the demo shop?"
 THREAD = "0193b7a0-5c1e-7000-8000-000000000001"
@@ -148,3 +149,14 @@ def test_an_approval_interrupt_is_resumed_with_decisions_and_applies_the_write(
     assert results["w2"].startswith("REJECTED") and "ship-01" in results["r1"]
     # The resume run goes on to the next step: one more request, counted before it left.
     assert len(model.requests) == 2 and ledger(db) == (2, 2, 4)
+
+
+def test_git_ignores_the_studio_database_and_its_wal_files() -> None:
+    """The README's `GRAPH_DB=studio.sqlite langgraph dev` leaves the database and, while it
+    runs, its `-wal` and `-shm` beside it: none of them belongs in a commit."""
+    import subprocess
+
+    names = ["studio.sqlite", "studio.sqlite-wal", "studio.sqlite-shm", "checkpoints.sqlite-wal"]
+    done = subprocess.run(["git", "check-ignore", "--no-index", *names], cwd=ROOT,
+                          capture_output=True, text=True, check=False)
+    assert sorted(done.stdout.split()) == sorted(names), done.stderr
