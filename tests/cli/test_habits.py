@@ -177,3 +177,19 @@ def test_outcome_to_json_is_exactly_what_run_json_prints_controls_escaped() -> N
     assert printed.getvalue() == outcome.to_json() + "\n"
     assert not {"\u009b", "\u202e", "\x1b"} & set(outcome.to_json())
     assert json.loads(outcome.to_json())["answer"] == answer
+
+
+def test_an_id_starting_with_a_dash_works_joined_with_equals_as_the_readme_says(
+        tmp_path: Path, capsys) -> None:
+    """The README allows `-lead:dash`; argparse reads `--thread -lead:dash` as two flags (exit
+    2, nothing stored), so the README gives the `=` form, which runs."""
+    from graph.run import main as run_main
+
+    db = str(tmp_path / "c.sqlite")
+    assert run_main(["--thread", "-lead:dash", "--task", TASK, "--db", db, "--once"]) == 2
+    assert "--thread: expected one argument" in capsys.readouterr().err
+    assert not Path(db).exists()
+    out = run_cli(["--thread=-lead:dash", "--task", TASK, "--db", db, "--once"])
+    assert (out["exit_code"], out["thread_id"]) == (0, "-lead:dash"), out
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert "`--thread=-lead:dash`" in readme
