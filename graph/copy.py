@@ -44,9 +44,10 @@ def main(argv: list[str] | None = None) -> int:
         check_db_flag(args.target, "--to")
         for thread_id in args.thread:
             check_thread_id(thread_id)
-        with Database(Settings(db=args.source), source="flags") as src, \
-                Database(Settings(db=args.target), create=True, source="flags") as dst:
-            copied = src.copy_to(dst, args.thread or None)
+        with Database(Settings(db=args.source), source="flags") as src:
+            src.check_copy(args.thread or None)  # a refused copy creates no target
+            with Database(Settings(db=args.target), create=True, source="flags") as dst:
+                copied = src.copy_to(dst, args.thread or None)
         emit(json.dumps({"copied": copied, "exit_code": 0}) if as_json
              else f"copied {len(copied)} thread(s)")
         return 0

@@ -46,7 +46,7 @@ from graph.step.models import make_model
 from graph.store import open_store
 from graph.store.ages import parse_age
 from graph.store.failures import known_errors
-from graph.threads.copy import copy_threads
+from graph.threads.copy import check_copy_source, copy_threads
 from graph.threads.history import MAX_CHECKPOINTS_PAGE, list_threads, thread_or_parent
 from graph.threads.retention import retain
 from graph.threads.verification import VerifyReport, check_database
@@ -362,6 +362,30 @@ class Database:
             return []
         with target._lock:
             return self._call(copy_threads, self.store, target.store, ids or None)
+
+    @checked_call
+    def check_copy(self, thread_ids: Sequence[str] | None = None) -> list[str]:
+        """Checks here every thread `copy_to` would copy, before any target is opened.
+
+        `graph.copy` calls it first, so a refused copy never creates its target file
+        (INVARIANTS I13: a refusal changes nothing). `copy_to` checks them again with
+        the target.
+
+        Args:
+            thread_ids: As `copy_to`.
+
+        Returns:
+            The thread ids a copy would take, sorted.
+
+        Raises:
+            RefusedError: `no_such_thread` here, or a thread fails its checks here.
+            UsageError: As `copy_to`, for `thread_ids`.
+        """
+        given = () if thread_ids is None else check_names(thread_ids, "thread_ids", "thread ids")
+        ids = [check_thread_id(t) for t in dict.fromkeys(given)]
+        if thread_ids is not None and not ids:
+            return []
+        return list(self._call(check_copy_source, self.store, ids or None))
 
     # -- async variants: the same calls in a worker thread ------------------------------
 

@@ -16,7 +16,7 @@ from graph.checkpoints.load import check_stored_thread, graph_of
 from graph.errors import ErrorCode, RefusedError
 from graph.store.base import Store
 
-__all__ = ["copy_threads", "thread_exists"]
+__all__ = ["check_copy_source", "copy_threads", "thread_exists"]
 
 
 def thread_exists(store: Store, thread_id: str) -> bool:
@@ -34,8 +34,39 @@ def _all_threads(store: Store) -> list[str]:
     return store.thread_ids()
 
 
+def check_copy_source(src: Store, thread_ids: list[str] | None = None
+                      ) -> dict[str, dict[str, Any] | None]:
+    """Loads and checks every thread a copy would take from `src`, before any target exists.
+
+    Args:
+        src: The source store.
+        thread_ids: The threads; None: every thread (tombstones included).
+
+    Returns:
+        Each thread id, sorted, with its loaded state values (None for a thread known
+        only by its tombstone); a finished thread's values carry its final status.
+
+    Raises:
+        RefusedError: A thread is missing at the source (`no_such_thread`) or fails its
+            checks there (`damaged`, `incompatible`, ...).
+    """
+    checked: dict[str, dict[str, Any] | None] = {}
+    for thread_id in sorted(thread_ids) if thread_ids else _all_threads(src):
+        tombstone = src.tombstones.get(thread_id)
+        loaded = check_stored_thread(src, graph_of(src), thread_id)
+        if loaded is None and tombstone is None:
+            raise RefusedError(f"no such thread {thread_id!r} in {src.location}",
+                               error_code=ErrorCode.NO_SUCH_THREAD)
+        checked[thread_id] = None if loaded is None else {
+            "values": loaded.values, "finished": loaded.finished}
+    return checked
+
+
 def copy_threads(src: Store, dst: Store, thread_ids: list[str] | None = None) -> list[str]:
     """Copies threads from store `src` to store `dst` (see module doc).
+
+    Every source thread is checked first (`check_copy_source`), then the target: nothing is
+    written until every thread passed both.
 
     Returns:
         The copied thread ids, sorted.
@@ -44,28 +75,20 @@ def copy_threads(src: Store, dst: Store, thread_ids: list[str] | None = None) ->
         RefusedError: A thread exists at the target (`exists`), is missing at the source
             (`no_such_thread`), or fails its checks at the source.
     """
-    ids = sorted(thread_ids) if thread_ids else _all_threads(src)
-    finished: dict[str, str] = {}
-    for thread_id in ids:  # the whole source thread is checked before anything is written
-        tombstone = src.tombstones.get(thread_id)
-        loaded = check_stored_thread(src, graph_of(src), thread_id)
-        if loaded is not None and loaded.finished:
-            finished[thread_id] = loaded.values["progress"]["status"]
-        if loaded is None and tombstone is None:
-            raise RefusedError(f"no such thread {thread_id!r} in {src.location}",
-                               error_code=ErrorCode.NO_SUCH_THREAD)
-        if loaded is not None:
-            _check_log_fits(src, dst, thread_id, loaded.values)
+    checked = check_copy_source(src, thread_ids)
+    for thread_id, found in checked.items():
+        if found is not None:
+            _check_log_fits(src, dst, thread_id, found["values"])
         if thread_exists(dst, thread_id):
             raise RefusedError(f"thread {thread_id!r} already exists in {dst.location}; "
                                "nothing was copied", error_code=ErrorCode.EXISTS)
     _copy_caps(src, dst)
-    for thread_id in ids:
+    for thread_id, found in checked.items():
         dst.import_thread(src.export_thread(thread_id))
-        if thread_id in finished:  # its TTL on Redis, counted from the copy (`graph.store.redis.ttl`)
-            with dst.locks.hold(thread_id):
-                dst.expire_finished(thread_id, finished[thread_id])
-    return ids
+        if found is not None and found["finished"]:  # its TTL on Redis, counted from the copy
+            with dst.locks.hold(thread_id):      # (`graph.store.redis.ttl`)
+                dst.expire_finished(thread_id, found["values"]["progress"]["status"])
+    return list(checked)
 
 
 def _check_log_fits(src: Store, dst: Store, thread_id: str, values: dict[str, Any]) -> None:

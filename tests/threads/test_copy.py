@@ -94,3 +94,25 @@ def test_request_caps_travel_with_the_copy(pair, tmp_path) -> None:
     assert batch_main([str(tasks), "--db", dst.db, "--once", "--max-requests", "2"]) == 8
     claimed = sum((dst.ledger_row(f"c{i}") or (0, 0, 0))[1] for i in range(3))
     assert claimed == 2, "the cap is never reset by moving databases"
+
+
+@pytest.mark.parametrize("refusal", ["no_such_thread", "incompatible"])
+def test_a_copy_refused_at_the_source_creates_no_target_file(tmp_path: Path, capsys,
+                                                              refusal: str) -> None:
+    """A refusal changes nothing (INVARIANTS I13): a copy refused for its source made an
+    empty target SQLite file, with our tables, before it said no."""
+    import json
+    import sqlite3
+
+    src, dst = tmp_path / "src.sqlite", tmp_path / "dst.sqlite"
+    assert run_cli(["--thread", "a", "--task", "How long does shipping take?", "--db", str(src),
+                    "--once"])["exit_code"] == 0
+    if refusal == "incompatible":  # a checkpoint blob no serializer reads
+        with sqlite3.connect(src) as conn:
+            conn.execute("UPDATE checkpoints SET checkpoint = X'00' WHERE thread_id = 'a'")
+    argv = ["--from", str(src), "--to", str(dst), "--json"]
+    if refusal == "no_such_thread":
+        argv += ["--thread", "nosuch"]
+    assert copy_main(argv) == 4
+    assert json.loads(capsys.readouterr().out)["error_code"] == refusal
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("dst")) == []
