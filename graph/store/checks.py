@@ -11,6 +11,7 @@ import sqlite3
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from graph.errors import ErrorCode, RefusedError, RunError, UsageError
@@ -94,8 +95,21 @@ def storage_damage_refused(location: str) -> Iterator[None]:
 
 
 def pruned_refusal(tombstone: Tombstone) -> RefusedError:
-    """The refusal of a pruned thread (exit 4, `pruned`), naming the date."""
-    return RefusedError(f"pruned on {tombstone.pruned_at} (status {tombstone.final_status}); "
+    """The refusal of a pruned thread (exit 4, `pruned`), naming the date.
+
+    A tombstone's date is when the thread was pruned. A Redis expiry mark's is when the
+    thread's keys expire, which may be still to come when its ledger hash or some keys are
+    gone already (`graph.store.redis.ttl`): the message then says "expires", not "pruned
+    on" a date that has not come.
+    """
+    when = tombstone.pruned_at
+    try:
+        future = datetime.fromisoformat(when) > datetime.now(UTC)
+    except (TypeError, ValueError):  # a date of another form: shown as stored
+        future = False
+    said = (f"its keys expire on {when} and some may be gone already" if future
+            else f"pruned on {when}")
+    return RefusedError(f"{said} (status {tombstone.final_status}); "
                         "--restart-pruned starts it anew with a fresh budget",
                         error_code=ErrorCode.PRUNED, thread_id=tombstone.thread_id)
 

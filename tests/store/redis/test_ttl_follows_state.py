@@ -174,6 +174,8 @@ def test_a_fork_whose_keys_partly_expired_is_refused_as_pruned(
     assert {key: client.dump(key) for key in client.scan_iter(count=1000)} == before
     code, out = _run(capsys, db, "gone")
     assert (code, out["error_code"]) == (4, "pruned")
+    # its expiry time is still to come: the message says so, never "pruned on" that date
+    assert "keys expire on" in out["error"] and "pruned on" not in out["error"], out
 
 
 def test_cancel_gives_every_key_the_failed_ttl(
