@@ -136,10 +136,15 @@ class Outcome:
         data["review_required"] = self.answer is not None
         return escape_controls(json.dumps(data, ensure_ascii=False, sort_keys=True))
 
-    def to_text(self) -> str:
-        """A short status for people: thread, status, attempts; answer when done."""
+    def to_text(self, *, with_error: bool = True) -> str:
+        """A short status for people: thread, status, attempts; answer when done.
+
+        Args:
+            with_error: Include the `error (CODE): MESSAGE` line (`graph.run` prints it on
+                stderr by itself, as every entry point prints its error line).
+        """
         if self.status is None:
-            return error_line(self.error_code, self.error)
+            return error_line(self.error_code, self.error) if with_error else ""
         tokens = ""
         if self.max_tokens is not None and self.usage is not None:
             tokens = f", tokens {self.usage.get('total_tokens', 0)}/{self.max_tokens}"
@@ -152,7 +157,7 @@ class Outcome:
             hint = stop_hint(self.stop_reason)
             hint = hint if hint and hint not in (self.error or "") else None  # said once
             lines.append(f"stopped: {self.stop_reason}" + (f" ({hint})" if hint else ""))
-        if self.error:
+        if self.error and with_error:
             lines.append(error_line(self.error_code, self.error))
         if self.answer is not None:
             lines += [f"answer: {self.answer}", REVIEW_REMINDER]

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlsplit
 
 from graph.cli import Finished, Parser, emit, exit_now, resolve_db, seconds, whole_number
-from graph.errors import ErrorCode, ExitCode, RunError, UsageError
+from graph.errors import ErrorCode, ExitCode, RunError, UsageError, error_line
 from graph.outcome import Outcome
 from graph.settings import (
     InvalidThreadId,
@@ -348,7 +348,13 @@ def main(argv: list[str] | None = None) -> int:
     if as_json:
         emit(outcome.to_json())
     else:
-        emit(outcome.to_text(), sys.stdout if outcome.exit_code in (0, 3, 7) else sys.stderr)
+        # The thread's status on stdout for the outcomes a scheduler reads there (done,
+        # exhausted, awaiting approval), else on stderr; the error line always on stderr.
+        status = outcome.to_text(with_error=False)
+        if status:
+            emit(status, sys.stdout if outcome.exit_code in (0, 3, 7) else sys.stderr)
+        if outcome.error:
+            emit(error_line(outcome.error_code, outcome.error), sys.stderr)
     return int(outcome.exit_code)
 
 

@@ -80,6 +80,25 @@ def test_text_output_of_a_stopped_thread_says_why_and_what_to_do(
     assert "stopped: model_not_found (no rerun can fix this: a thread's model is fixed" in text
 
 
+def test_the_error_line_of_an_exhausted_thread_goes_to_stderr_its_status_to_stdout(
+        tmp_path: Path, live_env: None, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """README: every entry point reports a failure as one line on stderr. The exit-3 text of
+    an unknown model (404) printed its `error (...)` line on stdout with the status."""
+    import graph.run
+
+    real_run = graph.run.run
+    monkeypatch.setattr(graph.run, "run", lambda argv: real_run(
+        argv, model_factory=answering(404, NOT_FOUND, [])))
+    db = str(tmp_path / "db.sqlite")
+    assert graph.run.main(["--thread", "t1", "--task", TASK, "--live", "--db", db]) == 3
+    out, err = capsys.readouterr()
+    assert out.startswith("thread t1: exhausted (attempts 1/4") and "stopped: model_not_found" in out
+    assert "error (" not in out
+    assert err.splitlines() == [line for line in err.splitlines() if line.startswith("error (")]
+    assert err.startswith("error (http_status): ") and "HTTP 404" in err
+
+
 @pytest.mark.parametrize(("status", "body"), [
     (400, {"error": {"message": "This model's maximum context length is 8192 tokens.",
                      "code": "context_length_exceeded"}}),
