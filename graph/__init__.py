@@ -77,6 +77,7 @@ from pathlib import Path as _Path
 
 from graph.errors import ErrorCode as _ErrorCode
 from graph.errors import error_line as _error_line
+from graph.errors import missing_dependency as _missing_dependency
 
 __all__: list[str] = []
 
@@ -129,4 +130,40 @@ def _refuse_shadowed_nodes() -> None:
     raise SystemExit(int(_ErrorCode.USAGE.exit_code))
 
 
+_CORE = ("langgraph", "httpx")
+"""Base-install packages every command needs, checked by name, not imported (about 0.2 ms):
+langgraph brings langchain-core, pydantic and typing-extensions, so a Python that has it has
+those too; one that lacks a dependency only partly is caught where the import fails
+(`graph.errors.missing_dependency`)."""
+
+
+def _refuse_missing_dependencies() -> None:
+    """Refuses to start on a Python without the project's dependencies: exit 2, not a traceback.
+
+    `python3 -m graph.run` with the system's Python instead of the virtual environment's
+    failed with a `ModuleNotFoundError` traceback (exit 1, a bug by the exit-code table).
+    Each of `_CORE` is looked up with `importlib.util.find_spec` (nothing is imported);
+    the first one missing is reported as `graph.errors.missing_dependency` words it, in
+    the same shapes as `_refuse_shadowed_nodes`.
+
+    Raises:
+        SystemExit: 2, for a command.
+        ImportError: For an import.
+    """
+    missing = next((name for name in _CORE if _importlib_util.find_spec(name) is None), None)
+    if missing is None:
+        return
+    usage = _missing_dependency(ModuleNotFoundError(f"No module named {missing!r}", name=missing))
+    assert usage is not None
+    if _sys.argv[:1] != ["-m"]:
+        raise ImportError(usage.message, name=missing)
+    if "--json" in _sys.argv[1:]:
+        print(_json.dumps({"error": usage.message, "error_code": _ErrorCode.USAGE,
+                           "exit_code": int(_ErrorCode.USAGE.exit_code)}), flush=True)
+    else:
+        print(_error_line(_ErrorCode.USAGE, usage.message), file=_sys.stderr, flush=True)
+    raise SystemExit(int(_ErrorCode.USAGE.exit_code))
+
+
 _refuse_shadowed_nodes()
+_refuse_missing_dependencies()

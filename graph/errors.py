@@ -12,12 +12,14 @@ happened fills that in with `RunError.at` instead of re-wrapping its text.
 
 from __future__ import annotations
 
+import sys
 from enum import IntEnum, StrEnum
 from typing import Any, Self
 
 __all__ = [
     "BusyError", "DatabaseLostError", "ErrorCode", "ExitCode", "NotDurableError", "RefusedError",
     "RunError", "SecondNameError", "SignalledError", "UsageError", "error_line",
+    "missing_dependency",
 ]
 
 
@@ -234,3 +236,34 @@ class SignalledError(RunError):
     """Stopped by SIGINT or SIGTERM (exit 130); a counted attempt stays counted."""
 
     error_code = ErrorCode.INTERRUPTED
+
+
+_EXTRAS = (  # a missing module's dotted name -> the extra that installs it ("" the base install)
+    ("langgraph.checkpoint.postgres", "postgres"), ("psycopg", "postgres"),
+    ("psycopg_pool", "postgres"), ("procrastinate", "postgres"),
+    ("langgraph.checkpoint.redis", "redis"), ("redis", "redis"), ("redisvl", "redis"),
+    ("vcr", "replay"), ("langgraph_api", "studio"), ("langgraph_cli", "studio"),
+)
+
+
+def missing_dependency(exc: BaseException) -> UsageError | None:
+    """The usage error (exit 2) for a module this Python cannot import, or None.
+
+    A `ModuleNotFoundError` for anything but this project's own packages (`graph`,
+    `nodes`, whose absence is a broken installation, reported as a bug) means the command
+    runs on a Python without the project's dependencies: another interpreter than the
+    virtual environment's, or an extra not installed. The message names the module, this
+    Python, and the install command with the extra that brings the module.
+    """
+    if not isinstance(exc, ModuleNotFoundError) or not exc.name:
+        return None
+    name = exc.name
+    if name.split(".")[0] in ("graph", "nodes"):
+        return None
+    extra = next((extra for prefix, extra in _EXTRAS
+                  if name == prefix or name.startswith(prefix + ".")), "")
+    target = f"'.[{extra}]'" if extra else "."
+    return UsageError(f"this Python ({sys.executable}) cannot import {name!r}: the project's "
+                      f"dependencies are not installed here; run the command with the virtual "
+                      f"environment's Python (.venv/bin/python), or install them: pip install -e "
+                      f"{target}" + (f" (the {extra} extra)" if extra else ""))

@@ -28,7 +28,14 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlsplit
 
 from graph.cli import Finished, Parser, emit, exit_now, resolve_db, seconds, whole_number
-from graph.errors import ErrorCode, ExitCode, RunError, UsageError, error_line
+from graph.errors import (
+    ErrorCode,
+    ExitCode,
+    RunError,
+    UsageError,
+    error_line,
+    missing_dependency,
+)
 from graph.outcome import Outcome
 from graph.settings import (
     InvalidThreadId,
@@ -338,9 +345,11 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, _Interrupted):
         outcome = interrupted_outcome(argv, _thread_of(argv))  # the thread as it stands
     except Exception as exc:  # a bug: report it in the promised shape, then fail
-        outcome = Outcome(_thread_of(argv), ExitCode.UNEXPECTED,
-                          error=" ".join(f"{type(exc).__name__}: {exc} (this is a bug)".split()),
-                          error_code=ErrorCode.UNEXPECTED)
+        missing = missing_dependency(exc)  # unless this Python lacks a dependency: exit 2
+        outcome = Outcome.from_error(_thread_of(argv), missing) if missing else Outcome(
+            _thread_of(argv), ExitCode.UNEXPECTED,
+            error=" ".join(f"{type(exc).__name__}: {exc} (this is a bug)".split()),
+            error_code=ErrorCode.UNEXPECTED)
     finally:
         signal.signal(signal.SIGTERM, previous)
         if "--trace" in argv:

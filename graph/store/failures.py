@@ -17,7 +17,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from graph.errors import DatabaseLostError, ErrorCode, RunError, UsageError
+from graph.errors import DatabaseLostError, ErrorCode, RunError, UsageError, missing_dependency
 from graph.store.redis.conn import known_redis_error
 
 __all__ = ["driver_errors", "known_error", "known_errors", "undecodable"]
@@ -31,6 +31,9 @@ def known_error(exc: BaseException) -> RunError | None:
     """
     if isinstance(exc, RunError):
         return exc
+    missing = missing_dependency(exc)  # this Python lacks a dependency: exit 2, not a bug
+    if missing is not None:
+        return missing
     if isinstance(exc, PermissionError):
         return UsageError(f"permission denied: {exc.filename or exc}",
                           error_code=ErrorCode.PERMISSION_DENIED)
