@@ -13,10 +13,11 @@ module imports no backend: the SQL classes (`graph.store.sql`, built into a `Sto
 `graph.store.sql.build.sql_store` for `graph.store.sqlite` and `graph.store.postgres`)
 and the Redis ones (`graph.store.redis`) implement the protocols.
 
-Where is an attempt counted? In the `Ledger`, in two committed writes. `count` (called
-by `nodes/budget.py`) adds one attempt, unless an earlier one was counted but never
-claimed (a crash between the two: that one is reused, never counted twice) or the
-maximum is reached. `claim` (called by `nodes/reason.py` before its one request) marks
+Where is an attempt counted? In the `Ledger`, in two writes. `count` (called by
+`nodes/budget.py`) adds one attempt, unless an earlier one was counted but never claimed
+(a crash between the two: that one is reused, never counted twice) or the maximum is
+reached; on SQLite it commits with the next commit (the budget node's checkpoint, at
+the latest the claim), elsewhere at once. `claim` (called by `nodes/reason.py` before its one request) marks
 that attempt sent, once, and returns only when the claim is durable (`make_durable`:
 SQLite's synced `-wal` checkpoint in `graph.store.sqlite.ledger`, else
 `NotDurableError` exit 6 `wal_busy`; PostgreSQL's commit with `synchronous_commit` on;

@@ -157,8 +157,11 @@ class SqlLedger(SqlTable):
     def make_durable(self, what: str) -> None:
         """Makes every committed change durable where a crash cannot lose it.
 
-        A commit here is already durable (SQLite's `-wal` aside: `graph.store.sqlite.ledger`
-        overrides this), so this does nothing.
+        On PostgreSQL a commit is already durable (`synchronous_commit` on), so this does
+        nothing. On SQLite a synced commit survives a crash and a power loss but lives in
+        the `-wal` file, which an outside hand can delete or damage after a crash; so
+        `graph.store.sqlite.ledger.SqliteLedger` overrides this to copy the claim into the
+        database file before the request leaves.
 
         Args:
             what: Names what must be durable, for a refusal message.
