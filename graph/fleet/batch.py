@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from graph.checkpoints.load import graph_of, load_thread
 from graph.errors import ErrorCode, ExitCode, RunError
-from graph.fleet.request_cap import cap_full, open_cap
+from graph.fleet.request_cap import cap_full, held_by_full_cap, open_cap
 from graph.fleet.tasks_file import BatchItem
 from graph.outcome import Outcome
 from graph.step.advance import advance
@@ -145,11 +145,8 @@ def _advance_item(store: Store, item: BatchItem, settings: Any, once: bool, cap_
     try:
         if cap_full(store, cap_id):
             return _held_by_cap(store, item, cap_id)
-        outcome = advance(store, item.request(once), settings, charge=cap_id, **step_kwargs)
-        if outcome.held_back and cap_full(store, cap_id):
-            outcome.exit_code, outcome.error_code = ExitCode.BATCH_CAP, ErrorCode.BATCH_CAP
-            outcome.error = f"request cap {cap_id!r} is full; no request was sent"
-        return outcome
+        return held_by_full_cap(store, advance(store, item.request(once), settings,
+                                               charge=cap_id, **step_kwargs), cap_id)
     except RunError as exc:  # busy in another worker: skipped for now; others: reported
         return Outcome.from_error(item.thread_id, exc)
 

@@ -10,15 +10,17 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from graph.errors import ErrorCode, RefusedError, UsageError
+from graph.errors import ErrorCode, ExitCode, RefusedError, UsageError
 from graph.settings import Source, setting_name
 
 if TYPE_CHECKING:
+    from graph.outcome import Outcome
     from graph.store.base import Store
 
 __all__ = [
     "MAX_REQUESTS_LIMIT",
     "cap_full",
+    "held_by_full_cap",
     "check_cap",
     "check_cap_id",
     "check_max_requests",
@@ -108,3 +110,17 @@ def cap_full(store: Store, cap_id: str | None) -> bool:
         return False
     requests, maximum = store.ledger.cap(cap_id) or (0, 0)
     return requests >= maximum
+
+
+def held_by_full_cap(store: Store, outcome: Outcome, cap_id: str | None) -> Outcome:
+    """`outcome`, reported as `batch_cap` (exit 8) when a full cap held its request back.
+
+    One rule for `graph.batch` and its queue workers: an attempt the step counted but could
+    not claim because cap `cap_id` is full (`Outcome.held_back`) sent nothing; the thread
+    keeps its status (`ready`), and the outcome says why it did not advance. A worker logged
+    it as `ready`, exit 0, where the batch said `batch_cap`, exit 8.
+    """
+    if outcome.held_back and cap_full(store, cap_id):
+        outcome.exit_code, outcome.error_code = ExitCode.BATCH_CAP, ErrorCode.BATCH_CAP
+        outcome.error = f"request cap {cap_id!r} is full; no request was sent"
+    return outcome

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from graph.errors import BusyError, ErrorCode, RefusedError, UsageError
-from graph.fleet.request_cap import cap_full
+from graph.fleet.request_cap import cap_full, held_by_full_cap
 from graph.outcome import Outcome
 from graph.settings import ThreadSpec, resolve_settings
 from graph.step.advance import StepRequest, advance
@@ -206,8 +206,8 @@ def run_step(db: str, thread_id: str, fields: Any, live: bool, cap_id: str | Non
         request, settings = _checked_job(db, thread_id, fields, live)
         with pool_for(db).lease() as store:
             _check_bound(store, store_id, thread_id)
-            outcome = advance(store, request, settings, model_factory=worker_model,
-                              charge=cap_id)
+            outcome = held_by_full_cap(store, advance(
+                store, request, settings, model_factory=worker_model, charge=cap_id), cap_id)
             full = cap_full(store, cap_id)
         if outcome.status == "ready" and outcome.exit_code == 0 and not full:
             again = 0.0
