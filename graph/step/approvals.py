@@ -34,6 +34,7 @@ before any resume, and a waiting thread is never invoked otherwise.
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 from graph.errors import ErrorCode, RefusedError, UsageError
@@ -125,6 +126,8 @@ def decide(store: Store, thread_id: str, pending: list[dict[str, Any]], values: 
                "reason": reason if decision == "reject" else None}
         if decision == "reject":
             result = WriteResult.rejected(reason)
+            with contextlib.suppress(WriteError):  # its path, for the record (never written)
+                row["target"] = parse_write(calls[cid])[1]
         else:
             try:
                 name, rel, text = parse_write(calls[cid])

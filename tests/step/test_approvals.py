@@ -232,6 +232,8 @@ def test_history_shows_each_decision(backend, out_dir: Path) -> None:
     assert [(d["tool_call_id"], d["decision"], d["reason"], d["applied"]) for d in decisions] == [
         ("w1", "approve", None, True), ("w2", "reject", "not needed", False)]
     assert all(len(d["args_sha256"]) == 64 and d["decided_at"] for d in decisions)
+    # a rejected write shows the path it asked for (history showed "-")
+    assert [d["target"] for d in decisions] == ["report.md", "log.txt"]
 
 
 def test_two_approved_writes_to_one_file_in_one_message_both_apply_once(backend, out_dir) -> None:
