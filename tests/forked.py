@@ -16,10 +16,13 @@ from __future__ import annotations
 import atexit
 import multiprocessing
 import os
+import re
 import runpy
+import signal
 import subprocess
 import sys
 import threading
+import warnings
 from multiprocessing.context import ForkServerContext
 from pathlib import Path
 
@@ -29,7 +32,11 @@ from tests.crash_child import PRELOAD
 def forkserver() -> ForkServerContext:
     """The forkserver context (one server per test process, started on first use)."""
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload([*PRELOAD, "graph.batch", "tests.forked"])
+    # procrastinate's command and our queue app's modules, for the queue workers
+    # (tests/fleet/test_queue.py); not `graph.queue`, which builds its app from the
+    # environment when imported.
+    ctx.set_forkserver_preload([*PRELOAD, "graph.batch", "tests.forked", "procrastinate.cli",
+                                "procrastinate.worker", "graph.fleet.jobs", "graph.fleet.worker"])
     return ctx
 
 
@@ -44,6 +51,10 @@ def _run_as_main(entry: str, argv: list[str], env: dict[str, str], cwd: str, out
         os.dup2(fd, target)
         os.close(fd)
     sys.argv = [entry, *argv]
+    # `python -m` imports the entry afresh; here the forkserver already has it (preloaded),
+    # about which runpy warns on stderr, which a fresh `python -m` never prints.
+    warnings.filterwarnings("ignore", category=RuntimeWarning, module="runpy",
+                            message=f"'{re.escape(entry)}' found in sys.modules")
     try:
         runpy.run_module(entry, run_name="__main__", alter_sys=True)
         code = 0
@@ -91,8 +102,16 @@ class ForkedProcess:
         if self.returncode is None and self._process.exitcode is None:
             os.kill(self.pid, sig)
 
-    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
-        """Waits for the end; returns its (stdout, stderr) and sets `returncode`.
+    def terminate(self) -> None:
+        """Sends SIGTERM (as `Popen.terminate`)."""
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        """Sends SIGKILL (as `Popen.kill`)."""
+        self.send_signal(signal.SIGKILL)
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Waits for the end and returns its exit code (as `Popen.wait`); keeps its output.
 
         Raises:
             subprocess.TimeoutExpired: Still running after `timeout` seconds.
@@ -101,6 +120,15 @@ class ForkedProcess:
         if self._process.exitcode is None:
             raise subprocess.TimeoutExpired(self.args, timeout or 0)
         self.returncode = self._process.exitcode
+        return self.returncode
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        """Waits for the end; returns its (stdout, stderr) and sets `returncode`.
+
+        Raises:
+            subprocess.TimeoutExpired: Still running after `timeout` seconds.
+        """
+        self.wait(timeout)
         out, err = (f.read_text() for f in self._files)
         for f in self._files:
             f.unlink()

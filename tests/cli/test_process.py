@@ -1,6 +1,9 @@
 """The command run as a real process, the way a scheduler calls it.
 
-What a process adds nothing to (a failed request's report) runs in this process.
+What a process adds nothing to (a failed request's report) runs in this process. Each
+kind of run starts a fresh interpreter once (`cli`); its repeats on the other backends
+and inputs are `python -m graph.run` forked from the preloaded forkserver (`forked_cli`,
+`tests/forked.py`): the same real process and streams, without another interpreter start.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import pytest
 
 from tests.conftest import PYTHON, ROOT, SqliteBackend, subprocess_env
 from tests.fake_mandapi import FakeMandApi
+from tests.forked import ForkedProcess, forkserver
 
 TASK = "How long does shipping take at the demo shop?"
 
@@ -20,6 +24,15 @@ TASK = "How long does shipping take at the demo shop?"
 def cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None):
     return subprocess.run([PYTHON, "-m", "graph.run", *args], capture_output=True, text=True,
                           env=env or subprocess_env(), cwd=cwd, timeout=120)
+
+
+def forked_cli(*args: str, env: dict[str, str] | None = None, cwd: Path
+               ) -> subprocess.CompletedProcess[str]:
+    """`cli(*args)` as a process forked from the preloaded forkserver."""
+    proc = ForkedProcess(forkserver(), "graph.run", list(args), env or subprocess_env(), cwd)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode is not None
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def test_two_offline_processes_share_the_thread_through_the_checkpoint(tmp_path: Path) -> None:
@@ -37,15 +50,17 @@ def test_two_offline_processes_share_the_thread_through_the_checkpoint(tmp_path:
 def test_live_process_against_a_loopback_fake_server_keeps_the_key_private(
     tmp_path: Path, backend, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    """A live run to the end as a real process; a failed request's report (exit 6) in this
-    process through `main(argv)`, every byte it writes captured."""
+    """A live run to the end as a real process (a fresh interpreter on SQLite, forked on
+    the other backends); a failed request's report (exit 6) in this process through
+    `main(argv)`, every byte it writes captured."""
     from graph.run import main
 
     key = "sk-marker-process-91"
     with FakeMandApi(tmp_path / "requests.jsonl") as fake:
         env = subprocess_env(MANDAPI_API_KEY=key, MANDAPI_MODEL_ID="mandapi-large",
                              MANDAPI_BASE_URL=fake.base_url)
-        runs = [cli("--thread", "live1", "--task", TASK, "--live", "--db", backend.db, env=env,
+        run = cli if isinstance(backend, SqliteBackend) else forked_cli
+        runs = [run("--thread", "live1", "--task", TASK, "--live", "--db", backend.db, env=env,
                     cwd=tmp_path)]
         requests = fake.requests()
     assert runs[0].returncode == 0, runs[0].stderr
@@ -67,8 +82,9 @@ def test_live_process_against_a_loopback_fake_server_keeps_the_key_private(
 
 
 def test_json_output_is_one_object_for_usage_errors(tmp_path: Path) -> None:
-    for args in (["--json"], ["--thread", "a b", "--json"], ["--thread", "x", "--json", "--bogus"]):
-        result = cli(*args, cwd=tmp_path)
+    for n, args in enumerate((["--json"], ["--thread", "a b", "--json"],
+                              ["--thread", "x", "--json", "--bogus"])):
+        result = (cli if n == 0 else forked_cli)(*args, cwd=tmp_path)
         assert result.returncode == 2, args
         lines = result.stdout.strip().splitlines()
         assert len(lines) == 1

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +21,25 @@ import pytest
 
 from tests.conftest import PYTHON, PostgresBackend, postgres_admin_url, subprocess_env
 from tests.fake_mandapi import FakeMandApi, task_of
+from tests.forked import ForkedProcess, forkserver
 
 pytest.importorskip("procrastinate")
 THREADS, WORKERS = 60, 3
 MARKER = "ZEBRA-7f3c-MARKER"
 """Task text that must never reach a log."""
 PROCRASTINATE = os.path.join(os.path.dirname(sys.executable), "procrastinate")
+WORKER_ARGS = ["--app=graph.queue.app", "worker"]
+"""`procrastinate WORKER_ARGS ...` starts a worker. The console script runs in a fresh
+interpreter where its start is what a test is about (the first misconfigured worker, the
+logging worker); the other workers are real processes forked from the preloaded
+forkserver (`tests/forked.py`, `python -m procrastinate`), which skips the interpreter
+start and procrastinate's imports (about 2.5 s of CPU each)."""
+Worker = subprocess.Popen | ForkedProcess
+
+
+def _forked_worker(argv: list[str], env: dict[str, str], cwd: Path) -> ForkedProcess:
+    """`procrastinate WORKER_ARGS argv` forked from the preloaded forkserver."""
+    return ForkedProcess(forkserver(), "procrastinate", [*WORKER_ARGS, *argv], env, cwd)
 
 
 class CountingFake(FakeMandApi):
@@ -91,7 +104,7 @@ def _statuses(db: str) -> dict[str, str]:
         return {t["thread_id"]: t["status"] for t in list_threads(store)}
 
 
-def _wait_done(db: str, count: int, workers: list[subprocess.Popen], timeout_s: float = 180,
+def _wait_done(db: str, count: int, workers: Sequence[Worker], timeout_s: float = 180,
                recover: bool = False) -> None:
     from graph.fleet.jobs import recover_stalled
 
@@ -107,7 +120,7 @@ def _wait_done(db: str, count: int, workers: list[subprocess.Popen], timeout_s: 
         time.sleep(0.5)
 
 
-def _stop(workers: list[subprocess.Popen]) -> None:
+def _stop(workers: Sequence[Worker]) -> None:
     for worker in workers:
         if worker.poll() is None:
             worker.terminate()
@@ -314,7 +327,7 @@ def test_one_worker_runs_steps_of_several_threads_at_once_one_per_thread_and_log
 @pytest.mark.postgres
 def test_three_queue_workers_share_sixty_threads_and_survive_a_killed_worker(
         pg, tmp_path, monkeypatch, capsys) -> None:
-    workers: list[subprocess.Popen] = []
+    workers: list[ForkedProcess] = []
     try:
         with FakeMandApi(tmp_path / "requests.jsonl", hold_s=0.05) as fake:
             ours = {"GRAPH_DB": pg.db, "MANDAPI_API_KEY": "sk-queue", "MANDAPI_MODEL_ID": "m",
@@ -324,10 +337,7 @@ def test_three_queue_workers_share_sixty_threads_and_survive_a_killed_worker(
             code, shown = _batch(monkeypatch, capsys, ours, str(tasks), "--enqueue", "--live")
             assert code == 0, shown
             for n in range(WORKERS):
-                workers.append(subprocess.Popen(
-                    [PROCRASTINATE, "--app=graph.queue.app", "worker", f"--name=w{n}",
-                     "--concurrency=2"], env=env, cwd=tmp_path,
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                workers.append(_forked_worker([f"--name=w{n}", "--concurrency=2"], env, tmp_path))
             deadline = time.monotonic() + 120
             while len(fake.requests()) < THREADS // 2:
                 assert time.monotonic() < deadline, "workers made no progress"
@@ -403,10 +413,9 @@ def test_a_redis_checkpoint_database_runs_its_queue_in_postgresql(
             # a worker whose GRAPH_DB is another database: each job ends identity_mismatch
             # there, creating nothing (the jobs were enqueued for `server`)
             wrong = {**env, "GRAPH_QUEUE_DB": pg.db, "GRAPH_DB": other.url}
-            drained = subprocess.run([PROCRASTINATE, "--app=graph.queue.app", "worker",
-                                      "--name=wrong", "--one-shot"], env=wrong, cwd=tmp_path,
-                                     capture_output=True, text=True, timeout=120)
-            assert drained.returncode == 0, drained.stderr[-2000:]
+            draining = _forked_worker(["--name=wrong", "--one-shot"], wrong, tmp_path)
+            _, drained_err = draining.communicate(timeout=120)
+            assert draining.returncode == 0, drained_err[-2000:]
             import redis as redis_client
 
             from graph.store.redis import keys
@@ -417,14 +426,12 @@ def test_a_redis_checkpoint_database_runs_its_queue_in_postgresql(
                                        "WHERE task_name = 'graph.advance_thread' GROUP BY status"
                                        ).fetchall()
             assert results == [("succeeded", len(ids))], results  # each chain ended there
-            assert drained.stderr.count("identity_mismatch") >= len(ids), drained.stderr[-3000:]
+            assert drained_err.count("identity_mismatch") >= len(ids), drained_err[-3000:]
             code, shown = _batch(monkeypatch, capsys, ours, str(tasks), "--enqueue", "--live",
                                  "--queue-db", pg.db)
             assert code == 0, shown
-            worker = subprocess.Popen(
-                [PROCRASTINATE, "--app=graph.queue.app", "worker", "--name=wr",
-                 "--concurrency=2"], env={**env, "GRAPH_QUEUE_DB": pg.db}, cwd=tmp_path,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            worker = _forked_worker(["--name=wr", "--concurrency=2"],
+                                    {**env, "GRAPH_QUEUE_DB": pg.db}, tmp_path)
             _wait_done(server.url, len(ids), [worker])
             requests = fake.requests()
         client = redis_client.Redis.from_url(server.url)
@@ -453,7 +460,8 @@ def test_a_misconfigured_worker_exits_2_naming_the_variable_and_takes_no_job(pg,
     """A Redis `GRAPH_DB` without `GRAPH_QUEUE_DB` retried the connection forever; a worker
     without `GRAPH_DB`, or with one no step can open, took every job and ended each chain;
     an unreachable queue was exit 1 after procrastinate's 30 s pool timeout. Each now ends
-    at once, exit 2, naming what is wrong."""
+    at once, exit 2, naming what is wrong. The first runs the console script in a fresh
+    interpreter (as a user starts it); the others are forked (`WORKER_ARGS`)."""
     from graph.fleet.jobs import ensure_schema, make_app
     from graph.fleet.queue_logs import ADVANCE_TASK
 
@@ -470,12 +478,18 @@ def test_a_misconfigured_worker_exits_2_naming_the_variable_and_takes_no_job(pg,
              ({"GRAPH_QUEUE_DB": pg.db, "GRAPH_DB": "redis://127.0.0.1:1/3"}, "usage", "database 0"),
              ({"GRAPH_QUEUE_DB": pg.db, "GRAPH_DB": "redis://127.0.0.1:1/0"}, "db_unreachable",
               "Redis")]
-    for extra, code, named in cases:
+    for n, (extra, code, named) in enumerate(cases):
         env = subprocess_env(**extra)
-        done = subprocess.run([PROCRASTINATE, "--app=graph.queue.app", "worker", "--name=bad"],
-                              env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
-        assert done.returncode == 2, (extra, done.stderr[-2000:])
-        assert f"error ({code})" in done.stderr and named in done.stderr, done.stderr[-2000:]
+        if n == 0:
+            done = subprocess.run([PROCRASTINATE, *WORKER_ARGS, "--name=bad"], env=env, cwd=tmp_path,
+                                  capture_output=True, text=True, timeout=120)
+            returncode, stderr = done.returncode, done.stderr
+        else:
+            worker = _forked_worker(["--name=bad"], env, tmp_path)
+            _, stderr = worker.communicate(timeout=120)
+            returncode = worker.returncode
+        assert returncode == 2, (extra, stderr[-2000:])
+        assert f"error ({code})" in stderr and named in stderr, stderr[-2000:]
     import psycopg
 
     with psycopg.connect(pg.db) as conn:

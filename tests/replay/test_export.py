@@ -14,6 +14,7 @@ from graph.replay.__main__ import main
 from graph.replay.session import replay
 from tests.conftest import PYTHON, ROOT, run_cli, subprocess_env
 from tests.fixtures.recordings.build import reply, scripted
+from tests.forked import ForkedProcess, forkserver
 
 KEY = "sk-marker-export-33d1"
 TASK = "How long does international shipping take?"
@@ -240,9 +241,13 @@ def test_export_opens_the_database_through_graph_api_and_prints_as_before(
 
 def test_export_to_dash_writes_the_recording_to_stdout_and_no_file(sqlite_db, tmp_path) -> None:
     run_cli(["--thread", "d1", "--task", TASK, "--db", str(sqlite_db)])
-    done = subprocess.run([PYTHON, "-m", "graph.replay", "export", "--thread", "d1", "--db", str(sqlite_db),
-                           "-o", "-", "--json"], cwd=tmp_path, env=subprocess_env(), capture_output=True,
-                          text=True, timeout=120)
+    # `python -m graph.replay` forked from the preloaded forkserver: its streams are what is
+    # checked (`test_export_runs_as_a_command` starts a fresh interpreter).
+    proc = ForkedProcess(forkserver(), "graph.replay", ["export", "--thread", "d1", "--db",
+                                                        str(sqlite_db), "-o", "-", "--json"],
+                         subprocess_env(), tmp_path)
+    stdout, stderr = proc.communicate(timeout=120)
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
     assert done.returncode == 0, done.stderr
     assert not (tmp_path / "-").exists()
     assert len(json.loads(done.stdout)["interactions"]) == 2

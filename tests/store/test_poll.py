@@ -26,6 +26,7 @@ from graph.prune import main as prune_main
 from graph.store.poll import quick_answer
 from tests.conftest import _CLEARED, PYTHON, postgres_admin_url, run_cli, subprocess_env
 from tests.fakes import NeverFinishes
+from tests.forked import ForkedProcess, forkserver
 from tests.main_child import run_in_one_child
 
 TASK = "How long does shipping take at the demo shop?"
@@ -431,7 +432,7 @@ def test_the_quick_answer_imports_no_langgraph_on_either_backend(db: Db) -> None
     (["--thread", "missing", "--once", "--json"], 4),             # an error
 ])
 def test_the_process_ends_with_its_exit_code_flushed_and_closed_even_into_a_closed_pipe(
-        db: Db, args: list[str], code: int) -> None:
+        db: Db, args: list[str], code: int, tmp_path: Path) -> None:
     read, write = os.pipe()
     os.close(read)  # the reader is gone, like `| head -0`
     done = subprocess.run([PYTHON, "-m", "graph.run", *args, "--db", db.db],
@@ -442,8 +443,11 @@ def test_the_process_ends_with_its_exit_code_flushed_and_closed_even_into_a_clos
     if db.backend == "sqlite":
         wal = Path(db.db + "-wal")  # closed: checkpointed (a reader leaves it empty)
         assert not wal.exists() or wal.stat().st_size == 0
-    piped = subprocess.run([PYTHON, "-m", "graph.run", *args[:2], "--json", "--db", db.db],
-                           env=subprocess_env(), capture_output=True, text=True, timeout=300)
-    assert piped.stdout.count("\n") == 1 and piped.stdout.endswith("}\n")  # whole, flushed
+    # Read whole: `python -m graph.run` forked from the preloaded forkserver (its own exit
+    # path, `os._exit` after flushing; no second interpreter start), stdout in a file.
+    piped = ForkedProcess(forkserver(), "graph.run", [*args[:2], "--json", "--db", db.db],
+                          subprocess_env(), tmp_path)
+    stdout, _ = piped.communicate(timeout=300)
+    assert stdout.count("\n") == 1 and stdout.endswith("}\n")  # whole, flushed
     if args[1] == "n":
         assert db.value("SELECT attempts FROM attempt_ledger WHERE thread_id = 'n'") == 2
