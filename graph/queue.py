@@ -20,9 +20,38 @@ connects to nothing.
 
 from __future__ import annotations
 
+import sys
+
+from graph.cli import emit, report_error, version_line
+from graph.errors import UsageError
 from graph.fleet.jobs import QueueApp, make_app
 
-__all__ = ["app"]
+__all__ = ["app", "main"]
 
 app: QueueApp = make_app()
 """The app for procrastinate's own worker command (`--app=graph.queue.app`)."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m graph.queue`: this module is procrastinate's app, not a command.
+
+    `--help` prints how workers are started and `--version` the version (exit 0);
+    anything else is a usage error naming the worker command (exit 2), in the one error
+    shape (JSON with `--json`). It printed nothing and exited 0.
+    """
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] in (["-h"], ["--help"]):
+        emit((__doc__ or "").strip())
+        return 0
+    if argv[:1] == ["--version"]:
+        emit(version_line())
+        return 0
+    return report_error(UsageError(
+        "graph.queue is the queue's app, not a command: start a worker with "
+        "GRAPH_DB=postgresql://... procrastinate --app=graph.queue.app worker, and enqueue "
+        "with python -m graph.batch TASKS --enqueue (see python -m graph.queue --help)"),
+        "--json" in argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -134,3 +134,18 @@ def test_read_tasks_takes_a_path_as_a_str_or_a_pathlike(tmp_path) -> None:
     with pytest.raises(UsageError) as refused:
         read_tasks(str(tmp_path / "missing.jsonl"))
     assert refused.value.exit_code == 2 and "missing.jsonl" in str(refused.value.location)
+
+
+def test_python_m_graph_queue_says_how_to_start_a_worker_instead_of_nothing(capsys) -> None:
+    """`python -m graph.queue` printed nothing and exited 0; it is procrastinate's app."""
+    from graph.queue import main as queue_main
+
+    assert queue_main([]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error (usage): ") and "procrastinate --app=graph.queue.app worker" in err
+    assert queue_main(["--json"]) == 2
+    assert json.loads(capsys.readouterr().out)["error_code"] == "usage"
+    assert queue_main(["--version"]) == 0
+    assert capsys.readouterr().out.startswith("mandapi-resume ")
+    assert queue_main(["--help"]) == 0
+    assert "GRAPH_QUEUE_DB" in capsys.readouterr().out
