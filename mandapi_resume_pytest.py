@@ -22,6 +22,7 @@ only a test that uses `mandapi_replay` fails, saying which `graph` was found.
 from __future__ import annotations
 
 import importlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +80,8 @@ def mandapi_replay(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     default_match = request.config.getini("mandapi_replay_match")
     counter = iter(range(1_000_000))
 
-    def replay(recording: str | Path, *, match: str | None = None, db: str | None = None,
+    def replay(recording: str | Path, *, match: str | None = None,
+               db: str | os.PathLike[str] | None = None,
                workspace: str | Path | None = None, allow_writes: str | Path | None = None) -> Any:
         shadow = _shadowing_graph()
         if shadow is not None:
@@ -96,7 +98,8 @@ def mandapi_replay(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
                 allow_writes = tmp_path / f"replay-writes-{number}"
                 allow_writes.mkdir()
             return run_replay(recording, match=match or default_match,
-                              db=db or str(tmp_path / f"replay-{number}.sqlite"),
+                              db=os.fspath(db) if db is not None else
+                              str(tmp_path / f"replay-{number}.sqlite"),
                               workspace=workspace, allow_writes=allow_writes)
         except (ReplayFailure, RunError) as exc:  # a bad recording file fails the test too
             failure = f"mandapi_replay: {getattr(exc, 'message', exc)}"

@@ -365,13 +365,15 @@ def _check_end(rec: Recording, db: str, outcomes: list[dict[str, Any]], played: 
         raise ReplayFailure(f"the replayed thread ended unlike the recording ({rec.path}):\n{diff}")
 
 
-def replay(recording: str | Path, *, db: str, match: str = "exact", workspace: str | Path | None = None,
-           allow_writes: str | Path | None = None) -> ReplayResult:
+def replay(recording: str | Path, *, db: str | os.PathLike[str], match: str = "exact",
+           workspace: str | Path | None = None, allow_writes: str | Path | None = None
+           ) -> ReplayResult:
     """Replays `recording` against the current graph (see the module doc).
 
     Args:
         recording: A file written by `python -m graph.replay export`.
-        db: A SQLite path or PostgreSQL URL where the recorded thread does not exist yet.
+        db: A SQLite path (a str or an `os.PathLike` such as `pathlib.Path`) or a
+            PostgreSQL URL where the recorded thread does not exist yet.
         match: `exact` or `messages_and_tools` (`graph.replay.diff`).
         workspace: The folder to serve as the thread's workspace (default: the recorded
             path); its files must be the recorded ones, or tool results differ.
@@ -390,6 +392,7 @@ def replay(recording: str | Path, *, db: str, match: str = "exact", workspace: s
     """
     if match not in MODES:
         raise ValueError(f"match must be one of {MODES}, not {match!r}")
+    db = os.fspath(db)
     try:
         rec = load_recording(recording)
     except RunError as exc:

@@ -215,3 +215,13 @@ def test_the_fixture_fails_a_replay_into_a_database_holding_the_thread(mandapi_r
     mandapi_replay(RECORDINGS / "shipping.json", db=db)
     with pytest.raises(pytest.fail.Exception, match=r"^mandapi_replay: thread 'shipping' already exists"):
         mandapi_replay(RECORDINGS / "shipping.json", db=db)
+
+
+def test_the_fixture_and_replay_take_db_as_a_path_or_a_str(mandapi_replay, tmp_path) -> None:
+    """`db=tmp_path / "c.sqlite"` (a `pathlib.Path`) raised a TypeError traceback."""
+    from graph.replay.session import replay
+
+    demo = RECORDINGS / "demo.json"
+    assert mandapi_replay(demo, db=tmp_path / "fixture.sqlite").status == "done"
+    assert replay(demo, db=tmp_path / "direct.sqlite").status == "done"
+    assert replay(demo, db=str(tmp_path / "as-str.sqlite")).status == "done"
