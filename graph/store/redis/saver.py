@@ -114,6 +114,31 @@ class CheckedRedisSaver(CheckedSaver, ExactRedisSaver):
             self._redis, self._make_redis_checkpoint_key_cached)
         self._documents_since: str | None = None
 
+    def setup_found(self, indexes: set[str]) -> bool:
+        """Upstream's `setup()` for a database whose search indexes were already listed.
+
+        `RedisSaver.setup` (0.5.2) detects cluster mode, creates each of its two indexes
+        unless it exists, and makes its key registry. Asking whether an index exists is an
+        `FT.INFO`, a reply of about a thousand fields per index: most of the CPU of
+        opening a store. `graph.store.redis.open` lists the indexes once (`FT._LIST`);
+        when both are in `indexes` this does the rest of upstream's setup itself and asks
+        the server nothing. `tests/store/redis/test_saver.py` checks that the saver ends as
+        upstream's `setup()` leaves it, so a change upstream fails there.
+
+        Args:
+            indexes: The names of the indexes on the server.
+
+        Returns:
+            True when both indexes were there (set up here); False when `setup()` is
+            still needed (it creates what is missing).
+        """
+        if not {self.checkpoints_index.name, self.checkpoint_writes_index.name} <= indexes:
+            return False
+        self._detect_cluster_mode()
+        if self._redis is not None and not self._key_registry:
+            self._key_registry = SyncCheckpointKeyRegistry(self._redis)
+        return True
+
     @property
     def strict(self) -> StrictRedisSerializer:
         """The serializer (always the strict one set at construction)."""

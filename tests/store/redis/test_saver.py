@@ -229,3 +229,28 @@ def test_a_write_saved_while_its_checkpoint_is_read_is_not_taken_for_damage(
     monkeypatch.setattr(RedisSaver, "get_tuple", load_then_another_process_writes)
     loaded = saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})
     assert raced and [(t, c) for t, c, _ in loaded.pending_writes] == [("task-1", "messages")]
+
+
+def test_setup_found_leaves_the_saver_as_upstreams_setup_does_asking_the_server_nothing(
+        redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`CheckedRedisSaver.setup_found` stands in for `RedisSaver.setup` (0.5.2) when
+    `graph.store.redis.open` already listed both indexes: it must leave the same saver
+    (cluster mode, key registry) and send no command; a change upstream fails here."""
+    from graph.store.redis.conn import connect
+    from graph.store.redis.open import _index_names
+    from graph.store.redis.saver import CheckedRedisSaver
+
+    upstream = CheckedRedisSaver(redis_client=connect(redis_url))
+    upstream.setup()  # creates the indexes on this server
+    ours = CheckedRedisSaver(redis_client=connect(redis_url))
+    indexes = _index_names(connect(redis_url), redis_url)
+    sent: list[Any] = []
+    monkeypatch.setattr(type(ours._redis), "execute_command",
+                        lambda self, *args, **kwargs: sent.append(args))
+    assert ours.setup_found(indexes) is True
+    assert sent == []
+    assert ours.cluster_mode == upstream.cluster_mode is False
+    assert type(ours._key_registry) is type(upstream._key_registry)
+    assert ours._key_registry is not None
+    assert set(vars(ours)) == set(vars(upstream))
+    assert CheckedRedisSaver(redis_client=connect(redis_url)).setup_found({"checkpoint"}) is False
