@@ -81,8 +81,8 @@ def _fill(outcome: Outcome, db_flag: str | None) -> None:
         loaded = load_thread(graph_of(db.store), thread_id, db.location)
     if loaded is not None:
         state = Outcome.from_state(thread_id, loaded.values, loaded.snapshot.next)
-        for name in ("status", "attempts", "max_attempts", "model", "answer", "stop_reason",
-                     "usage", "max_tokens", "next_nodes"):
+        for name in ("status", "attempts", "max_attempts", "model", "answer", "partial_answer",
+                     "stop_reason", "usage", "max_tokens", "next_nodes"):
             setattr(outcome, name, getattr(state, name))
     if entry is not None:
         outcome.attempts = max(entry.attempts, outcome.attempts or 0)

@@ -32,6 +32,8 @@ _HINTS = {
     StopReason.INVALID_REQUEST: "no rerun can fix this: the thread would send the same request "
                                 "again; start a new thread id (for example with a smaller "
                                 "--context-tokens or another --model)",
+    StopReason.CONTENT_FILTER: "no rerun can fix this: the thread would send the same "
+                               "conversation again; start a new thread id with a reworded task",
 }
 """What to do about an error that stops the thread, by its stop reason."""
 
