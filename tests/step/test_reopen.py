@@ -49,6 +49,7 @@ def test_a_thread_stopped_by_a_gateways_400_is_reopened_and_continues_with_its_a
     stopped = run(backend.db, server, "--task", TASK, "--model", "mandapi-large")
     assert (stopped["status"], stopped["stop_reason"], stopped["exit_code"]) == (
         "exhausted", "invalid_request", 3)
+    assert "No connected db." in stopped["error"] and "--reopen" in stopped["error"], "says how to undo"
     reopened = run(backend.db, server, "--reopen")
     assert (reopened["status"], reopened["stop_reason"], reopened["exit_code"]) == ("ready", None, 0)
     assert (reopened["attempts"], reopened["max_attempts"]) == (1, 4)
