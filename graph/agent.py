@@ -79,6 +79,7 @@ def initial_state(*, thread_id: str, task: str, model: str, max_attempts: int, c
             attempts=0,
             outcome=None,
             answer=None,
+            partial_answer=None,
             stop_reason=None,
             last_error=None,
             usage=Usage(prompt_tokens=0, completion_tokens=0, total_tokens=0),

@@ -85,6 +85,7 @@ class ErrorCode(StrEnum):
     WAL_BUSY = "wal_busy"
     DB_SECOND_NAME = "db_second_name"
     BATCH_CAP = "batch_cap"
+    CONTENT_FILTER = "content_filter"
     INTERRUPTED = "interrupted"
 
     @property
@@ -112,6 +113,7 @@ _EXIT = {
         ErrorCode.DB_LOST, ErrorCode.DB_WRITE_FAILED, ErrorCode.STEP_FAILED,
         ErrorCode.WAL_BUSY)},
     ErrorCode.BATCH_CAP: ExitCode.BATCH_CAP,
+    ErrorCode.CONTENT_FILTER: ExitCode.EXHAUSTED,
     ErrorCode.INTERRUPTED: ExitCode.INTERRUPTED,
 }
 

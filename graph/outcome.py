@@ -21,7 +21,8 @@ class Outcome:
 
     `to_json` gives the `--json` object; its keys are a contract for scripts:
     `thread_id`, `status`, `attempts`, `max_attempts`, `model`, `answer` (null until
-    done), `review_required`, `stop_reason`, `error`, `error_code`, plus `usage`
+    done), `partial_answer` (the text so far of a reply cut off by the token limit and
+    not finished yet, else null), `review_required`, `stop_reason`, `error`, `error_code`, plus `usage`
     (tokens), `max_tokens` (null without a cap), `pending_calls` (the write calls a
     thread waits on, each with `tool_call_id`, `name`, `arguments`, `sha256` and
     `decision`; null when not waiting) and `exit_code`.
@@ -34,6 +35,7 @@ class Outcome:
     max_attempts: int | None = None
     model: str | None = None
     answer: str | None = None
+    partial_answer: str | None = None
     stop_reason: str | None = None
     error: str | None = None
     error_code: ErrorCode | None = None
@@ -61,6 +63,7 @@ class Outcome:
             max_attempts=thread["max_attempts"],
             model=thread["model"],
             answer=progress.get("answer"),
+            partial_answer=progress.get("partial_answer"),
             stop_reason=progress.get("stop_reason"),
             usage=dict(progress.get("usage") or {}),
             max_tokens=thread.get("max_tokens"),
@@ -161,6 +164,9 @@ class Outcome:
             lines.append(error_line(self.error_code, self.error))
         if self.answer is not None:
             lines += [f"answer: {self.answer}", REVIEW_REMINDER]
+        elif self.partial_answer is not None:
+            lines.append(f"partial answer (cut off by the token limit, not an answer): "
+                         f"{self.partial_answer}")
         elif self.status == "ready" and self.next_nodes:
             lines.append(f"next: {', '.join(self.next_nodes)} (run again to continue)")
         for call in self.pending_calls or []:

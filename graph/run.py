@@ -88,8 +88,8 @@ def _fill(outcome: Outcome, db_flag: str | None) -> None:
         loaded = load_thread(graph_of(db.store), thread_id, db.location)
     if loaded is not None:
         state = Outcome.from_state(thread_id, loaded.values, loaded.snapshot.next)
-        for name in ("status", "attempts", "max_attempts", "model", "answer", "stop_reason",
-                     "usage", "max_tokens", "next_nodes"):
+        for name in ("status", "attempts", "max_attempts", "model", "answer", "partial_answer",
+                     "stop_reason", "usage", "max_tokens", "next_nodes"):
             setattr(outcome, name, getattr(state, name))
     if entry is not None:
         outcome.attempts = max(entry.attempts, outcome.attempts or 0)
@@ -163,6 +163,10 @@ def _parser() -> Parser:
     parser.add_argument("--reason", help="why the --reject calls were rejected (told to the model)")
     parser.add_argument("--cancel", action="store_true",
                         help="mark the thread cancelled: no request is ever made for it again")
+    parser.add_argument("--reopen", action="store_true",
+                        help="put a thread stopped by a model error (model_not_found, "
+                             "invalid_request, content_filter) back to ready, its attempts "
+                             "still counted; sends nothing")
     parser.add_argument("--restart-pruned", action="store_true",
                         help="start a pruned thread anew, with a fresh budget (needs --task)")
     parser.add_trace()
@@ -239,7 +243,7 @@ def _quick_answer(parser: Parser, args: argparse.Namespace, thread_id: str
     """The answer of `graph.store.poll` (no LangGraph import), or None for the full path.
 
     Only when every other flag is at its default: a task, model, limit, folder,
-    `--live`, `--trace`, `--cancel` or a decision must be checked against the thread;
+    `--live`, `--trace`, `--cancel`, `--reopen` or a decision must be checked against the thread;
     and not for a `--db` URL holding a password, which the full path warns about.
 
     Returns:
@@ -287,7 +291,10 @@ def _request(args: argparse.Namespace, spec: ThreadSpec) -> StepRequest:
     if args.cancel and (args.approve or args.reject or args.restart_pruned):
         raise UsageError("--cancel stops the thread; it cannot be combined with --approve, "
                          "--reject or --restart-pruned")
-    return StepRequest(spec, once=args.once, cancel=args.cancel,
+    if args.reopen and (args.cancel or args.approve or args.reject or args.restart_pruned):
+        raise UsageError("--reopen puts a stopped thread back to ready; it cannot be combined "
+                         "with --cancel, --approve, --reject or --restart-pruned")
+    return StepRequest(spec, once=args.once, cancel=args.cancel, reopen=args.reopen,
                        restart_pruned=args.restart_pruned, approve=tuple(args.approve),
                        reject=tuple(args.reject), reason=args.reason)
 

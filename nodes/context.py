@@ -113,12 +113,17 @@ class ModelReply:
         message: The assistant message in OpenAI wire form: `role`, `content`
             (str or None) and, when the model asks for tools, `tool_calls`.
         usage: Token counts reported for this request (zeros when not reported).
+        finish_reason: `choices[0].finish_reason` as the server sent it (`stop`,
+            `tool_calls`, `length`, `content_filter`, `eos`, ...), or None when it was
+            missing, `null` or not storable text: unknown, decided by the content
+            (`nodes.replies.finish_kind`). Kept in the attempt log, never in a message.
     """
 
     message: dict[str, Any]
     usage: Usage = field(
         default_factory=lambda: Usage(prompt_tokens=0, completion_tokens=0, total_tokens=0)
     )
+    finish_reason: str | None = None
 
 
 class ChatModel(Protocol):

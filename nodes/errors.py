@@ -20,6 +20,16 @@ class RequestErrorCode(StrEnum):
     BAD_RESPONSE = "bad_response"
 
 
+class ReplyStopCode(StrEnum):
+    """A paid reply that stops its thread; each value is a `graph.errors.ErrorCode` with exit 3.
+
+    `tests/cli/test_error_contract.py` checks both.
+    """
+
+    CONTENT_FILTER = "content_filter"
+    """The server's content filter stopped the reply (`finish_reason` `content_filter`)."""
+
+
 class StopReason(StrEnum):
     """Why a failed request stops its thread for good: no rerun could succeed.
 
@@ -32,14 +42,16 @@ class StopReason(StrEnum):
     """The server says the thread's model does not exist; a thread's model is fixed."""
     INVALID_REQUEST = "invalid_request"
     """The server says the request is invalid (HTTP 400 or 422); a rerun sends the same."""
+    CONTENT_FILTER = "content_filter"
+    """The server's content filter stopped the reply; a rerun sends the same conversation."""
 
 
 class ModelRequestError(Exception):
     """A model request failed after its attempt was counted and claimed.
 
     Attributes:
-        error_code: A short stable name: `timeout`, `connection`, `http_status` or
-            `bad_response`. Scripts depend on these names.
+        error_code: A short stable name: `timeout`, `connection`, `http_status`,
+            `bad_response` or `content_filter`. Scripts depend on these names.
         message: One line for people; names the endpoint and status and, for an HTTP
             error, the server's own message (sanitized), never headers or the API key.
         usage: The token counts the service reported for a reply that was paid for
@@ -49,7 +61,7 @@ class ModelRequestError(Exception):
             (`StopReason`); None when a rerun may succeed (the thread stays `ready`).
     """
 
-    def __init__(self, error_code: RequestErrorCode, message: str, *,
+    def __init__(self, error_code: RequestErrorCode | ReplyStopCode, message: str, *,
                  usage: Mapping[str, Any] | None = None,
                  stop_reason: StopReason | None = None) -> None:
         super().__init__(message)

@@ -16,3 +16,15 @@ SYSTEM_PROMPT = (
 
 TOOL_ERROR_PREFIX = "TOOL ERROR: "
 """Prefix of a tool message that reports a tool error back to the model."""
+
+CONTINUE_PROMPT = (
+    "Your previous reply was cut off by the output token limit. Continue it exactly "
+    "where it stopped, without repeating anything; if you need a tool, call it now."
+)
+"""The user message that asks the model to go on after a reply cut off by the token limit.
+
+`nodes.request.prepare_request` adds it after a stored conversation that ends with an
+assistant message without tool calls (only a reply cut off by `finish_reason` `length`
+leaves a resumable thread so). It is stored with the reply it asks for, so the stored
+conversation is what the model saw. It has the user role, never the system role (I5).
+"""

@@ -16,8 +16,9 @@ from langgraph.runtime import Runtime
 
 from nodes.compaction import edit_script
 from nodes.context import StepContext
-from nodes.errors import ModelRequestError, RequestErrorCode
-from nodes.replies import assign_call_ids, check_reply, read_usage
+from nodes.errors import ModelRequestError, ReplyStopCode, RequestErrorCode, StopReason
+from nodes.replies import assign_call_ids, check_reply, cut_calls, finish_kind, read_usage
+from nodes.server_errors import sanitize
 from nodes.state import (
     EDIT,
     REPLACE,
@@ -56,14 +57,15 @@ def _add_usage(total: Mapping[str, Any], more: Mapping[str, Any]) -> Usage:
 
 
 def _refused(ctx: StepContext, attempt: int, exc: ModelRequestError, usage: Mapping[str, Any] | None,
-             progress: Progress, spent: Progress) -> ThreadUpdate:
+             progress: Progress, spent: Progress, **logged: Any) -> ThreadUpdate:
     """The update and log row of a failed or refused request.
 
     The reported usage of a paid but refused reply still counts toward the thread's
-    token cap and shows in its step-log row (INVARIANTS I11).
+    token cap and shows in its step-log row (INVARIANTS I11). `logged` adds fields to the
+    row (a stopped reply's `finish_reason` and text).
     """
     error = {"attempt": attempt, "error_code": str(exc.error_code), "message": exc.message}
-    row: dict[str, Any] = {"outcome": "error", **error}
+    row: dict[str, Any] = {"outcome": "error", **error, **logged}
     update = Progress(outcome="error", last_error=error, **spent)
     if exc.stop_reason is not None:  # no rerun can fix it (nodes.server_errors): stop here
         update.update(Progress(status="exhausted", stop_reason=str(exc.stop_reason)))
@@ -72,6 +74,16 @@ def _refused(ctx: StepContext, attempt: int, exc: ModelRequestError, usage: Mapp
         update["usage"] = _add_usage(progress.get("usage") or {}, usage)
     ctx.log.record(ctx.thread_id, attempt, "reason", row)
     return {"progress": update}
+
+
+def _filtered(text: str | None) -> ModelRequestError:
+    """The error of a reply the server's content filter stopped, showing what it sent."""
+    said = sanitize(text or "")
+    return ModelRequestError(
+        ReplyStopCode.CONTENT_FILTER,
+        "the server's content filter stopped the reply (finish_reason content_filter); "
+        + (f"it sent: {said!r}" if said else "it sent no text"),
+        stop_reason=StopReason.CONTENT_FILTER)
 
 
 def _stored_messages(stored: list[Message], compacted: list[Message], message: Message) -> Any:
@@ -96,12 +108,22 @@ def reason_node(state: ThreadState, runtime: Runtime[StepContext]) -> ThreadUpda
     (`nodes.request`, prepared by the budget node of the same step when there was one)
     and is checked for tool-call pairing before the claim.
 
+    What the reply's `finish_reason` changes (`nodes.replies.finish_kind`; it is kept in
+    the attempt-log row, never in a message): `length` is not an answer: its text is
+    stored (the next request asks the model to continue, `nodes.prompts.CONTINUE_PROMPT`),
+    calls whose arguments were cut off are dropped and named in the row
+    (`cut_tool_calls`), and `progress.partial_answer` holds the text so far;
+    `content_filter` stores nothing and stops the thread (`exhausted`, `stop_reason`
+    `content_filter`, the server's text in `last_error`). Any other value, or none, is
+    decided by the content as before.
+
     Returns:
-        A state update. `progress.outcome` is `tool_calls`, `answer`, `error` (the
-        request failed or its reply was refused; `last_error` says how, and a valid
-        reported usage still counts) or `not_sent` (no claimable attempt).
+        A state update. `progress.outcome` is `tool_calls`, `answer`, `truncated` (cut off
+        by the token limit; the thread stays `ready`), `error` (the request failed or
+        its reply was refused or filtered; `last_error` says how, and a valid reported
+        usage still counts) or `not_sent` (no claimable attempt).
         When the thread's last attempt ends without an answer, `status` becomes
-        `exhausted` at once.
+        `exhausted` at once (a partial answer stays in `partial_answer`, never `answer`).
 
     Raises:
         UnsafeHistoryError: The history must not be sent (nothing was claimed).
@@ -115,29 +137,54 @@ def reason_node(state: ThreadState, runtime: Runtime[StepContext]) -> ThreadUpda
     last_attempt = attempt >= int(state["thread"]["max_attempts"])
     spent = Progress(status="exhausted", stop_reason="budget") if last_attempt else Progress()
     usage = None
+    cut: list[dict[str, Any]] = []
     try:
         reply = ctx.model.complete(request.messages, request.tools)
         usage = read_usage(reply.usage)  # once valid, it counts whatever the content is
         reply = check_reply(reply)
+        kind = finish_kind(reply.finish_reason)
+        if kind == "content_filter":  # nothing of it is stored: the thread stops
+            return _refused(ctx, attempt, _filtered(reply.message.get("content")), usage, progress,
+                            spent, finish_reason=reply.finish_reason,
+                            thought=reply.message.get("content"), tool_calls=_logged(reply.message))
         message = assign_call_ids(reply.message, ctx.thread_id, attempt, state["messages"])
-        if not message.get("tool_calls") and not (message.get("content") or "").strip():
+        if kind == "length":  # arguments cut off are never executed: the call is not kept
+            message, cut = cut_calls(message)
+        has_text = bool((message.get("content") or "").strip())
+        if not message.get("tool_calls") and not has_text and kind != "length":
             raise ModelRequestError(RequestErrorCode.BAD_RESPONSE,
                                     "the model returned neither text nor a tool call")
         _check_new_call_ids(message)
     except ModelRequestError as exc:
         return _refused(ctx, attempt, exc, usage or exc.usage, progress, spent)
-    stored = _stored_messages(state["messages"], request.compacted, message)
     done = Progress(usage=_add_usage(progress.get("usage") or {}, reply.usage))
+    update: ThreadUpdate = {"progress": done}
+    if message.get("tool_calls") or has_text:
+        update["messages"] = _stored_messages(state["messages"], request.compacted, message)
+    partial = progress.get("partial_answer")
     if message.get("tool_calls"):
-        done.update(Progress(outcome="tool_calls", last_error=None, **spent))
+        done.update(Progress(outcome="tool_calls", partial_answer=None, last_error=None, **spent))
+    elif kind == "length":  # not an answer: the next step asks the model to continue
+        so_far = (partial or "") + (message.get("content") or "") if has_text else partial
+        done.update(Progress(outcome="truncated", partial_answer=so_far, last_error=None, **spent))
     else:
-        done.update(Progress(outcome="answer", status="done", answer=message["content"], last_error=None))
-    ctx.log.record(ctx.thread_id, attempt, "reason", {
+        done.update(Progress(outcome="answer", status="done", answer=(partial or "") + message["content"],
+                             partial_answer=None, last_error=None))
+    row: dict[str, Any] = {
         "outcome": done["outcome"],
         "thought": message.get("content"),
-        "tool_calls": [{"id": c["id"], "name": c["function"]["name"],
-                        "arguments": c["function"]["arguments"]}
-                       for c in message.get("tool_calls") or []],
+        "tool_calls": _logged(message),
         "usage": dict(reply.usage),
-    })
-    return {"messages": stored, "progress": done}
+        "finish_reason": reply.finish_reason,
+    }
+    if kind == "length":
+        row.update(truncated=True, stored=bool(message.get("tool_calls") or has_text),
+                   cut_tool_calls=_logged({"tool_calls": cut}))
+    ctx.log.record(ctx.thread_id, attempt, "reason", row)
+    return update
+
+
+def _logged(message: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A message's tool calls as the attempt log keeps them: `id`, `name`, `arguments`."""
+    return [{"id": c["id"], "name": c["function"]["name"], "arguments": c["function"]["arguments"]}
+            for c in message.get("tool_calls") or []]

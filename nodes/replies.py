@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from nodes.arguments import ArgumentsError, canonical, parse_arguments
 from nodes.context import ModelReply
@@ -134,7 +134,76 @@ def tolerate_object_arguments(value: Any) -> Any:
     return value
 
 
-TOLERANCES = (tolerate_missing_id, tolerate_object_arguments)
+FINISH_LENGTH = "length"
+"""`finish_reason` of a reply cut off by the token limit: never an answer."""
+FINISH_CONTENT_FILTER = "content_filter"
+"""`finish_reason` of a reply stopped by the server's content filter: stops the thread."""
+
+FinishKind = Literal["length", "content_filter", "by_content"]
+
+
+def read_finish_reason(raw: Any) -> str | None:
+    """`choices[0].finish_reason` as it is kept in the attempt log, or None (unknown).
+
+    Text is kept exactly as sent when a store can hold it (at most `MAX_NAME_CHARS`
+    characters, no U+0000, valid Unicode); anything else (absent, `null`, a number,
+    unstorable text) reads as unknown, never as a refusal: the content decides then.
+    """
+    if not isinstance(raw, str) or len(raw) > MAX_NAME_CHARS or "\x00" in raw:
+        return None
+    try:
+        raw.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return raw
+
+
+def finish_kind(finish_reason: str | None) -> FinishKind:
+    """Tolerance: a `finish_reason` that is missing, `null` or unfamiliar is decided by the content.
+
+    Only two values change what a reply means: `length` (cut off by the token limit:
+    agent-zero#1836, cited in issue 29) and `content_filter` (OpenAI API reference). Every
+    other value is decided by the message as before: tool calls are calls, text is an
+    answer. That covers `stop` and `tool_calls`, `null` or no value (Ollama, gateways),
+    `eos` and `eos_token` (llama.cpp, TGI), the legacy `function_call`, and `stop` sent
+    with tool calls (llama.cpp, Ollama: ollama/ollama#6155).
+    """
+    if finish_reason == FINISH_LENGTH:
+        return "length"
+    if finish_reason == FINISH_CONTENT_FILTER:
+        return "content_filter"
+    return "by_content"
+
+
+def cut_calls(message: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Splits a reply cut off by the token limit into what may be kept and the calls cut off.
+
+    A call is cut off when its arguments are empty or not a whole JSON object
+    (`nodes.arguments.parse_arguments`): generation stopped inside them. Such a call is
+    never executed, so it is not kept. A call whose arguments are whole is kept.
+
+    Returns:
+        The message without the calls cut off (no `tool_calls` key when none is left),
+        and those calls (wire form).
+    """
+    kept: list[dict[str, Any]] = []
+    cut: list[dict[str, Any]] = []
+    for call in message.get("tool_calls") or []:
+        try:
+            whole = call["function"]["arguments"].strip() != "" and isinstance(
+                parse_arguments(call["function"]["arguments"]), dict)
+        except ArgumentsError:
+            whole = False
+        (kept if whole else cut).append(call)
+    if not cut:
+        return message, []
+    out = {key: value for key, value in message.items() if key != "tool_calls"}
+    if kept:
+        out["tool_calls"] = kept
+    return out, cut
+
+
+TOLERANCES = (tolerate_missing_id, tolerate_object_arguments, finish_kind)
 """Every way a reply may differ from the reference format and still be stored."""
 
 
@@ -292,7 +361,8 @@ def check_reply(reply: ModelReply) -> ModelReply:
         ModelRequestError: `bad_response`; carries the usage when that was valid.
     """
     usage = read_usage(reply.usage)
-    return ModelReply(message=check_message(reply.message, usage), usage=usage)
+    return ModelReply(message=check_message(reply.message, usage), usage=usage,
+                      finish_reason=read_finish_reason(reply.finish_reason))
 
 
 def parse_reply(payload: Any) -> ModelReply:
@@ -303,7 +373,8 @@ def parse_reply(payload: Any) -> ModelReply:
 
     Returns:
         The reply with `message` reduced to the wire keys (`role`, `content`,
-        `tool_calls` when present) and `usage` (zeros when absent).
+        `tool_calls` when present), `usage` (zeros when absent) and `finish_reason`
+        (`read_finish_reason`: None when unknown).
 
     Raises:
         ModelRequestError: `bad_response` when any kept value is wrong: no
@@ -317,4 +388,5 @@ def parse_reply(payload: Any) -> ModelReply:
     choices = payload.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise _bad("no choices", usage)
-    return ModelReply(message=check_message(choices[0].get("message"), usage), usage=usage)
+    return ModelReply(message=check_message(choices[0].get("message"), usage), usage=usage,
+                      finish_reason=read_finish_reason(choices[0].get("finish_reason")))

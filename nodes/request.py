@@ -16,7 +16,7 @@ from typing import Any
 
 from nodes.compaction import compact, estimate_tokens, fits
 from nodes.pairing import UnsafeHistoryError, check_request
-from nodes.prompts import SYSTEM_PROMPT
+from nodes.prompts import CONTINUE_PROMPT, SYSTEM_PROMPT
 from nodes.state import DEFAULT_CONTEXT_TOKENS, Message, ThreadInfo
 from nodes.tool_specs import tool_specs
 
@@ -50,6 +50,11 @@ class PreparedRequest:
 def prepare_request(thread: ThreadInfo, stored: Sequence[Message]) -> PreparedRequest:
     """Compacts `stored` to the thread's context limit and builds the request from it.
 
+    A conversation that ends with an assistant message without tool calls (a reply cut
+    off by the token limit, `nodes.reason`) is followed by `CONTINUE_PROMPT` as a user
+    message (`continuation`); it is part of `compacted`, so the reason node stores it with
+    the reply that answers it.
+
     Args:
         thread: The thread's fixed settings (context limit, workspace, writable folder).
         stored: The conversation as stored (task first), with every call answered.
@@ -61,10 +66,18 @@ def prepare_request(thread: ThreadInfo, stored: Sequence[Message]) -> PreparedRe
     tools = tool_specs(bool(thread.get("workspace")), bool(thread.get("allow_writes")))
     overhead = estimate_tokens([{"role": "system", "content": SYSTEM_PROMPT}]) + estimate_tokens(tools)
     limit = int(thread.get("context_tokens") or DEFAULT_CONTEXT_TOKENS)
-    compacted = compact(stored, limit, overhead)
+    compacted = compact([*stored, *continuation(stored)], limit, overhead)
     messages = request_messages(compacted)
     check_request(messages[1:])
     return PreparedRequest(compacted, messages, tools, limit, overhead)
+
+
+def continuation(stored: Sequence[Mapping[str, Any]]) -> list[Message]:
+    """`[CONTINUE_PROMPT as a user message]` after a cut-off reply (see `prepare_request`), else `[]`."""
+    last = stored[-1] if stored else None
+    if last is not None and last.get("role") == "assistant" and not last.get("tool_calls"):
+        return [{"role": "user", "content": CONTINUE_PROMPT}]
+    return []
 
 
 def request_messages(stored: Sequence[Mapping[str, Any]]) -> list[Message]:

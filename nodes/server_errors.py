@@ -31,7 +31,11 @@ _HINTS = {
                                 "created; start a new thread id with an existing --model",
     StopReason.INVALID_REQUEST: "no rerun can fix this: the thread would send the same request "
                                 "again; start a new thread id (for example with a smaller "
-                                "--context-tokens or another --model)",
+                                "--context-tokens or another --model); if a gateway's "
+                                "configuration caused it (a key, its database), fix that and "
+                                "run once with --reopen",
+    StopReason.CONTENT_FILTER: "no rerun can fix this: the thread would send the same "
+                               "conversation again; start a new thread id with a reworded task",
 }
 """What to do about an error that stops the thread, by its stop reason."""
 

@@ -12,13 +12,14 @@ from typing import Annotated, Any, Literal, get_args
 
 from typing_extensions import TypedDict
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """Version of this state layout; stored in `thread.schema_version`.
 
 History: v1 (first release); v2 adds `thread.graph`; v3 adds `thread.workspace`,
 `thread.max_tokens` and `thread.context_tokens`; v4 adds `thread.allow_writes`; v5 adds
 `thread.thread_id`, binding the stored state to its thread; v6 adds
-`thread.keep_checkpoints`. Older versions migrate on load (`graph.store.migrations`); each
+`thread.keep_checkpoints`; v7 adds `progress.partial_answer` (issue 29: a reply cut off
+by the token limit). Older versions migrate on load (`graph.store.migrations`); each
 version has a fixture database in `tests/fixtures/`.
 """
 
@@ -106,12 +107,20 @@ class Progress(TypedDict, total=False):
     attempts: int
     """Mirror of the ledger's count when last written; the ledger decides."""
     outcome: str | None
-    """Result of the latest reason run: `tool_calls`, `answer`, `error`, `not_sent`."""
+    """Result of the latest reason run: `tool_calls`, `answer`, `truncated` (the reply was cut
+    off by the token limit, `finish_reason` `length`: no answer; the next step asks the
+    model to continue), `error`, `not_sent`."""
     answer: str | None
-    """The final answer once `status` is `done`."""
+    """The final answer once `status` is `done` (with the parts of the replies cut off before
+    it that the model continued, joined in order)."""
+    partial_answer: str | None
+    """The text so far of a reply cut off by the token limit (`finish_reason` `length`),
+    parts joined in order, while no reply has finished it; None otherwise. A thread that
+    ends in its budget status with it set ended with a partial answer, never `done`."""
     stop_reason: str | None
     """Why the thread stopped without an answer (`budget`, `token_cap`, `context_limit`, or a
-    model error no rerun can fix: `nodes.errors.StopReason`), else None."""
+    model error no rerun can fix: `nodes.errors.StopReason`, `content_filter` included),
+    else None."""
     last_error: dict[str, Any] | None
     """The latest failed request: `attempt`, `error_code`, `message`; None after a success."""
     usage: Usage

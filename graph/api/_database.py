@@ -510,6 +510,21 @@ class Database:
                                         cancel=True))
 
     @checked_call
+    def reopen(self, thread_id: str) -> Outcome:
+        """Puts a thread stopped by a model error back to `ready`, its attempts still counted.
+
+        The stop reasons it undoes are `graph.step.local_steps.REOPENABLE`; nothing is
+        sent (exit 0). A thread already `ready` is reported as it is.
+
+        Raises:
+            RefusedError: `no_such_thread`, or the thread fails its checks.
+            UsageError: The thread was not stopped by a model error; an invalid thread id;
+                a database opened `read_only=True`.
+        """
+        self._writable("reopen")
+        return self.advance(StepRequest(thread_spec(self.source, thread_id), reopen=True))
+
+    @checked_call
     def decide(self, thread_id: str, *, approve: tuple[str, ...] | list[str] = (),
                reject: tuple[str, ...] | list[str] = (), reason: str | None = None) -> Outcome:
         """Approves or rejects write calls paused for review (`--approve`, `--reject`).
@@ -626,6 +641,10 @@ class Database:
     async def acancel(self, thread_id: str) -> Outcome:
         """`cancel` in a worker thread."""
         return await asyncio.to_thread(self.cancel, thread_id)
+
+    async def areopen(self, thread_id: str) -> Outcome:
+        """`reopen` in a worker thread."""
+        return await asyncio.to_thread(self.reopen, thread_id)
 
     @checked_call
     async def adecide(self, thread_id: str, **kwargs: Any) -> Outcome:

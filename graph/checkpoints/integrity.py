@@ -23,10 +23,10 @@ _THREAD_KEYS: dict[str, tuple[type, ...]] = {
     "keep_checkpoints": (int, type(None))}
 _PROGRESS_KEYS: dict[str, tuple[type, ...]] = {
     "status": (str,), "attempts": (int,), "outcome": (str, type(None)),
-    "answer": (str, type(None)), "stop_reason": (str, type(None)),
+    "answer": (str, type(None)), "partial_answer": (str, type(None)), "stop_reason": (str, type(None)),
     "last_error": (dict, type(None)), "usage": (dict,),
 }
-_OUTCOMES = (None, "tool_calls", "answer", "error", "not_sent")
+_OUTCOMES = (None, "tool_calls", "answer", "truncated", "error", "not_sent")
 _USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
 GRAPH_NODES = frozenset({"__start__", "budget", "reason", "tools"})
 

@@ -18,6 +18,12 @@ What the database does not keep, and what stands in for it in a recording:
 - the body of an HTTP error: `{"error": {"message": ...}}` with the recorded status;
 - the reply of an attempt whose process was killed mid-request: none, so the exchange
   raises a connection error, which spends the attempt the same way.
+
+A reply's `finish_reason` is the one its row logged (`length`, `content_filter`, `eos`,
+...); a row without one (written before it was logged) exports `null`: unknown, which the
+client decides by the content, as the original run did. A reply cut off by the token
+limit carries the calls it cut off (`cut_tool_calls`) again, and a reply the content
+filter stopped carries its text: replayed, they are dropped and refused as before.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from graph.errors import ErrorCode, RefusedError
 from graph.replay.format import FORMAT, META_KEY, NO_ANSWER, interaction, json_response
 from graph.step.approvals import pending_review
 from graph.store.base import Store
-from nodes.errors import RequestErrorCode
+from nodes.errors import ReplyStopCode, RequestErrorCode
 from nodes.pairing import UnsafeHistoryError
 from nodes.request import prepare_request
 from nodes.state import Message
@@ -64,11 +70,18 @@ def _assistant(row: Mapping[str, Any]) -> Message | None:
     return message
 
 
-def _failed(row: Mapping[str, Any] | None) -> tuple[dict[str, Any], str | None]:
-    """(cassette response, error to raise) standing in for a failed or unlogged attempt (module doc)."""
+def _failed(model: str, attempt: int, row: Mapping[str, Any] | None) -> tuple[dict[str, Any], str | None]:
+    """(cassette response, error to raise) standing in for a failed or unlogged attempt (module doc).
+
+    A reply the content filter stopped is answered as it came (its logged text and
+    `finish_reason`), so the replay stops the thread the same way.
+    """
     if row is None:  # killed mid-request: no reply known
         return NO_ANSWER, str(RequestErrorCode.CONNECTION)
     code, message = row.get("error_code"), row.get("message") or ""
+    filtered = _assistant(row) if code == ReplyStopCode.CONTENT_FILTER else None
+    if filtered is not None:  # a paid reply, stopped by the server's filter: sent again as it came
+        return _reply(model, attempt, filtered, row.get("usage"), row), None
     if code in (RequestErrorCode.TIMEOUT, RequestErrorCode.CONNECTION):
         return NO_ANSWER, str(code)
     status = re.search(r"HTTP (\d{3})\b", message) if code != RequestErrorCode.BAD_RESPONSE else None
@@ -80,12 +93,24 @@ def _failed(row: Mapping[str, Any] | None) -> tuple[dict[str, Any], str | None]:
     return json_response(200, payload), None
 
 
-def _reply(model: str, attempt: int, message: Message, usage: Any) -> dict[str, Any]:
+def _reply(model: str, attempt: int, message: Message, usage: Any,
+           row: Mapping[str, Any]) -> dict[str, Any]:
+    """The 200 answer of a logged reply, with the `finish_reason` its row logged (module doc)."""
+    finish = row.get("finish_reason")
     return json_response(200, {
         "id": f"chatcmpl-replay-{attempt}", "object": "chat.completion", "model": model,
         "choices": [{"index": 0, "message": message,
-                     "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
+                     "finish_reason": finish if isinstance(finish, str) else None}],
         "usage": usage})
+
+
+def _as_sent(row: Mapping[str, Any], stored: Message) -> Message | None:
+    """The reply's message as the server sent it: `stored` plus the calls it cut off, if any."""
+    cut = row.get("cut_tool_calls") or []
+    if not cut:
+        return stored
+    return _assistant({"thought": stored.get("content"),
+                       "tool_calls": [*(row.get("tool_calls") or []), *cut]})
 
 
 def _usage(row: Mapping[str, Any] | None) -> dict[str, int] | None:
@@ -136,16 +161,20 @@ def _rebuild(store: Store, thread_id: str, thread: dict[str, Any], claimed: int,
         for key, value in counts.items():
             usage[key] += value
         if row is None or row.get("outcome") == "error":
-            response, raises = _failed(row)
+            response, raises = _failed(thread["model"], attempt, row)
             items.append(interaction(uri, body, response))
             exchanges.append({"attempt": attempt, "outcome": "error" if row else "no record",
                               **({"raise": raises} if raises else {})})
             continue
         message = _assistant(row)
-        if message is None:
+        sent = _as_sent(row, message) if message is not None else None
+        if message is None or sent is None:
             raise _not_replayable(store, thread_id, f"attempt {attempt}'s logged reply is malformed")
-        items.append(interaction(uri, body, _reply(thread["model"], attempt, message, row.get("usage"))))
+        items.append(interaction(uri, body, _reply(thread["model"], attempt, sent, row.get("usage"),
+                                                   row)))
         exchanges.append({"attempt": attempt, "outcome": row.get("outcome")})
+        if row.get("stored") is False:  # cut off with nothing to keep: the conversation stays
+            continue
         stored = [*prepared.compacted, message]
         results = [observations.get((attempt, c["id"])) for c in message.get("tool_calls") or []]
         if all(r is not None for r in results):

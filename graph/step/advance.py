@@ -25,7 +25,7 @@ from graph.settings import Settings, ThreadSpec, check_task, resolve_folder, scr
 from graph.step.approvals import pending_review
 from graph.step.finished import remember_finished
 from graph.step.invocation import invoke_steps, store_migrated
-from graph.step.local_steps import cancel, review
+from graph.step.local_steps import cancel, reopen, review
 from graph.step.models import make_model
 from graph.store.checks import (
     check_ledger,
@@ -50,6 +50,8 @@ class StepRequest:
         spec: The thread's id and fixed settings as given (`graph.settings.ThreadSpec`).
         once: Stop after one graph invocation (at most one model request).
         cancel: Mark the thread `cancelled` instead of advancing it.
+        reopen: Put a thread stopped by a model error back to `ready` instead of advancing
+            it (`graph.step.local_steps.reopen`); only a person asks for it.
         restart_pruned: Start a pruned thread anew, with a fresh budget, on purpose.
         approve: Call ids to approve (`--approve`).
         reject: Call ids to reject (`--reject`), with `reason`.
@@ -59,6 +61,7 @@ class StepRequest:
     spec: ThreadSpec
     once: bool = True
     cancel: bool = False
+    reopen: bool = False
     restart_pruned: bool = False
     approve: tuple[str, ...] = ()
     reject: tuple[str, ...] = ()
@@ -133,6 +136,10 @@ def advance(
             if loaded is not None:  # flags given with --cancel must name this thread
                 request.spec.check_against(loaded.values["thread"], env_model=None)
             outcome = cancel(graph, config, store, loaded, thread_id)
+        elif request.reopen:
+            if loaded is not None:  # flags given with --reopen must name this thread
+                request.spec.check_against(loaded.values["thread"], env_model=None)
+            outcome = reopen(graph, config, store, loaded, thread_id)
         else:
             start = (_create(store, request, settings, entry, model_factory, now)
                      if loaded is None else _resume(graph, config, store, loaded, entry, request,

@@ -6,16 +6,23 @@ from typing import TYPE_CHECKING, Any
 
 from langgraph.types import Command
 
-from graph.errors import ErrorCode, RefusedError
+from graph.errors import ErrorCode, RefusedError, UsageError
 from graph.outcome import Outcome
 from graph.step.approvals import apply_approved, decide
 from nodes.context import NoModel, StepContext
+from nodes.errors import StopReason
 from nodes.state import FINAL_STATUSES
 
 if TYPE_CHECKING:
     from graph.store.base import Store
 
-__all__ = ["cancel", "review"]
+__all__ = ["REOPENABLE", "cancel", "reopen", "review"]
+
+REOPENABLE = frozenset(str(reason) for reason in StopReason)
+"""Stop reasons a person may undo with `--reopen`: model errors (`nodes.errors.StopReason`:
+`model_not_found`, `invalid_request`, `content_filter`), which a configuration mistake can
+cause too (a gateway answers a wrong key with HTTP 400). Never `budget`, `token_cap`,
+`context_limit` or `cancelled`."""
 
 
 def cancel(graph: Any, config: dict[str, Any], store: Store, loaded: Any,
@@ -41,6 +48,40 @@ def cancel(graph: Any, config: dict[str, Any], store: Store, loaded: Any,
     store.ledger.touch(thread_id)
     snapshot = graph.get_state(config)
     return Outcome.from_state(thread_id, snapshot.values, snapshot.next).succeeded()
+
+
+def reopen(graph: Any, config: dict[str, Any], store: Store, loaded: Any,
+           thread_id: str) -> Outcome:
+    """Puts a thread stopped by a model error (`REOPENABLE`) back to `ready`; sends nothing.
+
+    Its attempts stay counted and its limits unchanged: the next run counts a new
+    attempt as usual (and ends at once, `exhausted`, when none is left). A thread
+    already `ready` is reported as it is (exit 0). Only a person asks for this: no batch
+    or worker passes it.
+
+    Raises:
+        RefusedError: `no_such_thread` when `loaded` is None.
+        UsageError: The thread is done, cancelled, waiting for approval, or stopped by
+            its limits; nothing is written.
+    """
+    if loaded is None:
+        raise RefusedError("no such thread", error_code=ErrorCode.NO_SUCH_THREAD,
+                           location=store.location, thread_id=thread_id)
+    values = loaded.values
+    progress = values["progress"]
+    if progress["status"] == "ready":
+        return Outcome.from_state(thread_id, values, loaded.snapshot.next)
+    if progress["status"] != "exhausted" or progress.get("stop_reason") not in REOPENABLE:
+        stopped = progress["status"] + (f" ({progress['stop_reason']})" if progress.get("stop_reason")
+                                        else "")
+        raise UsageError(f"--reopen undoes a stop by a model error ({', '.join(sorted(REOPENABLE))}); "
+                         f"this thread is {stopped}: nothing to reopen", thread_id=thread_id)
+    # Written as if by reason: its router sends a ready thread after an error to budget.
+    graph.update_state(config, {"progress": {"status": "ready", "stop_reason": None}},
+                       as_node="reason")
+    store.ledger.touch(thread_id)
+    snapshot = graph.get_state(config)
+    return Outcome.from_state(thread_id, snapshot.values, snapshot.next)
 
 
 def review(graph: Any, config: dict[str, Any], store: Store, loaded: Any, thread_id: str,

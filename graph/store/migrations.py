@@ -174,6 +174,17 @@ def _state_v5_to_v6(values: dict[str, Any], _thread_id: str) -> dict[str, Any]:
                                  "keep_checkpoints": DEFAULT_KEEP_CHECKPOINTS}}
 
 
+def _state_v6_to_v7(values: dict[str, Any], _thread_id: str) -> dict[str, Any]:
+    """v7 keeps the text of a reply cut off by the token limit; no v6 thread had one.
+
+    Progress that is not a dict is left as it is, for the state check to refuse (`damaged`).
+    """
+    progress = values.get("progress")
+    if isinstance(progress, dict):
+        progress = {**progress, "partial_answer": None}
+    return {**values, "thread": {**values["thread"], "schema_version": 7}, "progress": progress}
+
+
 # ---- table steps ------------------------------------------------------------------------
 
 def _approvals_v1_to_v2(row: dict[str, Any], lookups: Lookups) -> dict[str, Any]:
@@ -198,6 +209,7 @@ STEPS: tuple[Step, ...] = (
     Step("state", STATE, 3, 4, _state_v3_to_v4, writes=("thread",)),
     Step("state", STATE, 4, 5, _state_v4_to_v5, writes=("thread",)),
     Step("state", STATE, 5, 6, _state_v5_to_v6, writes=("thread",)),
+    Step("state", STATE, 6, 7, _state_v6_to_v7, writes=("thread", "progress")),
     Step("table", "write_approvals", 1, 2, _approvals_v1_to_v2),
 )
 """Every upgrade step, by kind and subject, in version order."""

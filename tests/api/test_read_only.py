@@ -18,6 +18,7 @@ WRITING_CALLS: list[tuple[str, Callable[[Any], Any]]] = [
     ("run", lambda db: db.run("t1")),
     ("run", lambda db: db.run("new", task=TASK)),
     ("cancel", lambda db: db.cancel("t1")),
+    ("reopen", lambda db: db.reopen("t1")),
     ("decide", lambda db: db.decide("t1", approve=["call_1"])),
     ("batch", lambda db: db.batch([])),
     ("prune", lambda db: db.prune(completed="0s")),

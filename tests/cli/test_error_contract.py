@@ -75,6 +75,15 @@ def test_every_request_error_code_of_the_nodes_is_a_request_failure_error_code()
         assert ErrorCode(code.value).exit_code == ExitCode.REQUEST_FAILED, code
 
 
+def test_every_reply_stop_code_of_the_nodes_is_an_exhausted_error_code() -> None:
+    from graph.errors import ErrorCode, ExitCode
+    from nodes.errors import ReplyStopCode, StopReason
+
+    for code in ReplyStopCode:
+        assert ErrorCode(code.value).exit_code == ExitCode.EXHAUSTED, code
+        assert StopReason(code.value), "the thread stops with the same name"
+
+
 def test_every_invocation_refusal_code_of_the_nodes_is_a_project_error_code() -> None:
     from graph.errors import ErrorCode
     from nodes.errors import InvocationErrorCode

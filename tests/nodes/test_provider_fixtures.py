@@ -3,9 +3,10 @@
 Each `tests/fixtures/providers/*.json` holds a body as a server sent it (`body`, or `raw`
 text for what `json.dumps` cannot write, such as a key given twice), the public report
 or document it comes from (`source`), what must happen (`expect`: `answer` stored,
-`tool` call stored and answered, `bad_response` with `reason`, or for finish reasons
-not read yet `not_done` / `content_filter`, marked `xfail` strict so they fail loudly
-once issue 29's finish_reason part lands) and the tokens that count (`tokens`).
+`tool` call stored and answered, `bad_response` with `reason`, `not_done` (cut off by
+the token limit: the text kept, the next step continues), `cut_call` (a call cut off by
+the token limit: never executed), `content_filter` (the thread stops)) and the tokens
+that count (`tokens`). A fixture may carry `xfail` (strict) for a behaviour not built yet.
 
 Every fixture goes through the real client (`nodes.mandapi.MandApiModel` over
 `httpx.MockTransport`) and through a real one-step run on SQLite: exactly one request
@@ -27,6 +28,7 @@ from graph.store import open_store
 from nodes.arguments import canonical
 from nodes.errors import ModelRequestError
 from nodes.mandapi import MandApiModel
+from nodes.prompts import CONTINUE_PROMPT
 from nodes.replies import MISSING_ID, derived_call_id
 from tests.conftest import run_cli
 
@@ -34,7 +36,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "providers"
 TASK = "How long does shipping take at the demo shop?"
 FINAL = {"choices": [{"message": {"role": "assistant", "content": "3 days [ship-01]."},
                       "finish_reason": "stop"}], "usage": {"total_tokens": 1}}
-EXPECTS = ("answer", "tool", "bad_response", "not_done", "content_filter")
+EXPECTS = ("answer", "tool", "bad_response", "not_done", "cut_call", "content_filter")
 
 
 def _load(name: str) -> dict[str, Any]:
@@ -106,12 +108,11 @@ def test_each_provider_reply_through_the_client(name: str) -> None:
         given = _given(fixture)
         assert reply.message["content"] == given["content"]
         assert reply.usage["total_tokens"] == fixture["tokens"]
-        if fixture["expect"] == "tool":
+        if fixture["expect"] in ("tool", "cut_call"):  # the reason node drops a cut call, not the client
             assert reply.message["tool_calls"] == _expected_calls(fixture, None)
         else:
             assert "tool_calls" not in reply.message
-        if fixture["expect"] in ("not_done", "content_filter"):  # issue 29: kept with the reply
-            assert getattr(reply, "finish_reason", None) == fixture["body"]["choices"][0]["finish_reason"]
+        assert reply.finish_reason == fixture["body"]["choices"][0].get("finish_reason")
     assert len(requests) == 1
 
 
@@ -127,6 +128,11 @@ def _server(first: bytes) -> Any:
 
     factory.requests = requests  # type: ignore[attr-defined]
     return factory
+
+
+def _log(thread_id: str, db: str) -> list[dict[str, Any]]:
+    with open_store(db, create=False, read_only=True) as store:
+        return list(store.log.rows(thread_id))
 
 
 def _stored(db: str) -> tuple[list[dict[str, Any]], Any]:
@@ -169,6 +175,28 @@ def test_each_provider_reply_through_a_one_step_run(name: str, tmp_path: Path,
         answered = [m["tool_call_id"] for m in factory.requests[1]["messages"] if m["role"] == "tool"]
         assert answered == [c["id"] for c in calls]
     elif expect == "not_done":
-        assert out["status"] != "done" and out["answer"] is None
+        partial = _given(fixture)["content"]
+        assert (out["exit_code"], out["status"], out["answer"], out["partial_answer"]) == (
+            0, "ready", None, partial)
+        assert stored == [task, {"role": "assistant", "content": partial}]
+        done = run_cli(argv, model_factory=factory)  # the next step asks the model to continue
+        assert factory.requests[1]["messages"][1:] == [
+            task, {"role": "assistant", "content": partial}, {"role": "user", "content": CONTINUE_PROMPT}]
+        final = FINAL["choices"][0]["message"]["content"]
+        assert (done["status"], done["answer"], done["partial_answer"]) == ("done", partial + final, None)
+    elif expect == "cut_call":
+        assert (out["exit_code"], out["status"], out["answer"]) == (0, "ready", None)
+        assert stored == [task], "a call cut off by the token limit is not kept, so never executed"
+        (row,) = [r for r in _log("t1", db) if r["kind"] == "reason"]
+        assert row["payload"]["cut_tool_calls"] == [
+            {"id": c["id"], "name": c["function"]["name"], "arguments": c["function"]["arguments"]}
+            for c in _expected_calls(fixture, "t1")]
+        assert (row["payload"]["finish_reason"], row["payload"]["tool_calls"]) == ("length", [])
+        done = run_cli(argv, model_factory=factory)
+        assert [m["role"] for m in factory.requests[1]["messages"]] == ["system", "user"]
+        assert (done["status"], done["attempts"]) == ("done", 2)
     else:
         assert (out["status"], out["stop_reason"], out["exit_code"]) == ("exhausted", "content_filter", 3)
+        assert (out["error_code"], stored) == ("content_filter", [task])
+        said = _given(fixture)["content"]
+        assert (repr(said) if said else "no text") in out["error"]

@@ -254,3 +254,61 @@ def test_export_to_dash_writes_the_recording_to_stdout_and_no_file(sqlite_db, tm
     assert json.loads(done.stderr)["output"] == "-"
     (tmp_path / "d1.json").write_text(done.stdout)
     assert replay(tmp_path / "d1.json", db=str(tmp_path / "r.sqlite")).status == "done"
+
+
+def _finishing(body: dict, finish: str | None) -> dict:
+    body["choices"][0]["finish_reason"] = finish
+    return body
+
+
+def _finishes(path) -> list:  # type: ignore[no-untyped-def]
+    return [i["response"]["body"]["json"]["choices"][0]["finish_reason"]
+            for i in json.loads(path.read_text())["interactions"]
+            if i["response"]["body"]["json"].get("choices")]
+
+
+def test_export_keeps_each_replys_finish_reason_and_replays_a_continued_thread(
+        live_env, sqlite_db, tmp_path) -> None:
+    db = str(sqlite_db)
+    cut = _finishing(reply(None, ("c1", "get_reference", {"ref_id": "ship-02"}),
+                           ("c2", "get_reference", {})), "length")
+    cut["choices"][0]["message"]["tool_calls"][1]["function"]["arguments"] = '{"ref_id": "sh'
+    factory = scripted([cut, _finishing(reply("7 to 14 "), "length"),
+                        _finishing(reply("business days [ship-02]."), "eos")])
+    live(db, "f1", factory, "--task", TASK, "--model", "mandapi-large")
+    live(db, "f1", factory)
+    done = live(db, "f1", factory)
+    assert (done["status"], done["answer"]) == ("done", "7 to 14 business days [ship-02].")
+    assert export(db, "f1", tmp_path / "f1.json") == 0
+    assert _finishes(tmp_path / "f1.json") == ["length", "length", "eos"], "the real values, not stop"
+    calls = json.loads((tmp_path / "f1.json").read_text())["interactions"][0]["response"]["body"]["json"][
+        "choices"][0]["message"]["tool_calls"]
+    assert [c["id"] for c in calls] == ["c1", "c2"], "the reply as it came, the cut call too"
+    result = replay(tmp_path / "f1.json", db=str(tmp_path / "r.sqlite"))
+    assert (result.status, result.answer) == ("done", "7 to 14 business days [ship-02].")
+
+
+def test_a_thread_the_content_filter_stopped_replays_to_the_same_stop(live_env, sqlite_db, tmp_path) -> None:
+    db = str(sqlite_db)
+    live(db, "f2", scripted([_finishing(reply("I cannot"), "content_filter")]), "--task", TASK,
+         "--model", "mandapi-large")
+    assert export(db, "f2", tmp_path / "f2.json") == 0
+    assert _finishes(tmp_path / "f2.json") == ["content_filter"]
+    result = replay(tmp_path / "f2.json", db=str(tmp_path / "r.sqlite"))
+    assert (result.status, result.outcomes[-1]["stop_reason"]) == ("exhausted", "content_filter")
+
+
+def test_a_logged_reply_without_a_finish_reason_exports_it_as_unknown(
+        live_env, sqlite_db, tmp_path, monkeypatch) -> None:
+    from graph.replay import export as export_module
+
+    db = str(sqlite_db)
+    live(db, "f3", scripted([reply("7 to 14 business days [ship-02].")]), "--task", TASK,
+         "--model", "mandapi-large")
+    rows = export_module._log_by_attempt
+    monkeypatch.setattr(export_module, "_log_by_attempt", lambda found: rows(  # a row logged before
+        [{**r, "payload": {k: v for k, v in r["payload"].items() if k != "finish_reason"}}
+         for r in found]))
+    assert export(db, "f3", tmp_path / "f3.json") == 0
+    assert _finishes(tmp_path / "f3.json") == [None]
+    assert replay(tmp_path / "f3.json", db=str(tmp_path / "r.sqlite")).status == "done"

@@ -99,7 +99,8 @@ def test_a_gap_in_the_steps_is_refused_never_defaulted(monkeypatch) -> None:
 def test_state_write_back_is_the_channels_the_steps_changed() -> None:
     values = {"thread": {"schema_version": SCHEMA_VERSION}, "messages": [], "progress": {}}
     assert state_write_back(values, SCHEMA_VERSION) == {}
-    assert state_write_back(values, 1) == {"thread": values["thread"]}
+    assert state_write_back(values, 1) == {"thread": values["thread"], "progress": values["progress"]}
+    assert state_write_back(values, SCHEMA_VERSION - 1) == state_write_back(values, 1), "v6 -> v7"
 
 
 # ---- every older state fixture migrates to the current shape ----------------------------
@@ -129,6 +130,7 @@ def test_each_old_state_fixture_migrates_to_the_current_shape(old_db) -> None:
             assert set(migrated["thread"]) == set(get_type_hints(ThreadInfo))
             assert migrated["thread"]["schema_version"] == SCHEMA_VERSION
             assert migrated["thread"]["thread_id"] == thread_id
+            assert migrated["progress"]["partial_answer"] is None  # v7: no old thread was cut off
             validate_state(migrated, tuple(snapshot.next), thread_id)
 
 

@@ -314,7 +314,7 @@ class RedisAttemptLog(RedisTable):
         """
         rows = self.rows(thread_id) if rows is None else rows
         logged = sum(1 for r in rows if r["kind"] == "reason"
-                     and r["payload"].get("outcome") in ("answer", "tool_calls"))
+                     and r["payload"].get("outcome") in ("answer", "tool_calls", "truncated"))
         replies = sum(1 for m in values["messages"] if m["role"] == "assistant")
         if logged < replies:
             raise damaged("attempt_log", f"thread {thread_id!r}'s log holds {logged} "

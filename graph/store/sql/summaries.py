@@ -11,7 +11,9 @@ fingerprint still matches what is stored, so any change to those rows since (a d
 or edited checkpoint, ledger row or summary, a newer checkpoint, a thread started anew)
 sends the invocation the full way, which checks everything. Damage that the full path
 does not read for a finished thread either (an older checkpoint, the rows of the
-attempt log) is answered alike by both; `graph.verify` lists it.
+attempt log) is answered alike by both; `graph.verify` lists it. A summary without a
+field of `_FIELDS` (written before `partial_answer`) is not used either: the full path
+answers and stores it anew.
 
 The fingerprint reads LangGraph's tables as stored, on SQLite and on PostgreSQL (whose
 rows come as psycopg returns them: `jsonb` as parsed JSON, `bytea` as bytes). Imports
@@ -78,7 +80,8 @@ def _is_usage(value: Any) -> bool:
 
 _FIELDS = {
     "status": lambda v: v in FINAL, "attempts": is_int, "max_attempts": lambda v: is_int(v, 1),
-    "model": is_text, "answer": is_text_or_none, "stop_reason": is_text_or_none,
+    "model": is_text, "answer": is_text_or_none, "partial_answer": is_text_or_none,
+    "stop_reason": is_text_or_none,
     "usage": _is_usage, "max_tokens": lambda v: v is None or is_int(v),
     "next": lambda v: isinstance(v, list) and all(is_text(n) for n in v),
 }
@@ -89,7 +92,8 @@ def _summary_text(outcome: Outcome) -> str:
     """The stored form of a finished thread's outcome: its state fields as JSON (ASCII)."""
     return json.dumps({"status": outcome.status, "attempts": outcome.attempts,
                        "max_attempts": outcome.max_attempts, "model": outcome.model,
-                       "answer": outcome.answer, "stop_reason": outcome.stop_reason,
+                       "answer": outcome.answer, "partial_answer": outcome.partial_answer,
+                       "stop_reason": outcome.stop_reason,
                        "usage": outcome.usage or {}, "max_tokens": outcome.max_tokens,
                        "next": list(outcome.next_nodes)}, sort_keys=True)
 
@@ -157,8 +161,8 @@ class SqlSummaries(SqlTable):
             return None
         if not self._ledger_agrees(thread_id, fields):
             return None
-        progress = {key: fields[key] for key in ("status", "attempts", "answer", "stop_reason",
-                                                 "usage")}
+        progress = {key: fields[key] for key in ("status", "attempts", "answer", "partial_answer",
+                                                 "stop_reason", "usage")}
         thread = {key: fields[key] for key in ("max_attempts", "model", "max_tokens")}
         return Outcome.from_state(thread_id, {"progress": progress, "thread": thread},
                                   tuple(fields["next"]))
