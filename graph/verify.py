@@ -62,14 +62,15 @@ def main(argv: list[str] | None = None) -> int:
                              "error_code": ErrorCode.DAMAGED if problems else None,
                              "exit_code": int(code)}, ensure_ascii=False))
             return int(code)
-        counted = f"{checked.threads} thread(s) and {checked.checkpoints} checkpoint(s)" + (
-            f"; {checked.pruned} pruned thread(s) remembered" if checked.pruned else "")
+        counted = f"{checked.threads} thread(s) and {checked.checkpoints} checkpoint(s)"
+        pruned = (f"; {checked.pruned} pruned thread(s) remembered by their tombstones"
+                  if checked.pruned else "")
         if not problems:
-            emit(f"ok: checked {counted}; every thread reads back intact")
+            emit(f"ok: checked {counted}{pruned}; every thread reads back intact")
             return int(code)
         emit("\n".join(problems))
         emit(error_line(ErrorCode.DAMAGED, f"{len(problems)} problem(s) found ({counted} "
-                        f"checked); the first: {problems[0]}"), sys.stderr)
+                        f"checked{pruned}); the first: {problems[0]}"), sys.stderr)
         return int(code)
 
     return guard(body, as_json, ok=False, problems=[], threads=0, checkpoints=0,

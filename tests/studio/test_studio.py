@@ -151,12 +151,14 @@ def test_an_approval_interrupt_is_resumed_with_decisions_and_applies_the_write(
     assert len(model.requests) == 2 and ledger(db) == (2, 2, 4)
 
 
-def test_git_ignores_the_studio_database_and_its_wal_files() -> None:
+def test_git_ignores_the_files_the_readmes_commands_leave_in_the_clone() -> None:
     """The README's `GRAPH_DB=studio.sqlite langgraph dev` leaves the database and, while it
-    runs, its `-wal` and `-shm` beside it: none of them belongs in a commit."""
+    runs, its `-wal` and `-shm` beside it, and its Redis block a `redis-data/` folder: none
+    of them belongs in a commit."""
     import subprocess
 
-    names = ["studio.sqlite", "studio.sqlite-wal", "studio.sqlite-shm", "checkpoints.sqlite-wal"]
+    names = ["studio.sqlite", "studio.sqlite-wal", "studio.sqlite-shm", "checkpoints.sqlite-wal",
+             "redis-data/appendonlydir"]  # the README's Redis block keeps its files there
     done = subprocess.run(["git", "check-ignore", "--no-index", *names], cwd=ROOT,
                           capture_output=True, text=True, check=False)
     assert sorted(done.stdout.split()) == sorted(names), done.stderr

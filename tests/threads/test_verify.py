@@ -62,4 +62,4 @@ def test_verify_counts_live_threads_and_pruned_tombstones_apart(backend, capsys)
     assert main(["--db", backend.db]) == 0
     out = capsys.readouterr().out
     assert out.startswith("ok: checked 1 thread(s) and ")
-    assert "; 2 pruned thread(s) remembered; every thread reads back intact" in out
+    assert "; 2 pruned thread(s) remembered by their tombstones; every thread reads back intact" in out
