@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from graph.checkpoints.load import (
+    check_stored_thread,
     check_values,
     graph_of,
     history_page,
@@ -147,7 +148,9 @@ def thread_history(store: Store, thread_id: str, checkpoint_limit: int = 50) -> 
         RefusedError: `no_such_thread`, or the thread fails its checks.
     """
     graph = graph_of(store)
-    loaded = load_thread(graph, thread_id, store.location)
+    # Every check run and verify make (the ledger against the checkpoint, the log, older
+    # checkpoints): history showed a thread run and verify refuse, exit 0.
+    loaded = check_stored_thread(store, graph, thread_id)
     if loaded is None:
         raise RefusedError(f"no such thread {thread_id!r} in {store.location}",
                            error_code=ErrorCode.NO_SUCH_THREAD)
