@@ -237,15 +237,20 @@ def keep_alive(client: Any, thread_id: str, token: str) -> bool:
         False when nothing carried a TTL (nothing written), True when keys were kept.
 
     Raises:
-        RefusedError: `pruned` (exit 4) when the thread's expiry time has passed or its
-            ledger hash is gone: some keys may have expired, so it is never continued;
-            nothing is written. `damaged` for a mark of the wrong form.
+        RefusedError: `pruned` (exit 4) when the thread's expiry time has passed, its
+            ledger hash is gone or it holds fewer checkpoints than its mark counted
+            (`expired`): some keys may have expired, so it is never continued; nothing
+            is written. `damaged` for a mark of the wrong form.
         BusyError: The thread's lease is another's, or this writer lost it (exit 5);
             nothing is written.
     """
     if not carries_ttl(client, thread_id):
         return False
     mark = read_mark(client, thread_id)
+    if mark is not None and expired(client, thread_id, mark):
+        # a key of it is gone already (fewer checkpoints than the mark counted): never
+        # continued, as a step is not (an update_state revived such a thread)
+        raise pruned_refusal(Tombstone(thread_id, mark.final_status, mark.pruned_at))
     found = thread_keys(client, thread_id)
     reply = client.register_script(_PERSIST)(
         keys=[keys.lock_key(thread_id), mark_key(thread_id), keys.ledger_key(thread_id), *found],

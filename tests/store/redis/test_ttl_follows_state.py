@@ -178,6 +178,25 @@ def test_a_fork_whose_keys_partly_expired_is_refused_as_pruned(
     assert "keys expire on" in out["error"] and "pruned on" not in out["error"], out
 
 
+def test_an_update_state_of_a_thread_missing_an_older_checkpoint_is_refused_as_pruned(
+        own: tuple[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    """An outside attack (issue 28) deleted one older checkpoint of a finished thread (as
+    its expiry would, key by key): `run` refused it `pruned`, but `update_state` took the
+    TTLs off and revived it. The mark counts the thread's checkpoints; fewer is expired."""
+    db, client = own
+    _to_done(capsys, db, "partly")
+    with open_database(db) as database:
+        start = _before(database, "partly", "budget")
+        older = sorted(client.scan_iter(match=b"checkpoint:partly:*", count=1000))[0]
+        client.delete(older)
+        before = {key: client.dump(key) for key in client.scan_iter(count=1000)}
+        with pytest.raises(RefusedError) as refused:
+            database.graph.update_state(start, {"messages": []})
+    assert refused.value.error_code == "pruned"
+    assert {key: client.dump(key) for key in client.scan_iter(count=1000)} == before
+    assert client.exists(mark_key("partly")), "still marked: it expires as it was going to"
+
+
 def test_cancel_gives_every_key_the_failed_ttl(
         own: tuple[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
     db, client = own
