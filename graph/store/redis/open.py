@@ -135,12 +135,19 @@ def _set_up(checkpointer: Any, client: redis.Redis, location: str) -> None:
 
     Raises:
         BusyError: Another process held the set-up lock for `SETUP_TIMEOUT_S` (exit 5).
+        RefusedError: `damaged` (exit 4): the lock's key holds another type than a string
+            (it was waited on for 60 s, then exit 5, on every run).
         DatabaseLostError: The server refused the indexes (`db_write_failed`, exit 6).
     """
     from redisvl.exceptions import RedisVLError  # noqa: PLC0415 - the redis extra: imported only where a Redis store is used
 
     token, deadline = secrets.token_hex(16), time.monotonic() + SETUP_TIMEOUT_S
     with server_errors(location):
+        kind = client.type(SETUP_LOCK)
+        if kind not in (b"none", b"string", "none", "string"):  # never ours: not a lock to wait out
+            raise RefusedError(f"{SETUP_LOCK} is a {kind.decode() if isinstance(kind, bytes) else kind}"
+                               ", not the set-up lock's string: changed outside this program; "
+                               "delete the key", error_code=ErrorCode.DAMAGED, location=location)
         while not client.set(SETUP_LOCK, token, nx=True, px=int(SETUP_TIMEOUT_S * 1000)):
             if time.monotonic() > deadline:
                 raise BusyError("another process has been setting this Redis database up for "

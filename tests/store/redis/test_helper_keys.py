@@ -22,6 +22,7 @@ import pytest
 from graph.store.redis import keys
 from graph.store.redis.conn import WAITAOF, make_durable
 from graph.store.redis.digests import DOCUMENTS_SINCE
+from graph.store.redis.open import CHECKPOINT_INDEX as CHECKPOINT_INDEX_NAME
 from graph.store.redis.open import MODULE_PROBE, STORE_ID
 from tests.conftest import run_cli
 
@@ -142,3 +143,18 @@ def test_a_damaged_digest_marker_is_refused_naming_the_key(
     out = _step(redis_url)
     assert (out["exit_code"], out["error_code"]) == (4, "damaged"), out
     assert DOCUMENTS_SINCE in out["error"]
+
+
+def test_a_set_up_lock_of_the_wrong_type_is_refused_naming_the_key_at_once(
+        client: Any, redis_url: str) -> None:
+    """A hash at the set-up lock's key made every run on a database not yet set up wait
+    the lock's 60 s, then exit 5 `busy`, until someone deleted it (issue 28's attack)."""
+    from graph.store.redis.open import SETUP_LOCK
+
+    client.flushall()  # a database never set up: the first run sets the indexes up
+    assert CHECKPOINT_INDEX_NAME.encode() not in client.execute_command("FT._LIST")
+    client.hset(SETUP_LOCK, "owner", "someone")
+    out = _step(redis_url, "--task", TASK)
+    assert (out["exit_code"], out["error_code"]) == (4, "damaged"), out
+    assert SETUP_LOCK in out["error"]
+    assert client.hgetall(SETUP_LOCK) == {b"owner": b"someone"}
