@@ -213,13 +213,25 @@ def expired(client: redis.Redis, thread_id: str, mark: Mark,
     return left < mark.checkpoints
 
 
-def carries_ttl(client: Any, thread_id: str) -> bool:
-    """True when the thread has an expiry mark or its ledger hash has a TTL (two reads)."""
+def carries_ttl(client: Any, thread_id: str, *, every_key: bool = False) -> bool:
+    """True when the thread has an expiry mark or one of its keys has a TTL.
+
+    Every step asks before it counts (`keep_alive`): one round trip reading the mark and
+    the TTLs of the keys named by the thread id alone (ledger hash, attempt log, saved and
+    digest sets, decisions). With `every_key` (`graph.verify`, copy) the checkpoint,
+    write and digest keys are found (`thread_keys`, a `SCAN`) and read too: a TTL an
+    outside hand set on any of them is reported (issue 28's second attack set one on the
+    log, the sets and the checkpoints of a thread that could continue).
+    """
+    named = [keys.ledger_key(thread_id), keys.log_key(thread_id), keys.saved_key(thread_id),
+             keys.digests_key(thread_id), keys.approvals_key(thread_id)]
+    found = thread_keys(client, thread_id) if every_key else []
     with client.pipeline(transaction=False) as pipe:
         pipe.exists(mark_key(thread_id))
-        pipe.pttl(keys.ledger_key(thread_id))
-        marked, ledger_ttl = pipe.execute()
-    return bool(marked) or int(ledger_ttl) >= 0
+        for key in dict.fromkeys([*named, *found]):
+            pipe.pttl(key)
+        marked, *ttls = pipe.execute()
+    return bool(marked) or any(int(ttl) >= 0 for ttl in ttls)
 
 
 def keep_alive(client: Any, thread_id: str, token: str) -> bool:
@@ -305,9 +317,12 @@ class TtlBackend(RedisBackend):
         self._ledger.make_durable(f"thread {thread_id!r} has its TTL, but")
 
     def carries_ttl(self, thread_id: str) -> bool:
-        """True when the thread has an expiry mark or its ledger hash a TTL (`carries_ttl`)."""
+        """True when the thread has an expiry mark or any of its keys a TTL.
+
+        `carries_ttl` with every key, for verify and copy.
+        """
         with server_errors(self.location):
-            return carries_ttl(self._client, thread_id)
+            return carries_ttl(self._client, thread_id, every_key=True)
 
     def trim(self, thread_id: str, keep: int | None) -> int:
         """`RedisBackend.trim`; a marked thread's mark then counts the checkpoints left.

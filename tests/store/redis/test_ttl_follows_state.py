@@ -244,6 +244,32 @@ def test_prune_trims_a_marked_thread_without_making_it_expire_early(
     assert _assert_ttl_follows_state(db, client, ready)
 
 
+@pytest.mark.parametrize("where", ["log", "saved set", "digests set", "a checkpoint"])
+def test_a_ttl_set_by_hand_on_one_key_of_a_continuable_thread_is_reported_by_verify(
+        own: tuple[str, Any], capsys: pytest.CaptureFixture[str], where: str) -> None:
+    """Issue 28's second attack set a TTL on one key of a thread that could continue (not
+    its ledger hash): verify said ok and the next step left it, so the key would expire
+    under a live thread (I10). Verify now reads every key's TTL; a step reads those named by
+    the thread id (ledger, log, sets, decisions) before it counts and then takes the TTL off
+    every key, so for those the next step repairs the thread."""
+    db, client = own
+    _run(capsys, db, "one", "--task", TASK)
+    key = {"log": redis_keys.log_key("one"), "saved set": redis_keys.saved_key("one"),
+           "digests set": redis_keys.digests_key("one"),
+           "a checkpoint": sorted(client.scan_iter(match=b"checkpoint:one:*", count=1000))[0]}[where]
+    assert client.pexpire(key, 86_400_000)
+    capsys.readouterr()
+    assert verify_main(["--db", db, "--json"]) == 4
+    assert "can continue but its keys carry a time-to-live" in capsys.readouterr().out
+    if where == "a checkpoint":  # found only by a SCAN, which a step does not pay for
+        return
+    code, out = _run(capsys, db, "one")
+    assert code == 0, out
+    assert _assert_ttl_follows_state(db, client, "one") == (out["status"] == "ready")
+    capsys.readouterr()
+    assert verify_main(["--db", db, "--json"]) == 0
+
+
 def test_verify_reports_a_continuable_thread_with_a_ttl_and_its_next_step_repairs_it(
         own: tuple[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
     db, client = own
