@@ -101,13 +101,32 @@ def _shadowing_nodes() -> str | None:
     return next((place for place in found if place), None)
 
 
-def _refuse_shadowed_nodes() -> None:
-    """Refuses to start under a `nodes` that is not ours: exit 2 (`usage`), not a traceback.
+def _refuse_to_start(message: str, for_import: ImportError) -> None:
+    """Ends a command that cannot start (exit 2, `usage`), or fails an import.
 
     For a command (`python -m graph.X`, found while `sys.argv[0]` is still `-m`) one
     `error (usage): ...` line on stderr, or with `--json` one JSON object on stdout
     (`error`, `error_code`, `exit_code`), then exit 2. For an import from a script or
-    notebook, an `ImportError` that says the same.
+    notebook, `for_import`, which says the same.
+
+    Raises:
+        SystemExit: 2, for a command.
+        ImportError: `for_import`, for an import.
+    """
+    if _sys.argv[:1] != ["-m"]:
+        raise for_import
+    if "--json" in _sys.argv[1:]:
+        print(_json.dumps({"error": message, "error_code": _ErrorCode.USAGE,
+                           "exit_code": int(_ErrorCode.USAGE.exit_code)}), flush=True)
+    else:
+        print(_error_line(_ErrorCode.USAGE, message), file=_sys.stderr, flush=True)
+    raise SystemExit(int(_ErrorCode.USAGE.exit_code))
+
+
+def _refuse_shadowed_nodes() -> None:
+    """Refuses to start under a `nodes` that is not ours: exit 2 (`usage`), not a traceback.
+
+    In the shapes of `_refuse_to_start`.
 
     Raises:
         SystemExit: 2, for a command.
@@ -120,14 +139,7 @@ def _refuse_shadowed_nodes() -> None:
                "nodes first (the current folder comes first for python -m). Run the command "
                "from another folder, or use the console script (mandapi-resume run ...), "
                "which does not look in the current folder")
-    if _sys.argv[:1] != ["-m"]:
-        raise ImportError(message, name="nodes", path=shadow)
-    if "--json" in _sys.argv[1:]:
-        print(_json.dumps({"error": message, "error_code": _ErrorCode.USAGE,
-                           "exit_code": int(_ErrorCode.USAGE.exit_code)}), flush=True)
-    else:
-        print(_error_line(_ErrorCode.USAGE, message), file=_sys.stderr, flush=True)
-    raise SystemExit(int(_ErrorCode.USAGE.exit_code))
+    _refuse_to_start(message, ImportError(message, name="nodes", path=shadow))
 
 
 _CORE = ("langgraph", "httpx")
@@ -144,7 +156,7 @@ def _refuse_missing_dependencies() -> None:
     failed with a `ModuleNotFoundError` traceback (exit 1, a bug by the exit-code table).
     Each of `_CORE` is looked up with `importlib.util.find_spec` (nothing is imported);
     the first one missing is reported as `graph.errors.missing_dependency` words it, in
-    the same shapes as `_refuse_shadowed_nodes`.
+    the shapes of `_refuse_to_start`.
 
     Raises:
         SystemExit: 2, for a command.
@@ -155,14 +167,7 @@ def _refuse_missing_dependencies() -> None:
         return
     usage = _missing_dependency(ModuleNotFoundError(f"No module named {missing!r}", name=missing))
     assert usage is not None
-    if _sys.argv[:1] != ["-m"]:
-        raise ImportError(usage.message, name=missing)
-    if "--json" in _sys.argv[1:]:
-        print(_json.dumps({"error": usage.message, "error_code": _ErrorCode.USAGE,
-                           "exit_code": int(_ErrorCode.USAGE.exit_code)}), flush=True)
-    else:
-        print(_error_line(_ErrorCode.USAGE, usage.message), file=_sys.stderr, flush=True)
-    raise SystemExit(int(_ErrorCode.USAGE.exit_code))
+    _refuse_to_start(usage.message, ImportError(usage.message, name=missing))
 
 
 _refuse_shadowed_nodes()

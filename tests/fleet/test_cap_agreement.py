@@ -9,7 +9,6 @@ body, in process) and a batch over the same database are read side by side.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,18 +17,9 @@ from graph.batch import main as batch_main
 from graph.fleet.request_cap import open_cap
 from graph.fleet.worker import RESULT_KEYS, run_step
 from graph.store import open_store
-from tests.conftest import PostgresBackend, postgres_admin_url
+from tests.conftest import PostgresBackend
 
 TASK = "How long does shipping take at the demo shop?"
-
-
-@pytest.fixture
-def pg() -> Iterator[PostgresBackend]:
-    backend = PostgresBackend(postgres_admin_url())
-    try:
-        yield backend
-    finally:
-        backend.drop()
 
 
 @pytest.mark.postgres

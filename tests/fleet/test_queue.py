@@ -13,13 +13,13 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import PYTHON, PostgresBackend, postgres_admin_url, subprocess_env
+from tests.conftest import PYTHON, subprocess_env
 from tests.fake_mandapi import FakeMandApi, task_of
 from tests.forked import ForkedProcess, forkserver
 
@@ -65,15 +65,6 @@ class CountingFake(FakeMandApi):
         with self._count_lock:
             self.now[task_of(body)] -= 1
         return super()._answer(body)
-
-
-@pytest.fixture
-def pg() -> Iterator[PostgresBackend]:
-    backend = PostgresBackend(postgres_admin_url())
-    try:
-        yield backend
-    finally:
-        backend.drop()
 
 
 def _tasks(path: Path, ids: list[str], text: str = "shipping?") -> Path:
