@@ -10,9 +10,33 @@ from graph.errors import ErrorCode, ExitCode, RunError, error_line
 from graph.text import escape_controls
 from nodes.server_errors import stop_hint
 
-__all__ = ["Outcome", "REVIEW_REMINDER"]
+__all__ = ["Figures", "Outcome", "REVIEW_REMINDER", "USAGE_KEYS"]
 
 REVIEW_REMINDER = "Review required: a person must check this model-written answer before use."
+
+USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
+"""The token counts a usage holds (tokens), in the order they are shown."""
+
+
+@dataclass(frozen=True)
+class Figures:
+    """A thread's attempts and tokens, as every face shows them (issue 30).
+
+    Read by `graph.store.base.Store.figures` from the durable records, never from a
+    checkpoint: a fork or `update_state` from an older checkpoint brings back that
+    checkpoint's own `progress.attempts` and `progress.usage`, which are lower than what
+    the thread spent.
+
+    Attributes:
+        attempts: The attempt ledger's count (`attempts`): what the thread's budget has
+            spent, forks included (a ledger count never goes down).
+        usage: `prompt_tokens`, `completion_tokens` and `total_tokens` summed over the
+            `reason` rows of the thread's whole attempt log (tokens), forks included;
+            `total_tokens` is what the token cap counts (`AttemptLog.used_tokens`).
+    """
+
+    attempts: int
+    usage: dict[str, int]
 
 
 @dataclass
@@ -47,8 +71,13 @@ class Outcome:
     """The last invocation could not claim its counted attempt (a full request cap)."""
 
     @classmethod
-    def from_state(cls, thread_id: str, values: dict[str, Any], next_nodes: tuple) -> Outcome:
-        """Reads the reported fields from a thread's state values."""
+    def from_state(cls, thread_id: str, values: dict[str, Any], next_nodes: tuple,
+                   figures: Figures) -> Outcome:
+        """Reads the reported fields from a thread's state values, its figures from `figures`.
+
+        `attempts` and `usage` come from `figures` (the ledger and the attempt log), never
+        from `progress`, which a fork from an older checkpoint lowers.
+        """
         progress, thread = values["progress"], values["thread"]
         status = progress["status"]
         exit_code = {"exhausted": ExitCode.EXHAUSTED, "cancelled": ExitCode.REFUSED}.get(
@@ -59,22 +88,22 @@ class Outcome:
             error_code=ErrorCode.CANCELLED if status == "cancelled" else None,
             error=f"thread {thread_id!r} was cancelled" if status == "cancelled" else None,
             status=status,
-            attempts=progress["attempts"],
+            attempts=figures.attempts,
             max_attempts=thread["max_attempts"],
             model=thread["model"],
             answer=progress.get("answer"),
             partial_answer=progress.get("partial_answer"),
             stop_reason=progress.get("stop_reason"),
-            usage=dict(progress.get("usage") or {}),
+            usage=dict(figures.usage),
             max_tokens=thread.get("max_tokens"),
             next_nodes=list(next_nodes),
         )
 
     @classmethod
     def waiting(cls, thread_id: str, values: dict[str, Any], pending: list[dict[str, Any]],
-                decisions: dict[str, dict[str, Any]]) -> Outcome:
+                decisions: dict[str, dict[str, Any]], figures: Figures) -> Outcome:
         """A thread paused for review: status `awaiting_approval`, exit 7, the calls in full."""
-        outcome = cls.from_state(thread_id, values, ("tools",))
+        outcome = cls.from_state(thread_id, values, ("tools",), figures)
         outcome.status, outcome.exit_code = "awaiting_approval", ExitCode.AWAITING_APPROVAL
         outcome.pending_calls = [
             {**p, "decision": (decisions.get(p["tool_call_id"]) or {}).get("decision")}
@@ -83,14 +112,14 @@ class Outcome:
 
     @classmethod
     def after_invocation(cls, thread_id: str, values: dict[str, Any], next_nodes: tuple,
-                         sent: bool) -> Outcome:
+                         sent: bool, figures: Figures) -> Outcome:
         """A thread after one graph invocation that sent a request (`sent`) or not.
 
         A request that failed (`progress.outcome` `error`) is reported with the stored
         error and exit 6 (3 when it spent the last attempt); an attempt that could not
         be claimed (a full request cap) is `held_back`.
         """
-        outcome = cls.from_state(thread_id, values, next_nodes)
+        outcome = cls.from_state(thread_id, values, next_nodes, figures)
         progress = values["progress"]
         if not sent and progress.get("outcome") == "not_sent":
             outcome.held_back = True
@@ -103,9 +132,9 @@ class Outcome:
 
     @classmethod
     def step_failed(cls, thread_id: str, values: dict[str, Any], next_nodes: tuple,
-                    exc: Exception) -> Outcome:
+                    exc: Exception, figures: Figures) -> Outcome:
         """A step that stored its output but failed before routing (exit 6, `step_failed`)."""
-        outcome = cls.from_state(thread_id, values, next_nodes)
+        outcome = cls.from_state(thread_id, values, next_nodes, figures)
         outcome.error = (f"the step failed after its output was stored ({type(exc).__name__}: "
                          f"{exc}); the output is kept and the next run continues from it")
         outcome.error_code = ErrorCode.STEP_FAILED

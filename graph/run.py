@@ -86,13 +86,14 @@ def _fill(outcome: Outcome, db_flag: str | None) -> None:
     with Database(Settings(db=resolve_db(db_flag)), read_only=True, source="flags") as db:
         entry = db.store.ledger.read(thread_id)
         loaded = load_thread(graph_of(db.store), thread_id, db.location)
-    if loaded is not None:
-        state = Outcome.from_state(thread_id, loaded.values, loaded.snapshot.next)
+        figures = db.store.figures(thread_id, entry=entry) if entry is not None else None
+    if loaded is not None and figures is not None:
+        state = Outcome.from_state(thread_id, loaded.values, loaded.snapshot.next, figures)
         for name in ("status", "attempts", "max_attempts", "model", "answer", "partial_answer",
                      "stop_reason", "usage", "max_tokens", "next_nodes"):
             setattr(outcome, name, getattr(state, name))
     if entry is not None:
-        outcome.attempts = max(entry.attempts, outcome.attempts or 0)
+        outcome.attempts = entry.attempts
         outcome.max_attempts = entry.max_attempts
 
 

@@ -132,7 +132,8 @@ def _held_by_cap(store: Store, item: BatchItem, cap_id: str | None) -> Outcome:
     if loaded is None:
         outcome = Outcome(item.thread_id, ExitCode.BATCH_CAP, status=None)
     else:
-        outcome = Outcome.from_state(item.thread_id, loaded.values, loaded.snapshot.next)
+        outcome = Outcome.from_state(item.thread_id, loaded.values, loaded.snapshot.next,
+                                     store.figures(item.thread_id))
     if outcome.status not in FINAL_STATUSES:
         outcome.exit_code, outcome.error_code = ExitCode.BATCH_CAP, ErrorCode.BATCH_CAP
         outcome.error = f"request cap {cap_id!r} is full; not advanced"

@@ -33,7 +33,7 @@ from graph.store.checks import (
     check_unstarted,
     storage_damage_refused,
 )
-from nodes.context import ChatModel, StepContext
+from nodes.context import ChatModel, LedgerEntry, StepContext
 from nodes.state import FINAL_STATUSES
 
 if TYPE_CHECKING:
@@ -81,6 +81,10 @@ class _Start:
     graph_input: Any
     max_attempts: int
     keep_checkpoints: int | None
+    entry: LedgerEntry
+    """The thread's ledger entry as read (or created) before invoking."""
+    usage: dict[str, int] | None = None
+    """The attempt log's sums as the step read them (`AttemptLog.tally`); None when it read none."""
     snapshot: Any = None
     """The thread's latest state as loaded, when nothing was written since (else None)."""
 
@@ -135,11 +139,11 @@ def advance(
         if request.cancel:
             if loaded is not None:  # flags given with --cancel must name this thread
                 request.spec.check_against(loaded.values["thread"], env_model=None)
-            outcome = cancel(graph, config, store, loaded, thread_id)
+            outcome = cancel(graph, config, store, loaded, thread_id, entry)
         elif request.reopen:
             if loaded is not None:  # flags given with --reopen must name this thread
                 request.spec.check_against(loaded.values["thread"], env_model=None)
-            outcome = reopen(graph, config, store, loaded, thread_id)
+            outcome = reopen(graph, config, store, loaded, thread_id, entry)
         else:
             start = (_create(store, request, settings, entry, model_factory, now)
                      if loaded is None else _resume(graph, config, store, loaded, entry, request,
@@ -166,8 +170,9 @@ def _invoke(graph: Any, config: dict[str, Any], store: Store, start: _Start, *, 
         ctx = StepContext(config["configurable"]["thread_id"], store.ledger, start.model,
                           store.log, charge)
         return invoke_steps(graph, config, store, ctx, start.graph_input, once=once,
-                            max_attempts=start.max_attempts,
-                            keep_checkpoints=start.keep_checkpoints, snapshot=start.snapshot)
+                            max_attempts=start.max_attempts, entry=start.entry,
+                            usage=start.usage, keep_checkpoints=start.keep_checkpoints,
+                            snapshot=start.snapshot)
     finally:
         close = getattr(start.model, "close", None)
         if close is not None:
@@ -196,8 +201,9 @@ def _create(store: Store, request: StepRequest, settings: Settings, entry: Any,
     graph_input = first_state(request.spec.new_thread(settings), created_at=now())
     max_attempts = graph_input["thread"]["max_attempts"]
     model = model_factory(graph_input["thread"]["model"], settings)
-    store.ledger.create(thread_id, max_attempts)
-    return _Start(model, graph_input, max_attempts, graph_input["thread"]["keep_checkpoints"])
+    created = store.ledger.create(thread_id, max_attempts)
+    return _Start(model, graph_input, max_attempts, graph_input["thread"]["keep_checkpoints"],
+                  created)
 
 
 def _resume(graph: Any, config: dict[str, Any], store: Store, loaded: LoadedThread, entry: Any,
@@ -217,9 +223,10 @@ def _resume(graph: Any, config: dict[str, Any], store: Store, loaded: LoadedThre
     """
     thread_id, values = request.thread_id, loaded.values
     request.spec.check_against(values["thread"], settings.env_model)
-    logged, log_rows = store.log.last_attempt_and_rows(thread_id)  # one read of the log
-    check_ledger(entry, values, thread_id, store.location, logged)
-    store.log.covers(thread_id, values, log_rows)
+    tally = store.log.tally(thread_id)  # one read of the log: checks, then the figures
+    check_ledger(entry, values, thread_id, store.location, tally.last_attempt)
+    store.log.covers(thread_id, values, tally.rows)
+    figures = store.figures(thread_id, entry=entry, usage=tally.usage)  # reads nothing
     store.approvals.rows(thread_id)  # read with exact type checks, like every table
     pending = pending_review(loaded.snapshot)
     if pending is not None:
@@ -231,11 +238,11 @@ def _resume(graph: Any, config: dict[str, Any], store: Store, loaded: LoadedThre
                              "stored and sent; remove the key from it", thread_id=thread_id)
         return review(graph, config, store, loaded, thread_id, pending,
                       approve=list(request.approve), reject=list(request.reject),
-                      reason=request.reason)
+                      reason=request.reason, figures=figures)
     if request.approve or request.reject:
         raise UsageError("not waiting for approval", thread_id=thread_id)
     if values["progress"]["status"] in FINAL_STATUSES:
-        outcome = Outcome.from_state(thread_id, values, loaded.snapshot.next)
+        outcome = Outcome.from_state(thread_id, values, loaded.snapshot.next, figures)
         return remember_finished(store, outcome, checked=True)
     resolve_folder(values["thread"]["workspace"])
     model = model_factory(values["thread"]["model"], settings)
@@ -243,4 +250,4 @@ def _resume(graph: Any, config: dict[str, Any], store: Store, loaded: LoadedThre
     if store_migrated(graph, config, loaded):
         snapshot = None  # written since it was loaded
     return _Start(model, None, values["thread"]["max_attempts"],
-                  values["thread"]["keep_checkpoints"], snapshot)
+                  values["thread"]["keep_checkpoints"], entry, tally.usage, snapshot)

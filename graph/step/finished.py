@@ -73,10 +73,12 @@ def _checked_summary(store: Store, thread_id: str, snapshot: Any = None) -> Outc
               else check_snapshot(graph, snapshot, thread_id, store.location))
     if loaded is None or loaded.values["progress"]["status"] not in FINAL_STATUSES:
         return None
-    logged, log_rows = store.log.last_attempt_and_rows(thread_id)  # one read of the log
-    check_ledger(store.ledger.read(thread_id), loaded.values, thread_id, store.location, logged)
-    store.log.covers(thread_id, loaded.values, log_rows)
+    tally = store.log.tally(thread_id)  # one read of the log: checks, then the figures
+    entry = store.ledger.read(thread_id)
+    check_ledger(entry, loaded.values, thread_id, store.location, tally.last_attempt)
+    store.log.covers(thread_id, loaded.values, tally.rows)
     store.approvals.rows(thread_id)
     if pending_review(loaded.snapshot) is not None:
         return None
-    return Outcome.from_state(thread_id, loaded.values, loaded.snapshot.next)
+    return Outcome.from_state(thread_id, loaded.values, loaded.snapshot.next,
+                              store.figures(thread_id, entry=entry, usage=tally.usage))

@@ -9,16 +9,17 @@ next node is routed afterwards and reported as `step_failed` (exit 6).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from graph.errors import BusyError, ErrorCode, RefusedError
-from graph.outcome import Outcome
+from graph.outcome import USAGE_KEYS, Figures, Outcome
 from graph.step.approvals import pending_review
 from graph.step.checked_graph import refusal
 from graph.step.repair import repair_routing, unrouted_output
 from graph.store.migrations import state_write_back
-from nodes.context import AttemptLedger, LedgerEntry, StepContext
+from nodes.context import AttemptLedger, AttemptLog, LedgerEntry, StepContext
 from nodes.errors import InvocationRefusedError
 from nodes.pairing import UnsafeHistoryError
 from nodes.review import needs_review
@@ -70,19 +71,24 @@ class ClaimCounter:
 
     A step tells whether its invocation sent a request from the claims made through
     it, instead of reading the ledger row again: the thread's writer lock is held, so
-    nothing else claims meanwhile.
+    nothing else claims meanwhile. For the same reason the entry the last `count`
+    returned is the ledger's row as it stands, which the step's figures reuse
+    (`StepFigures`).
 
     Attributes:
         made: Claims that succeeded since the last `reset`.
+        entry: The entry the last `count` returned (None before one).
     """
 
     def __init__(self, ledger: AttemptLedger) -> None:
         self._ledger = ledger
         self.made = 0
+        self.entry: LedgerEntry | None = None
 
     def count(self, thread_id: str) -> LedgerEntry:
-        """As the ledger's `count`."""
-        return self._ledger.count(thread_id)
+        """As the ledger's `count`; its entry is kept in `entry`."""
+        self.entry = self._ledger.count(thread_id)
+        return self.entry
 
     def claim(self, thread_id: str, attempt: int, charge: str | None = None) -> bool:
         """As the ledger's `claim`; a success is counted in `made`."""
@@ -93,6 +99,43 @@ class ClaimCounter:
     def reset(self) -> None:
         """Starts counting anew (before each invocation)."""
         self.made = 0
+
+
+class StepFigures:
+    """The attempt log as the nodes see it (`AttemptLog`), adding up what the step records.
+
+    The step's figures (`graph.store.base.Store.figures`) come from what it read before
+    invoking (the ledger row, `AttemptLog.tally`'s usage) plus what it did since: the
+    entry of its last `count` (`ClaimCounter.entry`) and the usage of each `reason` row
+    recorded through here, summed as the log sums it. The writer lock is held, so
+    nothing else writes the thread's rows meanwhile, and nothing is read again. Where
+    the step read no usage (a new thread), or a `record` raised (whether its row was
+    stored is not known), the usage is read once when the figures are asked for.
+
+    Args:
+        log: The store's attempt log.
+        usage: The log's sums as the step read them, or None when it read none.
+    """
+
+    def __init__(self, log: AttemptLog, usage: dict[str, int] | None) -> None:
+        self._log = log
+        self.usage = None if usage is None else dict(usage)
+
+    def record(self, thread_id: str, attempt: int, kind: str, payload: dict[str, Any]) -> None:
+        """As the log's `record`; a `reason` row's usage is added to `usage`."""
+        try:
+            self._log.record(thread_id, attempt, kind, payload)
+        except BaseException:
+            self.usage = None  # stored or not: read when the figures are asked for
+            raise
+        if self.usage is not None and kind == "reason":
+            counts = payload.get("usage") or {}
+            for key in USAGE_KEYS:
+                self.usage[key] += int(counts.get(key) or 0)
+
+    def used_tokens(self, thread_id: str) -> int:
+        """As the log's `used_tokens`: read from the store (the token cap decides on it)."""
+        return self._log.used_tokens(thread_id)
 
 
 def _route_before_resume(graph: Any, config: dict[str, Any], store: Store, thread_id: str,
@@ -120,22 +163,23 @@ def _route_before_resume(graph: Any, config: dict[str, Any], store: Store, threa
 
 
 def step_failed(graph: Any, config: dict[str, Any], store: Store, thread_id: str,
-                exc: Exception) -> Outcome:
+                exc: Exception, figures: Callable[[], Figures]) -> Outcome:
     """Routes a step whose node stored its output but failed after it, and reports that.
 
     The output (a paid reply included) is kept and routed as its node's router says,
     so the next run continues from it.
 
     Returns:
-        The thread's outcome with `error_code` `step_failed` (exit 6, or 3 if exhausted).
+        The thread's outcome with `error_code` `step_failed` (exit 6, or 3 if exhausted),
+        its attempts and tokens from `figures` (`Store.figures`).
     """
     repair_routing(graph, config, store.location)
     snapshot = graph.get_state(config)
-    return Outcome.step_failed(thread_id, snapshot.values, snapshot.next, exc)
+    return Outcome.step_failed(thread_id, snapshot.values, snapshot.next, exc, figures())
 
 
 def _invoke_once(graph: Any, config: dict[str, Any], store: Store, ctx: StepContext,
-                 graph_input: Any) -> Outcome | None:
+                 graph_input: Any, figures: Callable[[], Figures]) -> Outcome | None:
     """One graph invocation; None when it ran, else the `step_failed` outcome.
 
     Raises:
@@ -159,7 +203,7 @@ def _invoke_once(graph: Any, config: dict[str, Any], store: Store, ctx: StepCont
     except Exception as exc:
         if unrouted_output(graph.get_state(config)) is None:
             raise
-        return step_failed(graph, config, store, ctx.thread_id, exc)
+        return step_failed(graph, config, store, ctx.thread_id, exc, figures)
     return None
 
 
@@ -183,8 +227,9 @@ def _snapshot_after(graph: Any, config: dict[str, Any], store: Store, ctx: StepC
 
 
 def invoke_steps(graph: Any, config: dict[str, Any], store: Store, ctx: StepContext,
-                 graph_input: Any, *, once: bool, max_attempts: int,
-                 keep_checkpoints: int | None = None, snapshot: Any = None) -> tuple[Outcome, Any]:
+                 graph_input: Any, *, once: bool, max_attempts: int, entry: LedgerEntry,
+                 usage: dict[str, int] | None = None, keep_checkpoints: int | None = None,
+                 snapshot: Any = None) -> tuple[Outcome, Any]:
     """Invokes the graph once (`once`) or until the thread stops; returns its outcome.
 
     After each invocation the thread is trimmed to its latest `keep_checkpoints`
@@ -201,6 +246,10 @@ def invoke_steps(graph: Any, config: dict[str, Any], store: Store, ctx: StepCont
         graph_input: The new thread's initial state, or None to resume.
         once: Stop after one invocation.
         max_attempts: The thread's maximum, which bounds the invocations.
+        entry: The thread's ledger entry as the step read (or created) it before invoking.
+        usage: The attempt log's sums as the step read them (`AttemptLog.tally`), or None
+            when it read none (a new thread): the outcome's figures are these plus what
+            the step did (`StepFigures`), read again only where they are not known.
         keep_checkpoints: The thread's checkpoint window (None: keep all).
         snapshot: The thread's latest state as the caller loaded it, when nothing
             was written since (saves reading it again); None reads it.
@@ -214,13 +263,20 @@ def invoke_steps(graph: Any, config: dict[str, Any], store: Store, ctx: StepCont
     """
     thread_id = ctx.thread_id
     claims = ClaimCounter(ctx.ledger)
-    ctx = replace(ctx, ledger=claims)
+    log = StepFigures(ctx.log, usage)
+    ctx = replace(ctx, ledger=claims, log=log)
+
+    def figures() -> Figures:
+        if log.usage is None:  # read once; later records add to it
+            log.usage = store.log.usage(thread_id)
+        return store.figures(thread_id, entry=claims.entry or entry, usage=log.usage)
+
     store.keep_window(thread_id, keep_checkpoints)
     for _ in range(2 * max_attempts + 2):
         if graph_input is None:
             _route_before_resume(graph, config, store, thread_id, snapshot)
         claims.reset()
-        failed = _invoke_once(graph, config, store, ctx, graph_input)
+        failed = _invoke_once(graph, config, store, ctx, graph_input, figures)
         if failed is not None:
             store.trim_after_step(thread_id, keep_checkpoints)
             return failed, None
@@ -229,9 +285,9 @@ def invoke_steps(graph: Any, config: dict[str, Any], store: Store, ctx: StepCont
         store.trim_after_step(thread_id, keep_checkpoints)
         pending = pending_review(snapshot)
         if pending is not None:
-            return Outcome.waiting(thread_id, snapshot.values, pending, {}), snapshot
+            return Outcome.waiting(thread_id, snapshot.values, pending, {}, figures()), snapshot
         outcome = Outcome.after_invocation(thread_id, snapshot.values, snapshot.next,
-                                           claims.made > 0)
+                                           claims.made > 0, figures())
         if (outcome.held_back or outcome.error_code is not None or once
                 or outcome.status in FINAL_STATUSES):
             return outcome, snapshot

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any
 from langgraph.types import Command
 
 from graph.errors import ErrorCode, RefusedError, UsageError
-from graph.outcome import Outcome
+from graph.outcome import Figures, Outcome
 from graph.step.approvals import apply_approved, decide
-from nodes.context import NoModel, StepContext
+from nodes.context import LedgerEntry, NoModel, StepContext
 from nodes.errors import StopReason
 from nodes.state import FINAL_STATUSES
 
@@ -26,11 +26,12 @@ cause too (a gateway answers a wrong key with HTTP 400). Never `budget`, `token_
 
 
 def cancel(graph: Any, config: dict[str, Any], store: Store, loaded: Any,
-           thread_id: str) -> Outcome:
+           thread_id: str, entry: LedgerEntry | None) -> Outcome:
     """Marks a thread `cancelled`: no request is ever made for it again.
 
     A thread already finished is reported as it is (cancelling a cancelled thread is
-    exit 0).
+    exit 0). Its figures are `entry` (the ledger row the step read; a cancellation
+    counts nothing) and the attempt log's sums (`Store.figures`).
 
     Raises:
         RefusedError: `no_such_thread` when `loaded` is None.
@@ -39,19 +40,20 @@ def cancel(graph: Any, config: dict[str, Any], store: Store, loaded: Any,
         raise RefusedError("no such thread", error_code=ErrorCode.NO_SUCH_THREAD,
                            location=store.location, thread_id=thread_id)
     values = loaded.values
+    figures = store.figures(thread_id, entry=entry)
     if values["progress"]["status"] in FINAL_STATUSES:
-        outcome = Outcome.from_state(thread_id, values, loaded.snapshot.next)
+        outcome = Outcome.from_state(thread_id, values, loaded.snapshot.next, figures)
         return outcome.succeeded() if values["progress"]["status"] == "cancelled" else outcome
     # Written as if by reason, whose router sends a cancelled thread to END from any point.
     graph.update_state(config, {"progress": {"status": "cancelled", "stop_reason": "cancelled"}},
                        as_node="reason")
     store.ledger.touch(thread_id)
     snapshot = graph.get_state(config)
-    return Outcome.from_state(thread_id, snapshot.values, snapshot.next).succeeded()
+    return Outcome.from_state(thread_id, snapshot.values, snapshot.next, figures).succeeded()
 
 
 def reopen(graph: Any, config: dict[str, Any], store: Store, loaded: Any,
-           thread_id: str) -> Outcome:
+           thread_id: str, entry: LedgerEntry | None) -> Outcome:
     """Puts a thread stopped by a model error (`REOPENABLE`) back to `ready`; sends nothing.
 
     Its attempts stay counted and its limits unchanged: the next run counts a new
@@ -70,7 +72,8 @@ def reopen(graph: Any, config: dict[str, Any], store: Store, loaded: Any,
     values = loaded.values
     progress = values["progress"]
     if progress["status"] == "ready":
-        return Outcome.from_state(thread_id, values, loaded.snapshot.next)
+        return Outcome.from_state(thread_id, values, loaded.snapshot.next,
+                                  store.figures(thread_id, entry=entry))
     if progress["status"] != "exhausted" or progress.get("stop_reason") not in REOPENABLE:
         stopped = progress["status"] + (f" ({progress['stop_reason']})" if progress.get("stop_reason")
                                         else "")
@@ -81,12 +84,13 @@ def reopen(graph: Any, config: dict[str, Any], store: Store, loaded: Any,
                        as_node="reason")
     store.ledger.touch(thread_id)
     snapshot = graph.get_state(config)
-    return Outcome.from_state(thread_id, snapshot.values, snapshot.next)
+    return Outcome.from_state(thread_id, snapshot.values, snapshot.next,
+                              store.figures(thread_id, entry=entry))
 
 
 def review(graph: Any, config: dict[str, Any], store: Store, loaded: Any, thread_id: str,
            pending: list[dict[str, Any]], *, approve: list[str], reject: list[str],
-           reason: str | None) -> Outcome:
+           reason: str | None, figures: Figures) -> Outcome:
     """Records decisions; once every paused write is decided, applies and resumes.
 
     Args:
@@ -99,6 +103,8 @@ def review(graph: Any, config: dict[str, Any], store: Store, loaded: Any, thread
         approve: Call ids to approve (`--approve`).
         reject: Call ids to reject (`--reject`).
         reason: Why the rejected calls were rejected (told to the model), or None.
+        figures: The thread's figures as the step read them (`Store.figures`); deciding
+            and applying count no attempt and log no `reason` row, so they stand.
 
     Returns:
         `awaiting_approval` (exit 7) while a call is undecided, else the thread after
@@ -106,7 +112,7 @@ def review(graph: Any, config: dict[str, Any], store: Store, loaded: Any, thread
     """
     decisions = decide(store, thread_id, pending, loaded.values, approve, reject, reason)
     if not all(p["tool_call_id"] in decisions for p in pending):
-        return Outcome.waiting(thread_id, loaded.values, pending, decisions)
+        return Outcome.waiting(thread_id, loaded.values, pending, decisions, figures)
     decisions = apply_approved(store, thread_id, loaded.values, decisions)
     payload = {"decisions": [{"tool_call_id": p["tool_call_id"], "sha256": p["sha256"],
                               "decision": decisions[p["tool_call_id"]]["decision"],
@@ -122,4 +128,4 @@ def review(graph: Any, config: dict[str, Any], store: Store, loaded: Any, thread
     finally:
         store.commit()  # writes saved without a checkpoint after them
     snapshot = graph.get_state(config)
-    return Outcome.from_state(thread_id, snapshot.values, snapshot.next)
+    return Outcome.from_state(thread_id, snapshot.values, snapshot.next, figures)

@@ -56,8 +56,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
-from graph.errors import BusyError
-from graph.store.rows import LedgerRow, Tombstone
+from graph.errors import BusyError, ErrorCode, RefusedError
+from graph.outcome import Figures
+from graph.store.rows import LedgerRow, LogTally, Tombstone
 
 if TYPE_CHECKING:
     from graph.outcome import Outcome
@@ -135,14 +136,25 @@ class AttemptLog(Protocol):
             RefusedError: `damaged` for a stored value of the wrong form.
         """
 
-    def last_attempt_and_rows(self, thread_id: str) -> tuple[int, list[dict[str, Any]] | None]:
-        """`last_attempt`, and the rows it came from where `covers` judges rows, else None.
+    def tally(self, thread_id: str) -> LogTally:
+        """`last_attempt` and `usage` in one read; the rows too where `covers` judges rows.
 
-        A step passes both on (`check_ledger`, then `covers(..., rows)`), so a log whose
-        checks read every row (Redis) is read once per step, not twice.
+        A step passes them on (`check_ledger`, then `covers(..., tally.rows)`, then the
+        figures it reports: `Store.figures`), so the log is read once per step.
 
         Raises:
-            RefusedError: `damaged`, as `last_attempt` and `rows`.
+            RefusedError: `damaged`, as `last_attempt`, `usage` and `rows`.
+        """
+
+    def usage(self, thread_id: str) -> dict[str, int]:
+        """`prompt_tokens`, `completion_tokens`, `total_tokens` summed over `reason` rows.
+
+        Forks included: the whole log, whatever checkpoint the thread's latest state
+        came from. Zeros when there are none.
+
+        Raises:
+            RefusedError: `damaged` when a value is not a non-negative number, or a sum
+                not a whole number.
         """
 
     def used_tokens(self, thread_id: str) -> int:
@@ -157,7 +169,7 @@ class AttemptLog(Protocol):
         """Refuses a log that lacks rows the thread's checkpoint `values` show were made.
 
         `rows`, when given, are judged instead of reading the stored ones: a step's
-        (`last_attempt_and_rows`), or another store's (`graph.copy`).
+        (`tally`), or another store's (`graph.copy`).
 
         Raises:
             RefusedError: `damaged` (exit 4).
@@ -456,6 +468,29 @@ class Store:
         """
         ids = self.backend.checkpoint_thread_ids()
         return sorted(ids | self.ledger.thread_ids() | self.tombstones.thread_ids())
+
+    def figures(self, thread_id: str, *, entry: LedgerEntry | None = None,
+                usage: dict[str, int] | None = None) -> Figures:
+        """The thread's attempts and tokens: what every face shows (`graph.outcome.Figures`).
+
+        The one source of those figures for `graph.run` (text and `--json`), `graph.history`,
+        `graph.api`, `graph.batch` and the queue workers: the ledger's count and the sums
+        over the whole attempt log, which no fork or `update_state` lowers. A step that
+        already read them passes what it read, so nothing is read twice: `entry` (the
+        ledger row, or the entry its last `count` returned), `usage` (`AttemptLog.tally`'s
+        sums, plus what the step recorded since). What is not given is read here, on
+        every backend through its `Ledger.read` and `AttemptLog.usage`.
+
+        Raises:
+            RefusedError: `damaged` when the ledger has no row for the thread (its
+                checkpoint without it is refused everywhere), or a log value is wrong.
+        """
+        if entry is None:
+            entry = self.ledger.read(thread_id)
+            if entry is None:
+                raise RefusedError("the attempt-ledger row is missing", error_code=ErrorCode.DAMAGED,
+                                   location=self.location, thread_id=thread_id)
+        return Figures(entry.attempts, dict(self.log.usage(thread_id) if usage is None else usage))
 
     def bury(self, tombstone: Tombstone) -> None:
         """Deletes a finished thread, leaving its tombstone (retention; INVARIANTS I10).

@@ -26,7 +26,7 @@ from nodes.context import LedgerEntry
 from nodes.state import FINAL_STATUSES
 
 __all__ = ["APPROVAL_COLUMNS", "APPROVAL_TYPES", "FINAL_STATUSES", "LOG_PAYLOAD_KEYS",
-           "LedgerRow", "Tombstone", "check_log_payload", "check_row", "damaged", "is_int",
+           "LedgerRow", "LogTally", "Tombstone", "check_log_payload", "check_row", "damaged", "is_int",
            "is_iso_time", "is_text", "is_text_or_none", "json_object", "now", "text_refused"]
 
 
@@ -45,6 +45,23 @@ class LedgerRow:
     def entry(self) -> LedgerEntry:
         """The counts the nodes use."""
         return LedgerEntry(self.attempts, self.claimed, self.max_attempts)
+
+
+@dataclass(frozen=True)
+class LogTally:
+    """What one read of a thread's attempt log gives a step (`AttemptLog.tally`).
+
+    Attributes:
+        last_attempt: The highest attempt of the thread's `reason` rows; 0 when none.
+        usage: `prompt_tokens`, `completion_tokens` and `total_tokens` summed over those
+            rows (tokens; `graph.outcome.Figures`).
+        rows: The checked rows the tally was made from where the backend reads them all
+            (Redis: `covers` judges them), else None (SQL: one aggregate).
+    """
+
+    last_attempt: int
+    usage: dict[str, int]
+    rows: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)

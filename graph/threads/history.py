@@ -140,7 +140,8 @@ def thread_history(store: Store, thread_id: str, checkpoint_limit: int = 50) -> 
         `tool`, `target` (the path, whole), `arguments` (the canonical text approved; None on
         rows from before it was kept), `args_sha256`, `decision`, `reason`, `decided_at`,
         `applied`, `error` (why an approved write was not applied) and `result`); the header has
-        `thread_id`, `task`, `model`, `status`, `attempts`, `max_attempts`, `usage` (tokens),
+        `thread_id`, `task`, `model`, `status`, `attempts` (the ledger's count), `max_attempts`,
+        `usage` (tokens summed over the whole attempt log: `graph.store.base.Store.figures`),
         `max_tokens`, `context_tokens`, `keep_checkpoints` (a number, or `all`), `workspace`,
         `created_at`, `updated_at`, `answer`, `stop_reason` and `review_required`.
 
@@ -155,12 +156,12 @@ def thread_history(store: Store, thread_id: str, checkpoint_limit: int = 50) -> 
         raise RefusedError(f"no such thread {thread_id!r} in {store.location}",
                            error_code=ErrorCode.NO_SUCH_THREAD)
     thread, progress = loaded.values["thread"], loaded.values["progress"]
-    entry = store.ledger.read(thread_id)
+    figures = store.figures(thread_id)  # what `graph.run` and every other face shows
     header = {
         "thread_id": thread_id, "task": thread["task"], "model": thread["model"],
         "status": progress["status"],
-        "attempts": entry.attempts if entry else progress["attempts"],
-        "max_attempts": thread["max_attempts"], "usage": progress["usage"],
+        "attempts": figures.attempts,
+        "max_attempts": thread["max_attempts"], "usage": figures.usage,
         "max_tokens": thread["max_tokens"], "context_tokens": thread["context_tokens"],
         "keep_checkpoints": thread["keep_checkpoints"] or "all",
         "workspace": thread["workspace"],

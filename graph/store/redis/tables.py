@@ -16,12 +16,14 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from graph.outcome import USAGE_KEYS
 from graph.store.redis import keys
 from graph.store.redis import lua as redis_lua
 from graph.store.redis.conn import make_durable, server_errors
 from graph.store.rows import (
     FINAL_STATUSES,
     LOG_PAYLOAD_KEYS,
+    LogTally,
     Tombstone,
     check_log_payload,
     damaged,
@@ -265,29 +267,40 @@ class RedisAttemptLog(RedisTable):
         Raises:
             RefusedError: `damaged` for a row that fails its checks (`rows`).
         """
-        return self.last_attempt_and_rows(thread_id)[0]
+        return self.tally(thread_id).last_attempt
 
-    def last_attempt_and_rows(self, thread_id: str) -> tuple[int, list[dict[str, Any]]]:
-        """`last_attempt` and the checked rows it was read from, for `covers` to judge.
+    def tally(self, thread_id: str) -> LogTally:
+        """`last_attempt`, `usage` and the checked rows they were read from, for `covers`.
 
         A step checks the ledger against the highest attempt, then the log against the
-        checkpoint (`covers`): one read of the list serves both (each read parses and
-        checks every row, and the log grows by a row or two per step).
+        checkpoint (`covers`), then reports the figures (`usage`): one read of the list
+        serves all three (each read parses and checks every row, and the log grows by a
+        row or two per step).
 
         Raises:
-            RefusedError: `damaged` for a row that fails its checks (`rows`).
+            RefusedError: `damaged` for a row that fails its checks (`rows`), or a usage
+                value that is not a non-negative whole number.
         """
         rows = self.rows(thread_id)
-        return max((r["attempt"] for r in rows if r["kind"] == "reason"), default=0), rows
+        return LogTally(max((r["attempt"] for r in rows if r["kind"] == "reason"), default=0),
+                        _usage(rows), rows)
+
+    def usage(self, thread_id: str) -> dict[str, int]:
+        """`prompt_tokens`, `completion_tokens`, `total_tokens` summed over `reason` rows.
+
+        Raises:
+            RefusedError: `damaged` for a row that fails its checks, or a value that is
+                not a non-negative whole number.
+        """
+        return _usage(self.rows(thread_id))
 
     def used_tokens(self, thread_id: str) -> int:
         """The sum of `usage.total_tokens` over the thread's `reason` rows; 0 when none.
 
         Raises:
-            RefusedError: `damaged` for a row that fails its checks, or a total that is
-                not a non-negative whole number.
+            RefusedError: `damaged`, as `usage`.
         """
-        return _tokens(self.rows(thread_id))
+        return self.usage(thread_id)["total_tokens"]
 
     def covers(self, thread_id: str, values: dict[str, Any],
                rows: list[dict[str, Any]] | None = None) -> None:
@@ -320,24 +333,29 @@ class RedisAttemptLog(RedisTable):
             raise damaged("attempt_log", f"thread {thread_id!r}'s log holds {logged} "
                           f"reply row(s), but its checkpoint shows {replies} replies: rows "
                           "were deleted or replaced")
-        used, shown = _tokens(rows), int(values["progress"]["usage"]["total_tokens"])
+        used, shown = _usage(rows)["total_tokens"], int(values["progress"]["usage"]["total_tokens"])
         if used < shown:
             raise damaged("attempt_log", f"thread {thread_id!r}'s log records {used} "
                           f"tokens, but its checkpoint shows {shown}: rows were deleted or "
                           "replaced")
 
 
-def _tokens(rows: list[dict[str, Any]]) -> int:
-    """The sum of `usage.total_tokens` over checked `reason` rows (`RedisAttemptLog.rows`)."""
-    total = 0
+def _usage(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """`USAGE_KEYS` summed over checked `reason` rows (`RedisAttemptLog.rows`); absent ones are 0.
+
+    Raises:
+        RefusedError: `damaged` for a value that is not a non-negative whole number.
+    """
+    total = dict.fromkeys(USAGE_KEYS, 0)
     for row in rows:
-        usage = row["payload"].get("usage") if row["kind"] == "reason" else None
-        tokens = (usage or {}).get("total_tokens")
-        if tokens is None:
-            continue
-        if not is_int(tokens):
-            raise damaged("attempt_log", "the recorded token usage is not a whole number")
-        total += tokens
+        usage = (row["payload"].get("usage") if row["kind"] == "reason" else None) or {}
+        for key in USAGE_KEYS:
+            tokens = usage.get(key)
+            if tokens is None:
+                continue
+            if not is_int(tokens):
+                raise damaged("attempt_log", "the recorded token usage is not a whole number")
+            total[key] += tokens
     return total
 
 

@@ -16,8 +16,10 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+from graph.outcome import USAGE_KEYS
 from graph.store.rows import (
     LOG_PAYLOAD_KEYS,
+    LogTally,
     check_log_payload,
     check_row,
     damaged,
@@ -101,15 +103,62 @@ class SqlAttemptLog(SqlTable):
             found = self._rows_if_table(
                 LOG, "SELECT max(attempt) FROM attempt_log WHERE thread_id = ? AND kind = 'reason'",
                 (thread_id,))
-        value = found[0][0] if found else None
+        return self._last(found[0][0] if found else None)
+
+    def tally(self, thread_id: str) -> LogTally:
+        """`last_attempt` and `usage` in one aggregate statement; no rows (`covers` reads none)."""
+        found = self._aggregate(thread_id, with_last=True)
+        return LogTally(self._last(found[0]), self._usage(found[1:]))
+
+    def _aggregate(self, thread_id: str, *, with_last: bool) -> tuple[Any, ...]:
+        """One statement over the thread's `reason` rows: max, sums and wrong values.
+
+        Gives max(attempt) (when `with_last`), then for each of `USAGE_KEYS` its sum and
+        how many of its values are wrong.
+
+        The statement counts the values that are not non-negative JSON numbers, so an
+        edited row (`"total_tokens": "12"`) is refused instead of being summed as 0
+        (SQLite) or failing a cast (PostgreSQL); CASE evaluates only the branch it needs,
+        so a number is read only where it is one. An empty tuple's values are NULL and 0
+        (no rows, or a database written before the log existed).
+        """
+        columns = ["max(attempt)"] if with_last else []
+        for key in USAGE_KEYS:
+            where = {"column": "payload", "path": f"usage.{key}", "path_pg": f"usage,{key}"}
+            kind, number = self._db.json_kind.format(**where), self._db.json_number.format(**where)
+            columns += [f"sum(CASE WHEN {kind} = 'number' THEN {number} END)",
+                        f"count(CASE WHEN {kind} = 'number' THEN CASE WHEN {number} < 0 THEN 1 END "
+                        f"WHEN {kind} <> 'null' THEN 1 END)"]
+        with text_refused("attempt_log"), _sql_damage_refused():
+            found = self._rows_if_table(
+                LOG, f"SELECT {', '.join(columns)} FROM attempt_log "
+                "WHERE thread_id = ? AND kind = 'reason'", (thread_id,))
+        return tuple(found[0]) if found else ((None,) if with_last else ()) + (None, 0) * 3
+
+    @staticmethod
+    def _last(value: Any) -> int:
         if value is None:
             return 0
         check_row("attempt_log", (value,), {"attempt": lambda v: is_int(v, 1)})
         return int(value)
 
-    def last_attempt_and_rows(self, thread_id: str) -> tuple[int, list[dict[str, Any]] | None]:
-        """`last_attempt` (one aggregate) and None: `covers` reads no rows on SQL."""
-        return self.last_attempt(thread_id), None
+    @staticmethod
+    def _usage(sums: tuple[Any, ...]) -> dict[str, int]:
+        """`USAGE_KEYS` with their sums, from `_aggregate`'s (sum, wrong) pairs.
+
+        Raises:
+            RefusedError: `damaged` for wrong values or a sum that is not a whole number.
+        """
+        usage = {}
+        for index, key in enumerate(USAGE_KEYS):
+            value, wrong = sums[2 * index], sums[2 * index + 1]
+            if wrong:
+                raise damaged("attempt_log", f"{wrong} recorded token usage value(s) are not "
+                              "non-negative numbers")
+            if value is not None and (not math.isfinite(value) or value != int(value)):
+                raise damaged("attempt_log", "the recorded token usage is not a whole number")
+            usage[key] = 0 if value is None else int(value)
+        return usage
 
     def covers(self, thread_id: str, values: dict[str, Any],
                rows: list[dict[str, Any]] | None = None) -> None:
@@ -121,38 +170,28 @@ class SqlAttemptLog(SqlTable):
         fewer rows than replies is not damage here.
         """
 
-    def used_tokens(self, thread_id: str) -> int:
-        """The sum of `usage.total_tokens` over the thread's `reason` rows; 0 when none.
+    def usage(self, thread_id: str) -> dict[str, int]:
+        """`USAGE_KEYS` summed over the thread's `reason` rows: one aggregate (`_aggregate`).
 
-        One aggregate, read before each attempt (`nodes.budget`): the token cap is checked
-        against this durable total, which a fork from an older checkpoint cannot lower.
-        The same statement counts the values that are not non-negative JSON numbers, so
-        an edited row (`"total_tokens": "12"`) is refused instead of being summed as 0
-        (SQLite) or failing a cast (PostgreSQL). Returns 0 for a database written
-        before the log existed.
+        Zeros for a database written before the log existed.
 
         Raises:
             RefusedError: `damaged` when a row's payload is not JSON, a value is not a
-                non-negative number, or the sum is not a whole number.
+                non-negative number, or a sum is not a whole number.
         """
-        where = {"column": "payload", "path": "usage.total_tokens", "path_pg": "usage,total_tokens"}
-        kind, number = self._db.json_kind.format(**where), self._db.json_number.format(**where)
-        # CASE evaluates only the branch it needs: the number is read only where it is one.
-        with text_refused("attempt_log"), _sql_damage_refused():
-            found = self._rows_if_table(
-                LOG, f"SELECT sum(CASE WHEN {kind} = 'number' THEN {number} END), "
-                f"count(CASE WHEN {kind} = 'number' THEN CASE WHEN {number} < 0 THEN 1 END "
-                f"WHEN {kind} <> 'null' THEN 1 END) "
-                "FROM attempt_log WHERE thread_id = ? AND kind = 'reason'", (thread_id,))
-        value, wrong = found[0] if found else (None, 0)
-        if wrong:
-            raise damaged("attempt_log", f"{wrong} recorded token usage value(s) are not "
-                          "non-negative numbers")
-        if value is None:
-            return 0
-        if not math.isfinite(value) or value != int(value):
-            raise damaged("attempt_log", "the recorded token usage is not a whole number")
-        return int(value)
+        return self._usage(self._aggregate(thread_id, with_last=False))
+
+    def used_tokens(self, thread_id: str) -> int:
+        """The sum of `usage.total_tokens` over the thread's `reason` rows; 0 when none.
+
+        Read before each attempt (`nodes.budget`): the token cap is checked against this
+        durable total, which a fork from an older checkpoint cannot lower. The same
+        statement as `usage` (its checks included).
+
+        Raises:
+            RefusedError: `damaged`, as `usage`.
+        """
+        return self.usage(thread_id)["total_tokens"]
 
     def rows(self, thread_id: str) -> list[dict[str, Any]]:
         """The thread's rows, oldest first: `attempt`, `kind`, `payload` (dict), `created_at`.

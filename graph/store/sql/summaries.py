@@ -27,7 +27,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from graph.outcome import Outcome
+from graph.outcome import Figures, Outcome
 from graph.store.rows import is_int, is_text, is_text_or_none
 from graph.store.sql.conn import PostgresSql, Sql, SqlTable
 from graph.store.sql.schema import SUMMARIES
@@ -84,8 +84,13 @@ _FIELDS = {
     "stop_reason": is_text_or_none,
     "usage": _is_usage, "max_tokens": lambda v: v is None or is_int(v),
     "next": lambda v: isinstance(v, list) and all(is_text(n) for n in v),
+    "figures": lambda v: v == _FIGURES,
 }
 """The summary's fields (those `Outcome.from_state` reads) and their exact types."""
+_FIGURES = "ledger_and_log"
+"""Where the summary's `attempts` and `usage` come from (`graph.outcome.Figures`): a summary
+written before (from the checkpoint's own figures, which a fork lowers) lacks the field,
+so it is not used; the full path answers and stores it anew."""
 
 
 def _summary_text(outcome: Outcome) -> str:
@@ -95,7 +100,7 @@ def _summary_text(outcome: Outcome) -> str:
                        "answer": outcome.answer, "partial_answer": outcome.partial_answer,
                        "stop_reason": outcome.stop_reason,
                        "usage": outcome.usage or {}, "max_tokens": outcome.max_tokens,
-                       "next": list(outcome.next_nodes)}, sort_keys=True)
+                       "next": list(outcome.next_nodes), "figures": _FIGURES}, sort_keys=True)
 
 
 def _fields(text: str) -> dict[str, Any] | None:
@@ -165,7 +170,7 @@ class SqlSummaries(SqlTable):
                                                  "stop_reason", "usage")}
         thread = {key: fields[key] for key in ("max_attempts", "model", "max_tokens")}
         return Outcome.from_state(thread_id, {"progress": progress, "thread": thread},
-                                  tuple(fields["next"]))
+                                  tuple(fields["next"]), Figures(fields["attempts"], fields["usage"]))
 
     def _ledger_agrees(self, thread_id: str, fields: dict[str, Any]) -> bool:
         """The ledger's counts against the summary's, as `graph.store.checks.check_ledger`."""
