@@ -88,6 +88,7 @@ def render(history: dict[str, Any]) -> str:
     shown, total = len(history["checkpoints"]), history.get("checkpoints_total", 0)
     lines += ["", f"checkpoints: the latest {shown} of {total} stored"
               + (" (--checkpoints N shows more)" if shown < total else ""),
+              *_over_window(total, h.get("keep_checkpoints")),
               "checkpoint                              step  written_by    next      attempts"]
     for cp in history["checkpoints"]:
         attempts = "-" if cp["attempts"] is None else cp["attempts"]
@@ -100,6 +101,22 @@ def render(history: dict[str, Any]) -> str:
     if history.get("parent_result"):
         lines += ["", "subtasks of this thread", *render_parent(history["parent_result"])]
     return "\n".join(lines)
+
+
+def _over_window(total: int, keep: Any) -> list[str]:
+    """Why a thread holds more checkpoints than its window, when it does; else nothing.
+
+    A fork or an `update_state` made outside a step (`Database.invocation`, Studio)
+    writes checkpoints of its own branch after the latest, and nothing trims them until
+    the thread's next step (`graph.run`, `graph.batch`, a queue worker) or `graph.prune`
+    keeps its latest `keep` again (`graph.store.sql.window`, `graph.store.redis.backend`).
+    """
+    if not isinstance(keep, int) or total <= keep:
+        return []
+    return [f"  {total - keep} more than the {keep} this thread keeps (--keep-checkpoints): a fork "
+            "or update_state made outside graph.run (written_by fork, update_state) added a "
+            "branch of its own; the thread's next step or graph.prune trims it back to its "
+            f"latest {keep}, the newest branch's"]
 
 
 LIST_HEADER = f"{'thread':<24} {'status':<12} attempts  {'updated_at':<32} task"

@@ -44,12 +44,13 @@ class Outcome:
     """The result of one invocation, as printed by `graph.run`.
 
     `to_json` gives the `--json` object; its keys are a contract for scripts:
-    `thread_id`, `status`, `attempts`, `max_attempts`, `model`, `answer` (null until
-    done), `partial_answer` (the text so far of a reply cut off by the token limit and
-    not finished yet, else null), `review_required`, `stop_reason`, `error`, `error_code`, plus `usage`
-    (tokens), `max_tokens` (null without a cap), `pending_calls` (the write calls a
-    thread waits on, each with `tool_call_id`, `name`, `arguments`, `sha256` and
-    `decision`; null when not waiting) and `exit_code`.
+    `thread_id`, `status`, `attempts` (the ledger's count: `Figures`), `max_attempts`,
+    `model`, `answer` (null until done), `partial_answer` (the text so far of a reply
+    cut off by the token limit and not finished yet, else null), `review_required`,
+    `stop_reason`, `error`, `error_code`, plus `usage` (tokens summed over the whole
+    attempt log: `Figures`), `max_tokens` (null without a cap), `pending_calls` (the
+    write calls a thread waits on, each with `tool_call_id`, `name`, `arguments`,
+    `sha256` and `decision`; null when not waiting) and `exit_code`.
     """
 
     thread_id: str | None

@@ -165,3 +165,33 @@ def test_listing_shows_a_thread_with_a_damaged_ledger_row_as_unreadable(backend,
     assert listed["ok"]["status"] == "done"
     assert listed["hurt"]["status"] == "unreadable: damaged"
     assert backend.fingerprint() == before
+
+
+def test_a_fork_beyond_the_checkpoint_window_is_explained_until_the_next_step_trims_it(
+        backend, capsys) -> None:
+    """Issue 30: "the latest 12 of 12 stored" with `--keep-checkpoints 10` said nothing of why."""
+    from graph.api import open_database
+
+    run_cli(["--thread", "w", "--task", TASK, "--keep-checkpoints", "5", "--db", backend.db])
+    with open_database(backend.db) as db:  # the README's fork, outside graph.run
+        config = {"configurable": {"thread_id": "w"}}
+        first = [s for s in db.graph.get_state_history(config) if s.next == ("budget",)][-1]
+        with db.invocation("w") as context:
+            db.graph.invoke(None, first.config, context=context, durability="sync")
+    assert history_main(["--thread", "w", "--db", backend.db, "--json"]) == 0
+    total = json.loads(capsys.readouterr().out)["checkpoints_total"]
+    assert total > 5
+    assert history_main(["--thread", "w", "--db", backend.db]) == 0
+    text = capsys.readouterr().out
+    assert f"checkpoints: the latest {total} of {total} stored\n" in text
+    assert (f"  {total - 5} more than the 5 this thread keeps (--keep-checkpoints): a fork or "
+            "update_state made outside graph.run (written_by fork, update_state) added a branch "
+            "of its own; the thread's next step or graph.prune trims it back to its latest 5, "
+            "the newest branch's\n") in text
+    assert " fork " in text.split("written_by", 2)[2], "the fork's own checkpoints are listed"
+
+    run_cli(["--thread", "w", "--db", backend.db])  # the next step trims the window
+    assert history_main(["--thread", "w", "--db", backend.db]) == 0
+    text = capsys.readouterr().out
+    assert "checkpoints: the latest 5 of 5 stored\n" in text and "more than the" not in text
+    assert " fork " in text, "the window kept is the fork's branch"
