@@ -26,10 +26,16 @@ if TYPE_CHECKING:
     from graph.store.base import Store
 
 __all__ = [
+    "NO_STATUS",
     "BatchReport",
     "Progress",
     "run_batch",
 ]
+
+NO_STATUS = "error"
+"""The status a batch shows for an invocation that ended without an outcome (no thread
+status was read after it: `Outcome.from_error`); its `error_code` says why and its
+`exit_code` is that code's (the README's batch status table)."""
 
 
 class Progress:
@@ -39,7 +45,10 @@ class Progress:
     (a file, a pipe, `--json`) each thread gets one plain line, `[3/10] ID: STATUS (CODE)`,
     which a log or a script can read line by line; no escape codes, no rewritten line.
     CODE is the thread's `error_code`, or `ok` when it has none: every line has the
-    same shape (`grep '(ok)$'`, `grep -v '(ok)$'`).
+    same shape (`grep '(ok)$'`, `grep -v '(ok)$'`). STATUS is the thread's status, or
+    `NO_STATUS` (`error`) for an invocation that ended without an outcome
+    (`Outcome.from_error`: busy, refused, failed mid-step; or a thread the full cap kept
+    from being created), its CODE saying why (the README's batch status table).
 
     Args:
         total: How many threads the batch has.
@@ -62,7 +71,7 @@ class Progress:
     def update(self, outcome: Outcome) -> None:
         """Counts one thread's outcome and shows it."""
         self.done += 1
-        self.statuses[outcome.status or "error"] += 1
+        self.statuses[outcome.status or NO_STATUS] += 1
         if outcome.error_code:
             self.errors[outcome.error_code] += 1
         try:
@@ -74,7 +83,7 @@ class Progress:
                     self.close()
                 return
             self.stream.write(without_key(f"[{self.done}/{self.total}] {outcome.thread_id}: "
-                                          f"{outcome.status or 'error'} "
+                                          f"{outcome.status or NO_STATUS} "
                                           f"({outcome.error_code or 'ok'})\n"))
             self.stream.flush()
         except BrokenPipeError:  # nobody reads the progress any more: the batch goes on

@@ -146,3 +146,46 @@ def test_every_plain_progress_line_has_the_same_shape_ok_or_its_error_code(sqlit
     progress = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[")]
     assert progress == ["[1/3] p0: ready (ok)", "[2/3] p1: ready (ok)", "[3/3] p2: error (batch_cap)"]
     assert all(re.fullmatch(r"\[\d+/\d+\] \S+: \S+ \(\S+\)", line) for line in progress)
+
+
+def test_an_invocation_without_an_outcome_shows_status_error_with_its_code_and_exit_code(
+        backend, tmp_path, capsys) -> None:
+    """Issue 30: `error` was printed but documented nowhere; its code and exit code say why."""
+    for thread_id in ("busy1", "other1"):
+        assert batch_main([str(tasks_file(tmp_path, [{"thread_id": thread_id, "task": TASK}])),
+                           "--db", backend.db, "--once"]) == 0
+    before = {t: backend.ledger_row(t) for t in ("busy1", "other1")}
+    path = tasks_file(tmp_path, [{"thread_id": "new1", "task": TASK},
+                                 {"thread_id": "busy1", "task": TASK},
+                                 {"thread_id": "other1", "task": TASK, "max_attempts": 5}])
+    out = tmp_path / "r.jsonl"
+    capsys.readouterr()
+    with open_store(backend.db, create=False) as holder, holder.locks.hold("busy1"):
+        code = batch_main([str(path), "--db", backend.db, "--once", "--out", str(out), "--json"])
+    captured = capsys.readouterr()
+    assert code == 4, "the first failure's exit code: identity_mismatch; busy leaves it alone"
+    progress = [line for line in captured.err.splitlines() if line.startswith("[")]
+    assert progress == ["[1/3] new1: ready (ok)", "[2/3] busy1: error (busy)",
+                        "[3/3] other1: error (identity_mismatch)"]
+    rows = {r["thread_id"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert [(rows[t]["status"], rows[t]["error_code"], rows[t]["exit_code"])
+            for t in ("busy1", "other1")] == [(None, "busy", 5), (None, "identity_mismatch", 4)]
+    summary = json.loads(captured.out)
+    assert (summary["statuses"], summary["errors"]) == (
+        {"ready": 1, "error": 2}, {"busy": 1, "identity_mismatch": 1})
+    assert {t: backend.ledger_row(t) for t in ("busy1", "other1")} == before, "nothing changed"
+
+
+def test_the_readme_documents_every_status_a_batch_prints_with_its_exit_code() -> None:
+    from graph.fleet.batch import NO_STATUS
+    from nodes.state import STATUSES
+    from tests.conftest import ROOT
+
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("  | STATUS | meaning | the thread's `exit_code` |"):]
+    table = table[:table.index("\n\n")]
+    rows = {row.strip().split("|")[1].strip(): row for row in table.splitlines()[2:]}
+    assert f"`{NO_STATUS}`" in rows, "the status of an invocation without an outcome"
+    assert "5 for `busy`" in rows[f"`{NO_STATUS}`"] and "`status` null" in rows[f"`{NO_STATUS}`"]
+    documented = ", ".join(name for name in rows if name != f"`{NO_STATUS}`")
+    assert all(f"`{status}`" in documented for status in STATUSES), documented
