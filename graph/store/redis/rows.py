@@ -72,10 +72,10 @@ class RedisLedgerRows:
                 except redis.ResponseError as exc:
                     if "WRONGTYPE" not in str(exc):
                         raise
-                    raise damaged(table, f"key {key!r:.60} is not a hash") from None
+                    raise damaged(table, f"key {keys.shown(key)} is not a hash") from None
             return {k.decode(): v.decode() for k, v in raw.items()} or None
         except UnicodeDecodeError:
-            raise damaged(table, f"key {key!r:.60} holds bytes that are not UTF-8") from None
+            raise damaged(table, f"key {keys.shown(key)} holds bytes that are not UTF-8") from None
 
     def row(self, thread_id: str) -> LedgerRow | None:
         """The thread's whole row, read with exact types, or None.

@@ -97,7 +97,7 @@ class RedisTable:
             except redis.ResponseError as exc:
                 if "WRONGTYPE" not in str(exc):
                     raise
-                raise damaged(table, f"key {args[0]!r:.60} has the wrong type") from None
+                raise damaged(table, f"key {keys.shown(args[0])} has the wrong type") from None
 
 
 def decoded(table: str, value: bytes) -> str:
@@ -298,7 +298,7 @@ class RedisAttemptLog(RedisTable):
                     if "WRONGTYPE" not in str(value):
                         raise value
                     raise damaged("attempt_log" if value is found else "attempt_ledger",
-                                  f"key {key!r:.60} has the wrong type")
+                                  f"key {keys.shown(key)} has the wrong type")
         return found, logged, bool(ledger)
 
     def last_attempt(self, thread_id: str) -> int:

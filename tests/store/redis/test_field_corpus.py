@@ -69,7 +69,7 @@ def template(server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> I
     try:
         with pytest.MonkeyPatch.context() as mp:
             mp.chdir(folder)
-            mp.setenv("MANDAPI_API_KEY", "sk-redis-fields")
+            mp.setenv("MANDAPI_API_KEY", "sk-redis-fields-012")
             model = _writer(server.url, A, out_dir)
             _writer(server.url, B, out_dir)
             yield _template(client, (A, B), history, out_dir=out_dir, model=model)
@@ -368,7 +368,7 @@ def test_every_single_field_edit_is_refused_by_run_history_and_verify_and_left_u
 ) -> None:
     import redis
 
-    monkeypatch.setenv("MANDAPI_API_KEY", "sk-redis-fields")
+    monkeypatch.setenv("MANDAPI_API_KEY", "sk-redis-fields-012")
     model = template.model
     client = redis.Redis.from_url(server.url)
     template.restore(client)
