@@ -30,6 +30,8 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from nodes.write_results import APPLIED_TEXT
+
 if TYPE_CHECKING:
     from nodes.context import ModelReply
     from nodes.demo_workspace import Result, Turn
@@ -40,8 +42,6 @@ _WORKSPACE_TOOLS = frozenset({"list_files", "read_file", "search_text"})
 _WRITE_TOOL = "write_file"
 _SAVE_TO = re.compile(r"\b(?:to|into)\s+[`'\"]?((?:[\w-]+/)*[\w-]+\.(?:md|txt))\b", re.IGNORECASE)
 """A task asking to save to a file: `... to shipping.md`, `... into notes/answer.txt`."""
-_APPLIED = "Approved by the reviewer and applied"
-"""How the tool result of an applied write starts (`nodes.write_results.WriteResult.approved`)."""
 
 
 def _estimate_tokens(payload: Any) -> int:
@@ -106,7 +106,7 @@ def _after_write(results: list[Result]) -> str | None:
         if name != _WRITE_TOOL:
             continue
         path, answer = str(args.get("path")), str(args.get("text") or "").strip()
-        if text.startswith(_APPLIED):
+        if text.startswith(APPLIED_TEXT):
             return f"I saved the answer to {path}: {answer}"
         return f"I did not save the answer to {path}. {text.strip()} The answer: {answer}"
     return None
