@@ -113,7 +113,7 @@ def test_a_script_beside_a_graph_py_gets_pythons_own_error_and_one_elsewhere_wor
 def test_the_readme_has_a_section_naming_each_message_and_the_fixes() -> None:
     readme = (ROOT / "README.md").read_text()
     section = readme.split(f"\n## {SECTION}\n", 1)[1].split("\n## ", 1)[0]
-    for said in (PYTHONS_OWN, "mandapi-resume: \\`import graph\\` finds", "pytest exits 2",
+    for said in (PYTHONS_OWN, "``mandapi-resume: `import graph` finds", "pytest exits 2",
                  "hides mandapi-resume's nodes package", "first cell", "`mandapi-resume run ...`",
                  "rename your module (`my_graph.py`, `my_nodes/`)",
                  "a `scripts/` folder of your project does"):
