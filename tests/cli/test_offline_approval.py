@@ -102,3 +102,22 @@ def test_the_demo_model_asks_for_a_write_only_when_write_tools_are_offered() -> 
                                            "content": result}]
         reply = OfflineDemoModel().complete(conversation, tool_specs(False, with_writes)).message
         assert len(reply.get("tool_calls") or []) == calls
+
+
+def test_an_approved_write_that_can_no_longer_be_applied_shows_its_path_in_history(
+        tmp_path: Path, capsys) -> None:
+    from graph.history import main as history
+
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    db = str(tmp_path / "c.sqlite")
+    paused = run_cli(["--thread", "t", "--task", TASK, "--allow-writes", str(notes), "--db", db])
+    [call] = paused["pending_calls"]
+    notes.rmdir()  # the folder is gone by the time the person approves
+    approved = run_cli(["--thread", "t", "--approve", call["tool_call_id"], "--db", db])
+    assert (approved["status"], approved["exit_code"]) == ("ready", 0)
+    capsys.readouterr()
+    assert history(["--thread", "t", "--db", db]) == 0
+    [line] = [line for line in capsys.readouterr().out.splitlines()
+              if line.startswith(f"  step 2  {call['tool_call_id']}  ")]
+    assert f"{call['tool_call_id']}  write_file shipping.md  approve" in line and "not applied: " in line
