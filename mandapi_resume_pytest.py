@@ -121,7 +121,6 @@ class _ShadowWatch:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self._note(report)
 
-    @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Exit status 2 (usage), not 1, when a failure was a hidden package of ours."""
         self.line = shadow_line() if self.seen else None
@@ -130,14 +129,18 @@ class _ShadowWatch:
             session.exitstatus = _USAGE
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        """The one line, last, where a reader of the report looks."""
+        """The one line, in the summary (before pytest's short test summary)."""
         if self.line is not None:
             terminalreporter.write_line(self.line)
 
 
+_WATCH = "mandapi_replay_shadow_watch"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Registers the watch for failures caused by a project's own `graph` or `nodes`."""
-    config.pluginmanager.register(_ShadowWatch(), "mandapi_replay_shadow_watch")
+    if not config.pluginmanager.has_plugin(_WATCH):  # once, however often this module is named
+        config.pluginmanager.register(_ShadowWatch(), _WATCH)
 
 
 @pytest.fixture
