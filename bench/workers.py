@@ -199,7 +199,7 @@ def measure(admin_url: str, *, delay: float, concurrency: int, processes: int,
     on_redis: list[str] = []
     with workdir("workers") as work, fresh_database(admin_url, "workers") as db, \
             FakeMandApi(work / "log.jsonl", hold_s=delay) as fake:
-        env = {**os.environ, "MANDAPI_API_KEY": "sk-bench", "MANDAPI_MODEL_ID": "m",
+        env = {**os.environ, "MANDAPI_API_KEY": "sk-bench-0000000", "MANDAPI_MODEL_ID": "m",
                "MANDAPI_BASE_URL": fake.base_url, "GRAPH_DB": db}
         with open_store(db, create=True):
             ensure_schema(db)

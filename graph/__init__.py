@@ -126,7 +126,11 @@ def _refuse_to_start(message: str, for_import: ImportError) -> None:
 def _refuse_shadowed_nodes() -> None:
     """Refuses to start under a `nodes` that is not ours: exit 2 (`usage`), not a traceback.
 
-    In the shapes of `_refuse_to_start`.
+    In the shapes of `_refuse_to_start`: a command names the console script, an import
+    (a script, a notebook, pytest collecting a test module) names renaming the folder.
+    A `graph.py` or `graph/` that hides ours is never seen here (this module does not
+    run then): the pytest plugin (`mandapi_resume_pytest`) and the notebook's first
+    cell say so instead.
 
     Raises:
         SystemExit: 2, for a command.
@@ -139,7 +143,12 @@ def _refuse_shadowed_nodes() -> None:
                "nodes first (the current folder comes first for python -m). Run the command "
                "from another folder, or use the console script (mandapi-resume run ...), "
                "which does not look in the current folder")
-    _refuse_to_start(message, ImportError(message, name="nodes", path=shadow))
+    for_import = (f"{shadow} hides mandapi-resume's nodes package: Python finds that folder's own "
+                  "nodes first (a script's folder, a notebook's, the current one for python -c). "
+                  "Rename yours (my_nodes), or import graph from a script or notebook in another "
+                  "folder; for the commands, the console script (mandapi-resume run ...) is not "
+                  "affected")
+    _refuse_to_start(message, ImportError(for_import, name="nodes", path=shadow))
 
 
 _CORE = ("langgraph", "httpx")

@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 from graph.errors import ErrorCode, RefusedError, UsageError
 from nodes.demo_model import DEMO_MODEL_ID
 from nodes.mandapi_defaults import DEFAULT_BASE_URL
+from nodes.redaction import MIN_KEY_CHARS, key_to_scrub
 from nodes.state import DEFAULT_CONTEXT_TOKENS, DEFAULT_KEEP_CHECKPOINTS, DEFAULT_MAX_ATTEMPTS
 
 __all__ = [
@@ -63,6 +64,7 @@ __all__ = [
     "check_trace",
     "check_whole",
     "database_location",
+    "env_db",
     "exact",
     "live_name",
     "parse_seconds",
@@ -647,13 +649,31 @@ def check_db_flag(flag: str | None, name: str = "--db") -> str | None:
     return flag
 
 
+def env_db(env: Mapping[str, str] | None = None) -> str | None:
+    """`$GRAPH_DB`, or None when it is not set.
+
+    Set but empty or only spaces (`GRAPH_DB=` in a scheduler's environment) is a
+    mistake, not "unset", as `MANDAPI_BASE_URL` is: it never silently becomes the default
+    database, where the task's checkpoints would not be.
+
+    Raises:
+        UsageError: `GRAPH_DB` is set but empty (exit 2).
+    """
+    value = (os.environ if env is None else env).get(DB_ENV)
+    if value is not None and not value.strip():
+        raise UsageError(f"{DB_ENV} is set but empty: unset it to use ./{DEFAULT_DB}, or give a "
+                         "SQLite file, a postgresql:// or a redis:// URL")
+    return value
+
+
 def database_location(db: str | None, name: str = "--db") -> str:
     """`db`, else `$GRAPH_DB`, else `checkpoints.sqlite`.
 
     Raises:
-        UsageError: `db` was given empty (`check_db_flag`, naming `name`).
+        UsageError: `db` was given empty (`check_db_flag`, naming `name`), or `GRAPH_DB`
+            is set but empty (`env_db`).
     """
-    return check_db_flag(db, name) or os.environ.get(DB_ENV) or DEFAULT_DB
+    return check_db_flag(db, name) or env_db() or DEFAULT_DB
 
 
 def _check_base_url(url: str) -> str:
@@ -744,7 +764,8 @@ def resolve_settings(
     (`db`, `live=True`: `graph.api.open_database`).
 
     Raises:
-        UsageError: `--live` without a usable `MANDAPI_API_KEY` (printable ASCII), a
+        UsageError: `--live` without a usable `MANDAPI_API_KEY` (printable ASCII, at
+            least `nodes.redaction.MIN_KEY_CHARS` characters), a
             timeout outside (0, 3600] seconds or not written as plain digits, a base
             URL that is not plain http(s) without credentials, a malformed
             `MANDAPI_MODEL_ID`, an empty `--db`, or `--trace` without a LangSmith key
@@ -759,6 +780,10 @@ def resolve_settings(
         raise UsageError(f"{live_name(source)} needs MANDAPI_API_KEY in the environment")
     if live and not MODEL_ID_RE.fullmatch(api_key or ""):
         raise UsageError("MANDAPI_API_KEY must be printable ASCII without spaces")
+    if live and len(api_key or "") < MIN_KEY_CHARS:
+        raise UsageError(f"MANDAPI_API_KEY is {len(api_key or '')} characters long; a real key "
+                         f"has at least {MIN_KEY_CHARS}, and a shorter one could not be told "
+                         "apart from ordinary text to redact it: check the variable")
     if timeout_s is None:
         raw = env.get("MANDAPI_TIMEOUT")
         timeout_s = parse_seconds(raw, "MANDAPI_TIMEOUT") if raw else DEFAULT_TIMEOUT_S
@@ -771,7 +796,7 @@ def resolve_settings(
     base_url = _check_base_url(raw_base or DEFAULT_BASE_URL)
     env_model = check_model_id(env.get("MANDAPI_MODEL_ID") or None, "MANDAPI_MODEL_ID")
     return Settings(
-        db=db or env.get(DB_ENV) or DEFAULT_DB,
+        db=db or env_db(env) or DEFAULT_DB,
         live=live,
         api_key=api_key if live else None,
         env_model=env_model if live else None,
@@ -784,7 +809,8 @@ def resolve_settings(
 def scrub_key(settings: Settings) -> str | None:
     """The API key no stored or printed text may hold (INVARIANTS I9), or None.
 
-    The key of `--live`, else `MANDAPI_API_KEY` when it is set at all: an offline run
-    never sends it, but a workspace file, a task or a folder name may still spell it.
+    The key of `--live`, else `MANDAPI_API_KEY` when it is set and could be a key
+    (`nodes.redaction.key_to_scrub`): an offline run never sends it, but a workspace
+    file, a task or a folder name may still spell it.
     """
-    return settings.api_key or os.environ.get("MANDAPI_API_KEY") or None
+    return settings.api_key or key_to_scrub(os.environ.get("MANDAPI_API_KEY"))

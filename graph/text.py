@@ -13,6 +13,8 @@ import os
 import re
 from typing import TextIO
 
+from nodes.redaction import REDACTED, key_to_scrub
+
 __all__ = ["escape_controls", "silence", "without_key"]
 
 _CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
@@ -36,8 +38,8 @@ def without_key(text: str) -> str:
     The last net of every output (printed lines, progress, `batch --out`): whatever
     echoed the key (an argument, a tasks line's thread id), it is never shown or written.
     """
-    key = os.environ.get("MANDAPI_API_KEY")
-    return text.replace(key, "[redacted: API key]") if key and key in text else text
+    key = key_to_scrub(os.environ.get("MANDAPI_API_KEY"))
+    return text.replace(key, REDACTED) if key and key in text else text
 
 
 def silence(stream: TextIO) -> None:

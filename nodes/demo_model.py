@@ -12,6 +12,12 @@ tools offered), as a real model would:
   workspace tools offered): list and search the folder, read the best files, then
   answer quoting the lines read, cited `path#Lx-Ly` (`nodes.demo_workspace`): three
   requests, within the default budget of four.
+- **Saving the answer** (a thread created with `--allow-writes`, seen from the write
+  tools offered, whose task asks to save to a file: `... to shipping.md`, a `.md` or
+  `.txt` path): once it has its answer it asks to write it there (`write_file`, with
+  `path` and `text`), which pauses the thread for review; after the decision it answers,
+  saying whether the file was written (`nodes.write_results` words the tool result).
+  One more request than without the write: three for the shop's references.
 
 It is the default model (`offline-demo`), so the main job and the tests run without
 spending money.
@@ -20,8 +26,11 @@ spending money.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
+
+from nodes.write_results import APPLIED_TEXT
 
 if TYPE_CHECKING:
     from nodes.context import ModelReply
@@ -30,6 +39,9 @@ if TYPE_CHECKING:
 DEMO_MODEL_ID = "offline-demo"
 
 _WORKSPACE_TOOLS = frozenset({"list_files", "read_file", "search_text"})
+_WRITE_TOOL = "write_file"
+_SAVE_TO = re.compile(r"\b(?:to|into)\s+[`'\"]?((?:[\w-]+/)*[\w-]+\.(?:md|txt))\b", re.IGNORECASE)
+"""A task asking to save to a file: `... to shipping.md`, `... into notes/answer.txt`."""
 
 
 def _estimate_tokens(payload: Any) -> int:
@@ -77,6 +89,29 @@ def _workspace_turn(task: str, results: list[Result], started: bool) -> Turn:
     return "I could not finish looking through the workspace, so I cannot answer this task.", []
 
 
+def save_target(task: str) -> str | None:
+    """The file a task asks the demo model to save its answer to, or None.
+
+    Returns:
+        The relative path after `to` or `into` (`Save the shipping times to shipping.md`:
+        `shipping.md`); only `.md` and `.txt` files are written.
+    """
+    found = _SAVE_TO.search(task)
+    return found.group(1) if found else None
+
+
+def _after_write(results: list[Result]) -> str | None:
+    """The answer once the write the model asked for was decided, or None before it."""
+    for name, args, text in results:
+        if name != _WRITE_TOOL:
+            continue
+        path, answer = str(args.get("path")), str(args.get("text") or "").strip()
+        if text.startswith(APPLIED_TEXT):
+            return f"I saved the answer to {path}: {answer}"
+        return f"I did not save the answer to {path}. {text.strip()} The answer: {answer}"
+    return None
+
+
 def _reference_turn(task: str, results: list[Result], started: bool) -> Turn:
     if not started:
         return "I will look this up in the shop's references.", [("search_references", {"query": task})]
@@ -104,7 +139,12 @@ class OfflineDemoModel:
         results = last_results(messages)
         started = any(m.get("role") == "assistant" for m in messages)
         turn_of = _workspace_turn if _WORKSPACE_TOOLS <= offered else _reference_turn
-        content, calls = turn_of(task, results, started)
+        saved = _after_write(results) if _WRITE_TOOL in offered else None
+        content, calls = (saved, []) if saved is not None else turn_of(task, results, started)
+        target = save_target(task) if _WRITE_TOOL in offered else None
+        if saved is None and not calls and target is not None and content:
+            content, calls = (f"I will save the answer to {target}.",
+                              [(_WRITE_TOOL, {"path": target, "text": content + "\n"})])
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if calls:
             turn = sum(1 for m in messages if m.get("role") == "assistant") + 1

@@ -26,6 +26,20 @@ from typing import Any
 
 REDACTED = "[redacted: API key]"
 """What replaces the API key in a reply's text."""
+MIN_KEY_CHARS = 16
+"""The shortest API key `--live` accepts (`graph.settings.resolve`, exit 2): no real key is
+shorter, and a shorter one would be replaced inside ordinary text (a path, a word) wherever
+it happens to occur, so redaction could not be sure of it (issue 30)."""
+
+
+def key_to_scrub(key: str | None) -> str | None:
+    """The API key every output must not show, or None: a key shorter than `MIN_KEY_CHARS`.
+
+    Such a key is refused for `--live`, so it is never sent and no server can echo it;
+    an offline run with one set in the environment leaves text as it is instead of
+    replacing, say, every `sk-x` in a path.
+    """
+    return key if key and len(key) >= MIN_KEY_CHARS else None
 
 
 def redact(text: str, secrets: Sequence[str], marker: str = REDACTED) -> str:

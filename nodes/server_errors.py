@@ -52,7 +52,7 @@ def _retry_hint(status: int) -> str:
     if status in (401, 403):
         return "check MANDAPI_API_KEY and that it may use this model, then run again"
     if status == 404:
-        return "check MANDAPI_BASE_URL (the endpoint) and the model id, then run again"
+        return "check MANDAPI_BASE_URL (the endpoint, /v1 included) and the model id, then run again"
     if status == 429:
         return "rate limited or out of quota: wait, then run again"
     if status >= 500:

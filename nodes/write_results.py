@@ -16,6 +16,9 @@ from typing import Any
 
 from nodes.prompts import TOOL_ERROR_PREFIX
 
+APPLIED_TEXT = "Approved by the reviewer and applied"
+"""How the tool result of an applied write starts (the model reads it; the demo model too)."""
+
 
 class WriteOutcome(StrEnum):
     """What became of a reviewed write call."""
@@ -47,8 +50,7 @@ class WriteResult:
     @classmethod
     def approved(cls, name: str, rel: str, size: int) -> WriteResult:
         """An approved write about to be applied (`size` in bytes)."""
-        return cls(WriteOutcome.PENDING,
-                   f"Approved by the reviewer and applied: {name} {rel} ({size} bytes).")
+        return cls(WriteOutcome.PENDING, f"{APPLIED_TEXT}: {name} {rel} ({size} bytes).")
 
     @classmethod
     def rejected(cls, reason: str | None) -> WriteResult:

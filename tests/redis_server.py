@@ -344,9 +344,19 @@ def redis_url(redis_server: RedisServer) -> str:
 
 @pytest.fixture
 def redis_client(redis_url: str) -> Iterator[Any]:
-    """A client of the session server (`graph.store.redis.conn.connect`), closed after the test."""
+    """A client of the session server (`graph.store.redis.conn.connect`), closed after the test.
+
+    The server holds a store id first, as the first store opened on it leaves one: a test
+    that writes ledger rows through the tables alone (no store) would otherwise leave a
+    database with threads but no store id, which every later run on the worker's server
+    refuses as damaged (`graph.store.redis.open._store_id`).
+    """
+    import secrets
+
     from graph.store.redis.conn import connect
+    from graph.store.redis.open import STORE_ID
 
     client = connect(redis_url)
+    client.set(STORE_ID, secrets.token_hex(16), nx=True)
     yield client
     client.close()

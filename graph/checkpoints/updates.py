@@ -125,6 +125,14 @@ def check_updates(graph: Any, config: Any, updates: Iterable[tuple[Any, Any]]) -
         _check_update_shape(values, as_node)
     values = graph.get_state(config).values
     if not values or "thread" not in values:  # no such thread, or an unknown checkpoint id
+        conf = dict(config.get("configurable") or {})
+        checkpoint_id = conf.pop("checkpoint_id", None)
+        if checkpoint_id and graph.get_state({**config, "configurable": conf}).values:
+            raise UsageError(f"update_state: checkpoint {checkpoint_id!s:.60} is not stored for "
+                             f"thread {conf.get('thread_id')!s:.128}: the thread keeps its "
+                             "latest checkpoints only (keep_checkpoints, default 10), so older "
+                             "ones are trimmed; fork from one that get_state_history (or "
+                             "graph.history --thread) lists; nothing was written")
         raise UsageError("update_state needs an existing thread and checkpoint: a new thread "
                          "starts with run(thread_id, task=...); nothing was written")
     messages = list(values.get("messages") or [])

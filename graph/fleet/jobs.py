@@ -168,7 +168,11 @@ async def _recover(app: App, seconds: float) -> int:
 
     A stalled step whose thread has another step waiting already (enqueued again
     meanwhile) is marked failed instead: requeueing it would break the one-waiting-job
-    rule of the queueing lock, and the waiting step continues the thread.
+    rule of the queueing lock, and the waiting step continues the thread. A job that
+    left `doing` between the listing and its retry (a slow worker's heartbeat was late,
+    then it finished; another recovery requeued it first) is left as it is:
+    procrastinate's `procrastinate_retry_job_v2` raises "Job was not found or has an
+    invalid status to retry" for it, which is no failure of the recovery.
     """
     requeued = 0
     for job in await app.job_manager.get_stalled_jobs(seconds_since_heartbeat=seconds):
@@ -177,7 +181,15 @@ async def _recover(app: App, seconds: float) -> int:
             requeued += 1
         except exceptions.UniqueViolation:
             await app.job_manager.finish_job(job, status=Status.FAILED, delete_job=False)
+        except exceptions.ConnectorException as exc:
+            if _NOT_DOING not in str(exc.__cause__):
+                raise
     return requeued
+
+
+_NOT_DOING = "invalid status to retry"
+"""What procrastinate's retry function raises for a job no longer `doing` (its migration
+`procrastinate_retry_job_v2`)."""
 
 
 def recover_stalled(db: str, seconds: float | None = None) -> int:

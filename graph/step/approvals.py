@@ -131,8 +131,8 @@ def decide(store: Store, thread_id: str, pending: list[dict[str, Any]], values: 
         else:
             try:
                 name, rel, text = parse_write(calls[cid])
+                row["target"] = rel  # its path, also when it can no longer be applied
                 resolve_target(root, rel)
-                row["target"] = rel
                 result = WriteResult.approved(name, rel, len(text.encode()))
             except WriteError as exc:
                 result = WriteResult.not_applied(exc)

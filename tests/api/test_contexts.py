@@ -157,6 +157,25 @@ def test_a_fork_from_an_unknown_checkpoint_is_a_usage_error(sqlite_db: Any) -> N
         assert backend.fingerprint() == before
 
 
+def test_update_state_from_a_checkpoint_the_window_trimmed_says_why_it_is_gone(
+        sqlite_db: Any) -> None:
+    """A new user forked from a checkpoint id noted earlier, which the thread's window of
+    kept checkpoints had trimmed since, and read only "needs an existing thread"."""
+    backend = SqliteBackend(sqlite_db)
+    model = ScriptedModel([tool_call_reply("c1"), tool_call_reply("c2")])
+    with open_database(backend.db, create=True, model_factory=scripted(model)) as db:
+        db.run("t", task=TASK, keep_checkpoints=1)
+        config = {"configurable": {"thread_id": "t"}}
+        first = db.graph.get_state(config).config
+        db.run("t")
+        before = backend.fingerprint()
+        with pytest.raises(UsageError) as refused:
+            db.graph.update_state(first, {"messages": [{"role": "user", "content": "more"}]})
+        assert backend.fingerprint() == before
+    assert "is not stored for thread t" in str(refused.value)
+    assert "keep_checkpoints" in str(refused.value)
+
+
 CONFIG_A = {"configurable": {"thread_id": "A"}}
 BAD_CALLS = {
     "dict context": lambda g, c: g.invoke(None, CONFIG_A, context={"thread_id": "A"}),

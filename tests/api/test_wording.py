@@ -77,7 +77,7 @@ def test_live_without_a_key_or_a_model_names_live_true(db_path: str,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(UsageError) as no_key:
         open_database(db_path, live=True)
-    monkeypatch.setenv("MANDAPI_API_KEY", "sk-test")
+    monkeypatch.setenv("MANDAPI_API_KEY", "sk-test-00000000")
     with open_database(db_path, create=True, live=True) as db, \
             pytest.raises(UsageError) as no_model:
         db.run("t1", task=TASK)

@@ -22,7 +22,7 @@ import pytest
 from tests.conftest import SqliteBackend
 
 TASK = "How long does shipping take at the demo shop?"
-LIVE_ENV = {"MANDAPI_API_KEY": "sk-test", "MANDAPI_MODEL_ID": "mandapi-large"}
+LIVE_ENV = {"MANDAPI_API_KEY": "sk-test-00000000", "MANDAPI_MODEL_ID": "mandapi-large"}
 
 
 @dataclass(frozen=True)
@@ -96,8 +96,8 @@ RUN = [
     _run("--thread", "n1", "--task", TASK, "--db", "{db}", "--context-tokens", "abc"),
     _run("--thread", "n1", "--task", TASK, "--db", "{db}", "--live"),
     _run("--thread", "n1", "--task", TASK, "--db", "{db}", "--live", MANDAPI_API_KEY="sk x"),
-    _run("--thread", "n1", "--task", TASK, "--db", "{db}", "--live", MANDAPI_API_KEY="sk-x"),
-    _run("--thread", "n1", "--task", TASK, "--db", "{db}", "--live", MANDAPI_API_KEY="sk-x",
+    _run("--thread", "n1", "--task", TASK, "--db", "{db}", "--live", MANDAPI_API_KEY="sk-x-00000000000"),
+    _run("--thread", "n1", "--task", TASK, "--db", "{db}", "--live", MANDAPI_API_KEY="sk-x-00000000000",
          MANDAPI_MODEL_ID="a b"),
     _run("--thread", "t1", "--once", "--db", "{db}", MANDAPI_TIMEOUT="abc"),
     _run("--thread", "t1", "--once", "--db", "{db}", MANDAPI_TIMEOUT="0"),

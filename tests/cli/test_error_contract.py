@@ -269,7 +269,7 @@ def test_losing_postgres_mid_step_is_db_lost_and_the_attempt_stays_counted(
         argv = ["--thread", "p1", "--live", "--once", "--db", pg.db, "--json"]
         with FakeMandApi(tmp_path / "requests.jsonl") as fake:
             fake.hold("lost-db")
-            for name, value in (("MANDAPI_API_KEY", "sk-x"), ("MANDAPI_MODEL_ID", "m1"),
+            for name, value in (("MANDAPI_API_KEY", "sk-x-00000000000"), ("MANDAPI_MODEL_ID", "m1"),
                                 ("MANDAPI_BASE_URL", fake.base_url)):
                 monkeypatch.setenv(name, value)
             cutter = threading.Thread(target=cut_off, args=(fake,))

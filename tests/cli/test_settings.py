@@ -12,13 +12,14 @@ import pytest
 from tests.conftest import run_cli
 
 TASK = "How long does shipping take at the demo shop?"
-LIVE = {"MANDAPI_API_KEY": "sk-ok-123", "MANDAPI_MODEL_ID": "mandapi-large"}
+LIVE = {"MANDAPI_API_KEY": "sk-ok-123-000000", "MANDAPI_MODEL_ID": "mandapi-large"}
 
 
 @pytest.mark.parametrize(("env", "flags", "needle"), [
     ({"MANDAPI_API_KEY": "sk-SECRETé"}, [], "MANDAPI_API_KEY"),
     ({"MANDAPI_API_KEY": "sk with space"}, [], "MANDAPI_API_KEY"),
     ({"MANDAPI_API_KEY": "sk-line\nbreak"}, [], "MANDAPI_API_KEY"),
+    ({"MANDAPI_API_KEY": "sk-SECRET-short"}, [], "15 characters long; a real key has at least 16"),
     ({}, ["--timeout", "inf"], "timeout"),
     ({}, ["--timeout", "1e300"], "timeout"),
     ({}, ["--timeout", "0"], "timeout"),
@@ -38,6 +39,31 @@ def test_live_configuration_mistakes_count_nothing(backend, monkeypatch, env, fl
     assert backend.ledger_row("t1") is None
     assert b"SECRET" not in (backend.dump() if backend.ledger_row("t1") is not None else b"")
     assert "SECRET" not in out["error"]
+
+
+@pytest.mark.parametrize("value", ["", "  "])
+def test_graph_db_set_but_empty_is_a_usage_error_unless_db_is_given(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GRAPH_DB", value)
+    out = run_cli(["--thread", "t1", "--task", TASK, "--once"])
+    assert (out["exit_code"], out["error_code"]) == (2, "usage"), out
+    assert "GRAPH_DB is set but empty" in out["error"]
+    assert list(tmp_path.iterdir()) == []  # the default database was not created
+    given = run_cli(["--thread", "t1", "--task", TASK, "--once", "--db", str(tmp_path / "a.sqlite")])
+    assert given["exit_code"] == 0, given
+
+
+def test_a_short_key_set_for_an_offline_run_leaves_paths_and_text_as_they_are(
+        sqlite_db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key shorter than 16 characters is refused for `--live`, so it is never sent and no
+    server can echo it: an offline run with one set does not replace its characters inside
+    a thread id, a path or an answer (a new user's `sk-1` garbled every path holding it)."""
+    monkeypatch.setenv("MANDAPI_API_KEY", "demo")
+    out = run_cli(["--thread", "demo-thread", "--task", "Explain the demo data.", "--db",
+                   str(sqlite_db), "--once"])
+    assert out["exit_code"] == 0, out
+    assert out["thread_id"] == "demo-thread" and "[redacted" not in str(out)
 
 
 @pytest.mark.parametrize("task", ["", "   ", "caf\udce9"])

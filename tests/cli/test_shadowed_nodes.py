@@ -49,10 +49,14 @@ def test_each_face_in_such_a_folder_prints_one_error_line_and_exits_2(project: P
     assert str(project / "nodes") in done.stderr and "mandapi-resume run" in done.stderr
 
 
-def test_an_import_in_such_a_folder_raises_an_import_error_naming_it(project: Path) -> None:
+def test_an_import_in_such_a_folder_raises_one_import_error_line_naming_it_and_the_fix(
+        project: Path) -> None:
+    """An import raises (a library never ends its importer); Python exits 1 for a script."""
     done = _run(project, "-c", "import graph.api")
     assert done.returncode == 1
-    assert done.stderr.splitlines()[-1].startswith(f"ImportError: {project / 'nodes'} hides")
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith(f"ImportError: {project / 'nodes'} hides mandapi-resume's nodes package")
+    assert "Rename yours (my_nodes)" in last and "console script (mandapi-resume run ...)" in last
 
 
 def test_a_nodes_folder_without_init_hides_nothing_and_the_command_runs(tmp_path: Path) -> None:

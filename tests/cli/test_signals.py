@@ -35,7 +35,7 @@ def test_signal_mid_request_reports_the_thread_as_it_stands(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The signalled step is a real process; a resumed thread's first step runs in this one."""
     with FakeMandApi(tmp_path / "requests.jsonl", never_finish=True) as fake:
-        variables = {"MANDAPI_API_KEY": "sk-test", "MANDAPI_MODEL_ID": "mandapi-x",
+        variables = {"MANDAPI_API_KEY": "sk-test-00000000", "MANDAPI_MODEL_ID": "mandapi-x",
                      "MANDAPI_BASE_URL": fake.base_url}
         env = subprocess_env(**variables)
         argv = ["--thread", "t1", "--task", TASK, "--db", backend.db, "--live", "--once",
@@ -82,7 +82,7 @@ def test_a_batch_interrupted_mid_request_exits_130_in_one_json_object(
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(json.dumps({"thread_id": "b1", "task": TASK, "model": "mandapi-x"}) + "\n")
     with FakeMandApi(tmp_path / "requests.jsonl", never_finish=True) as fake:
-        env = subprocess_env(MANDAPI_API_KEY="sk-test", MANDAPI_BASE_URL=fake.base_url)
+        env = subprocess_env(MANDAPI_API_KEY="sk-test-00000000", MANDAPI_BASE_URL=fake.base_url)
         fake.hold("shipping")
         proc = ForkedProcess(server, "graph.batch", [str(tasks), "--db", str(sqlite_db),
                                                      "--live", "--once", "--json"], env, tmp_path)

@@ -91,7 +91,7 @@ def matches(shown: list[str], printed: list[str]) -> bool:
 
 def test_marked_blocks_are_found_with_their_output() -> None:
     blocks = {name: (script, shown) for name, script, shown in marked_blocks(README.read_text())}
-    assert {"demo", "abroad", "folder", "folder-history"} <= set(blocks)
+    assert {"demo", "abroad", "folder", "folder-history", "approval"} <= set(blocks)
     assert "done (attempts 2/4" in "\n".join(blocks["demo"][1])  # what .ci/run greps
     assert runnable(blocks["demo"][0]).startswith(f"{sys.executable} -m graph.run --thread task_abc")
 

@@ -260,6 +260,43 @@ def test_a_stalled_step_whose_thread_waits_again_is_failed_and_another_is_requeu
     assert rows == [("s1", "failed"), ("s2", "todo"), ("s1", "todo")]
 
 
+@pytest.mark.postgres
+def test_a_stalled_step_that_finishes_before_its_retry_is_left_as_it_is(pg) -> None:
+    """Under load a worker's heartbeat came late: the recovery listed its job as stalled,
+    the worker then finished it, and `retry_job` raised from procrastinate's SQL ("Job was
+    not found or has an invalid status to retry"), failing the 60-thread queue test."""
+    import psycopg
+    from procrastinate.jobs import Status
+
+    from graph.fleet.jobs import _next_step, _recover, ensure_schema, make_app
+
+    ensure_schema(pg.db)
+    app = make_app(pg.db)
+    args = {"fields": {}, "live": False, "cap_id": None}
+
+    async def scenario() -> int:
+        async with app.open_async():
+            await _next_step(app, "f1", "default").defer_async(thread_id="f1", **args)
+            worker_id = await app.job_manager.register_worker()
+            job = await app.job_manager.fetch_job(queues=None, worker_id=worker_id)
+            await asyncio.sleep(0.1)
+            listed = app.job_manager.get_stalled_jobs
+
+            async def then_finished(**kwargs: Any) -> Any:
+                stalled = await listed(**kwargs)
+                await app.job_manager.finish_job(job, status=Status.SUCCEEDED, delete_job=False)
+                return stalled
+
+            app.job_manager.get_stalled_jobs = then_finished  # type: ignore[method-assign]
+            return await _recover(app, seconds=0.01)
+
+    assert asyncio.run(scenario()) == 0
+    with psycopg.connect(pg.db) as conn:
+        rows = conn.execute("SELECT args->>'thread_id', status::text FROM procrastinate_jobs "
+                            "ORDER BY id").fetchall()
+    assert rows == [("f1", "succeeded")]
+
+
 @pytest.mark.slow
 @pytest.mark.postgres
 def test_one_worker_runs_steps_of_several_threads_at_once_one_per_thread_and_logs_no_task_text(
@@ -276,7 +313,7 @@ def test_one_worker_runs_steps_of_several_threads_at_once_one_per_thread_and_log
     ids = [f"c{i}" for i in range(8)]
     log = tmp_path / "worker-log.jsonl"
     with CountingFake(tmp_path / "requests.jsonl", hold_s=0.5) as fake:
-        ours = {"GRAPH_DB": pg.db, "MANDAPI_API_KEY": "sk-queue", "MANDAPI_MODEL_ID": "m",
+        ours = {"GRAPH_DB": pg.db, "MANDAPI_API_KEY": "sk-queue-0000000", "MANDAPI_MODEL_ID": "m",
                 "MANDAPI_BASE_URL": fake.base_url}
         env = subprocess_env(**ours)
         tasks = _tasks(tmp_path / "tasks.jsonl", ids, text=f"{MARKER} shipping?")
@@ -321,7 +358,7 @@ def test_three_queue_workers_share_sixty_threads_and_survive_a_killed_worker(
     workers: list[ForkedProcess] = []
     try:
         with FakeMandApi(tmp_path / "requests.jsonl", hold_s=0.05) as fake:
-            ours = {"GRAPH_DB": pg.db, "MANDAPI_API_KEY": "sk-queue", "MANDAPI_MODEL_ID": "m",
+            ours = {"GRAPH_DB": pg.db, "MANDAPI_API_KEY": "sk-queue-0000000", "MANDAPI_MODEL_ID": "m",
                     "MANDAPI_BASE_URL": fake.base_url}
             env = subprocess_env(**ours, GRAPH_QUEUE_HEARTBEAT_S="0.5", GRAPH_QUEUE_STALLED_S="2")
             tasks = _tasks(tmp_path / "tasks.jsonl", [f"q{i}" for i in range(THREADS)])
@@ -392,7 +429,7 @@ def test_a_redis_checkpoint_database_runs_its_queue_in_postgresql(
     worker = None
     try:
         with FakeMandApi(tmp_path / "requests.jsonl") as fake:
-            ours = {"GRAPH_DB": server.url, "MANDAPI_API_KEY": "sk-queue", "MANDAPI_MODEL_ID": "m",
+            ours = {"GRAPH_DB": server.url, "MANDAPI_API_KEY": "sk-queue-0000000", "MANDAPI_MODEL_ID": "m",
                     "MANDAPI_BASE_URL": fake.base_url}
             env = subprocess_env(**ours)
             tasks = _tasks(tmp_path / "tasks.jsonl", ids)

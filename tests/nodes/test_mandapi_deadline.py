@@ -108,7 +108,7 @@ def _peek(conn: socket.socket) -> bytes:
 def _model(port: int, timeout_s: float) -> MandApiModel:
     client = httpx.Client(timeout=httpx.Timeout(timeout_s),
                           transport=httpx.HTTPTransport(retries=0))
-    return MandApiModel(client, api_key="sk-test", model_id="m",
+    return MandApiModel(client, api_key="sk-test-00000000", model_id="m",
                         base_url=f"http://127.0.0.1:{port}/v1")
 
 
@@ -134,7 +134,7 @@ def test_the_client_timeout_is_the_total_limit_by_default() -> None:
 def test_step_against_a_trickling_server_is_a_counted_timeout(tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     server = TrickleServer("body")
-    monkeypatch.setenv("MANDAPI_API_KEY", "sk-test")
+    monkeypatch.setenv("MANDAPI_API_KEY", "sk-test-00000000")
     monkeypatch.setenv("MANDAPI_BASE_URL", f"http://127.0.0.1:{server.port}/v1")
     out: dict[str, Any] = run_cli(["--thread", "t1", "--task", "What is shipping?", "--live",
                                    "--model", "mandapi-large", "--once", "--timeout", "1",

@@ -96,7 +96,7 @@ def test_each_provider_reply_through_the_client(name: str) -> None:
         requests.append(request)
         return httpx.Response(200, content=_wire(fixture))
 
-    model = MandApiModel(httpx.Client(transport=httpx.MockTransport(handler)), api_key="sk-test",
+    model = MandApiModel(httpx.Client(transport=httpx.MockTransport(handler)), api_key="sk-test-00000000",
                          model_id="m", base_url="http://mandapi.test/v1")
     messages = [{"role": "system", "content": "s"}, {"role": "user", "content": TASK}]
     if fixture["expect"] == "bad_response":
@@ -146,7 +146,7 @@ def _stored(db: str) -> tuple[list[dict[str, Any]], Any]:
 def test_each_provider_reply_through_a_one_step_run(name: str, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     fixture = _load(name)
-    monkeypatch.setenv("MANDAPI_API_KEY", "sk-test")
+    monkeypatch.setenv("MANDAPI_API_KEY", "sk-test-00000000")
     monkeypatch.setenv("MANDAPI_BASE_URL", "http://mandapi.test/v1")
     db = str(tmp_path / "t.sqlite")
     factory = _server(_wire(fixture))

@@ -99,7 +99,7 @@ def test_object_or_null_arguments_become_the_canonical_text(arguments: Any, text
 
 def _complete(body: bytes) -> Any:
     client = httpx.Client(transport=httpx.MockTransport(lambda request: httpx.Response(200, content=body)))
-    return MandApiModel(client, api_key="sk-test", model_id="m", base_url="http://x.test/v1").complete(
+    return MandApiModel(client, api_key="sk-test-00000000", model_id="m", base_url="http://x.test/v1").complete(
         [{"role": "system", "content": "s"}], [])
 
 
@@ -118,10 +118,10 @@ def test_a_key_given_twice_anywhere_in_the_body_is_a_bad_response(body: bytes) -
 
 
 def test_duplicate_key_refusal_never_shows_the_api_key() -> None:
-    body = b'{"sk-test": 1, "sk-test": 2, "choices": []}'
+    body = b'{"sk-test-00000000": 1, "sk-test-00000000": 2, "choices": []}'
     with pytest.raises(ModelRequestError) as info:
         _complete(body)
-    assert "sk-test" not in info.value.message
+    assert "sk-test-00000000" not in info.value.message
 
 
 def _server(bodies: list[dict[str, Any]]):
@@ -140,7 +140,7 @@ def _server(bodies: list[dict[str, Any]]):
 
 def test_a_call_without_an_id_is_executed_and_its_id_kept_through_the_next_request(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MANDAPI_API_KEY", "sk-test")
+    monkeypatch.setenv("MANDAPI_API_KEY", "sk-test-00000000")
     monkeypatch.setenv("MANDAPI_BASE_URL", "http://mandapi.test/v1")
     answer = {"choices": [{"message": {"role": "assistant", "content": "3 days [ship-01]"}}],
               "usage": USAGE}

@@ -31,13 +31,17 @@ def test_importing_the_plugin_imports_nothing_heavy() -> None:
     assert done.stdout.strip() == "[]", done.stderr
 
 
-def test_the_plugin_adds_no_marker_no_autouse_fixture_and_no_hook_but_its_ini_option(
+def test_the_plugin_adds_no_marker_no_autouse_fixture_and_only_hooks_that_read_failures(
         request: pytest.FixtureRequest) -> None:
     assert request.config.pluginmanager.has_plugin("mandapi_replay")  # loaded by its entry point
     assert not [m for m in request.config.getini("markers") if "replay" in m]
     tree = ast.parse((ROOT / "mandapi_resume_pytest.py").read_text())
     hooks = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("pytest_")]
-    assert hooks == ["pytest_addoption"]
+    assert hooks == ["pytest_addoption", "pytest_configure"]  # the ini option; the watch below
+    [watch] = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "_ShadowWatch"]
+    assert sorted(n.name for n in watch.body if isinstance(n, ast.FunctionDef)
+                  and n.name.startswith("pytest_")) == [
+        "pytest_collectreport", "pytest_runtest_logreport", "pytest_sessionfinish", "pytest_terminal_summary"]
     assert not [k for k in ast.walk(tree) if isinstance(k, ast.keyword) and k.arg == "autouse"]
     assert request.config.getini("mandapi_replay_match") == "exact"
 
@@ -75,10 +79,11 @@ def test_a_projects_own_graph_module_fails_only_the_tests_that_replay_with_a_cle
         f"def test_replays(mandapi_replay):\n    mandapi_replay({str(RECORDING)!r})\n")
     done = subprocess.run([PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
                           cwd=tmp_path, env=user_env(), capture_output=True, text=True, timeout=300)
-    assert done.returncode == 1, done.stdout + done.stderr  # tests ran; one failed (not 3: no start)
+    assert done.returncode == 2, done.stdout + done.stderr  # tests ran; one failed (not 3: no start)
     assert "1 failed, 1 passed" in done.stdout, done.stdout
-    assert f"`import graph` finds {tmp_path / 'graph.py'}, not the mandapi-resume package" in done.stdout
-    assert "Run `pytest --import-mode=importlib`" in done.stdout
+    assert (f"mandapi-resume: `import graph` finds {tmp_path / 'graph.py'}, not mandapi-resume's graph "
+            "package") in done.stdout
+    assert "run `pytest --import-mode=importlib`" in done.stdout
     assert "Traceback" not in done.stdout
 
 

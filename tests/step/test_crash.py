@@ -82,7 +82,7 @@ class Runner:
 
     def __init__(self, ctx: Any, fake: FakeMandApi, backend: Any, tmp_path: Path) -> None:
         self.ctx, self.fake, self.backend, self.tmp_path = ctx, fake, backend, tmp_path
-        self.env = subprocess_env(MANDAPI_API_KEY="sk-kill-test", MANDAPI_MODEL_ID="mandapi-kill",
+        self.env = subprocess_env(MANDAPI_API_KEY="sk-kill-test-012", MANDAPI_MODEL_ID="mandapi-kill",
                                   MANDAPI_BASE_URL=fake.base_url)
         self.runs = 0
 
@@ -253,7 +253,7 @@ def test_sigkill_at_any_point_never_sends_an_uncounted_request(
     # Kills right after a node's writes depend on LangGraph's write timing; some always land.
     assert set(kills) & set(NODE_WRITES_KILL_POINTS), kills
     assert set(finals.values()) <= {"done", "exhausted"}
-    assert b"sk-kill-test" not in backend.dump()
+    assert b"sk-kill-test-012" not in backend.dump()
     print(f"\n{backend.name}: {total} kills {dict(kills)}, {runner.runs} runs, "
           f"finals {Counter(finals.values())}"
           + (f"; {getattr(runner, 'lost', 0)} lost leases; {json.dumps(received)}" if on_redis else ""))

@@ -51,7 +51,7 @@ class Server:
 
 @pytest.fixture(autouse=True)
 def live_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MANDAPI_API_KEY", "sk-test-finish")
+    monkeypatch.setenv("MANDAPI_API_KEY", "sk-test-finish-012")
     monkeypatch.setenv("MANDAPI_BASE_URL", "http://mandapi.test/v1")
 
 

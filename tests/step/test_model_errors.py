@@ -180,7 +180,7 @@ def test_an_html_error_page_shows_its_text_sanitized_and_a_404_names_the_url_and
     assert message.startswith("http://mandapi.test/v1/chat/completions answered HTTP 404: 404 Not Found "
                               "Not Found The requested URL /v1/chat/completions was not found on this "
                               "server & key ***")
-    assert "check MANDAPI_BASE_URL (the endpoint) and the model id" in message
+    assert "check MANDAPI_BASE_URL (the endpoint, /v1 included) and the model id" in message
     assert "<" not in message and "color" not in message and "var k" not in message
     assert KEY not in message and "\x1b" not in message and len(message) < MAX_MESSAGE_CHARS + 200
     assert (out["status"], out["exit_code"]) == ("ready", 6)

@@ -67,7 +67,7 @@ class _Writers:
 
     def __init__(self, ctx: Any, fake: FakeMandApi, backend: Any, tmp_path: Path) -> None:
         self.ctx, self.fake, self.backend, self.tmp_path = ctx, fake, backend, tmp_path
-        self.env = subprocess_env(MANDAPI_API_KEY="sk-pause-test", MANDAPI_MODEL_ID="mandapi-pause",
+        self.env = subprocess_env(MANDAPI_API_KEY="sk-pause-test-012", MANDAPI_MODEL_ID="mandapi-pause",
                                   MANDAPI_BASE_URL=fake.base_url)
         self.runs = 0
         self.thread_id = f"p-{uuid.uuid4().hex[:10]}"

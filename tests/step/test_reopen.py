@@ -23,7 +23,7 @@ NO_DB = {"error": {"message": "No connected db.", "type": "no_db_connection", "c
 
 @pytest.fixture(autouse=True)
 def live_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MANDAPI_API_KEY", "sk-test-reopen")
+    monkeypatch.setenv("MANDAPI_API_KEY", "sk-test-reopen-012")
     monkeypatch.setenv("MANDAPI_BASE_URL", "http://mandapi.test/v1")
 
 

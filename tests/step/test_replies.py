@@ -35,7 +35,7 @@ USAGE_40 = {"prompt_tokens": 30, "completion_tokens": 10, "total_tokens": 40}
 
 @pytest.fixture(autouse=True)
 def live_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MANDAPI_API_KEY", "sk-test")
+    monkeypatch.setenv("MANDAPI_API_KEY", "sk-test-00000000")
     monkeypatch.setenv("MANDAPI_MODEL_ID", "mandapi-large")
     monkeypatch.setenv("MANDAPI_BASE_URL", "http://mandapi.test/v1")
 

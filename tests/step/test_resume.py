@@ -145,7 +145,7 @@ def test_ledger_rows_refuse_to_decrease(backend) -> None:
 
 
 def test_settings_repr_never_shows_the_key() -> None:
-    assert "sk-secret" not in repr(Settings(db="x", live=True, api_key="sk-secret"))
+    assert "sk-secret-000000" not in repr(Settings(db="x", live=True, api_key="sk-secret-000000"))
 
 
 def _keep_only_input_checkpoint(backend, keep_input_writes: bool) -> None:

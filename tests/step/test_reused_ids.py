@@ -45,7 +45,7 @@ def test_a_server_that_always_answers_call_0_finishes_the_demo_task(
     backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rounds: int
 ) -> None:
     with FakeMandApi(tmp_path / "requests.jsonl", reuse_ids=True, tool_rounds=rounds) as fake:
-        monkeypatch.setenv("MANDAPI_API_KEY", "sk-test")
+        monkeypatch.setenv("MANDAPI_API_KEY", "sk-test-00000000")
         monkeypatch.setenv("MANDAPI_MODEL_ID", "mandapi-call0")
         monkeypatch.setenv("MANDAPI_BASE_URL", fake.base_url)
         out = run_cli(["--thread", "c0", "--task", "How long does shipping take?", "--live",

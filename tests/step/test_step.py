@@ -107,7 +107,7 @@ def test_model_mismatch_is_refused_and_changes_nothing(backend, monkeypatch) -> 
     before = backend.fingerprint()
     out = run_cli(["--thread", "t1", "--model", "other-model", "--once", "--db", backend.db])
     assert (out["exit_code"], out["error_code"]) == (4, "identity_mismatch")
-    monkeypatch.setenv("MANDAPI_API_KEY", "sk-test")
+    monkeypatch.setenv("MANDAPI_API_KEY", "sk-test-00000000")
     monkeypatch.setenv("MANDAPI_MODEL_ID", "mandapi-large")
     out = run_cli(["--thread", "t1", "--live", "--once", "--db", backend.db])
     assert (out["exit_code"], out["error_code"]) == (4, "identity_mismatch")
@@ -151,7 +151,7 @@ def test_live_without_key_is_a_usage_error_before_anything_is_created(tmp_path: 
 
 
 def test_live_thread_cannot_continue_without_live(backend, monkeypatch) -> None:
-    monkeypatch.setenv("MANDAPI_API_KEY", "sk-test")
+    monkeypatch.setenv("MANDAPI_API_KEY", "sk-test-00000000")
     model = ScriptedModel([tool_call_reply("c1")])
     run_cli(["--thread", "t1", "--task", TASK, "--live", "--model", "mandapi-large", "--once",
              "--db", backend.db], model_factory=factory(model))

@@ -68,7 +68,7 @@ def test_eight_processes_on_one_thread_send_one_request_and_seven_exit_busy(
     backend, tmp_path: Path, server: Any
 ) -> None:
     with FakeMandApi(tmp_path / "requests.jsonl") as fake:
-        env = subprocess_env(MANDAPI_API_KEY="sk-test", MANDAPI_MODEL_ID="mandapi-x",
+        env = subprocess_env(MANDAPI_API_KEY="sk-test-00000000", MANDAPI_MODEL_ID="mandapi-x",
                              MANDAPI_BASE_URL=fake.base_url)
         argv = ["--thread", "shared", "--task", TASK, "--db", backend.db, "--live", "--once"]
         # Create the thread first, so all eight race on an existing thread.
@@ -117,7 +117,7 @@ def test_sigterm_or_ctrl_c_mid_request_stops_cleanly_and_keeps_the_count(
     backend, tmp_path: Path, sig: signal.Signals, server: Any
 ) -> None:
     with FakeMandApi(tmp_path / "requests.jsonl") as fake:
-        env = subprocess_env(MANDAPI_API_KEY="sk-test", MANDAPI_MODEL_ID="mandapi-x",
+        env = subprocess_env(MANDAPI_API_KEY="sk-test-00000000", MANDAPI_MODEL_ID="mandapi-x",
                              MANDAPI_BASE_URL=fake.base_url)
         argv = ["--thread", "t1", "--task", TASK, "--db", backend.db, "--live", "--once"]
         fake.hold("shipping")

@@ -31,7 +31,7 @@ from tests.step.test_approvals import Writer
 
 TASK = "How long does shipping take at the demo shop?"
 WRITE_TASK = "Write the shipping summary to report.md and log it."
-KEY = "sk-corpus-test"
+KEY = "sk-corpus-test-0123"
 LATEST = ("checkpoint_id = (SELECT max(checkpoint_id) FROM checkpoints WHERE thread_id = '{t}')")
 OLDEST_STATE = ("checkpoint_id = (SELECT min(checkpoint_id) FROM checkpoints WHERE thread_id = "
                 "'{t}' AND checkpoint_id > (SELECT min(checkpoint_id) FROM checkpoints WHERE "

@@ -295,8 +295,8 @@ class RedisDigests:
             hashes, saved = pipe.execute()
         for member in hashes:
             if not bytes(member).startswith(head + b"\0") or bytes(member).count(b"\0") != 2:
-                raise ValueError(f"its set of digest hashes holds {member!r:.80}, not one of "
-                                 "its digest hashes")
+                raise ValueError(f"its set of digest hashes holds "
+                                 f"{redis_keys.shown(bytes(member))}, not one of its digest hashes")
         for member in map(_text, saved):
             ns, sep, checkpoint_id = member.rpartition("\0")
             if not sep or redis_keys.digest_key(thread_id, ns, checkpoint_id) not in hashes:

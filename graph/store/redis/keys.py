@@ -16,7 +16,7 @@ from typing import Any
 __all__ = ["APPROVALS", "CAP", "DIGEST", "DIGESTS", "FSYNC", "LANGGRAPH_FAMILIES", "LEDGER", "LOCK",
            "LOG", "PREFIX", "SAVED", "TOMBSTONE", "approvals_key", "cap_key", "digest_key",
            "digests_key", "glob_escape", "langgraph_keys", "ledger_key", "lock_key", "log_key",
-           "pattern", "saved_key", "scan_thread", "suffix", "tombstone_key"]
+           "pattern", "saved_key", "scan_thread", "shown", "suffix", "tombstone_key"]
 
 PREFIX = "mandapi-resume:"
 """The start of every key this project writes."""
@@ -90,6 +90,15 @@ def tombstone_key(thread_id: str) -> bytes:
 def approvals_key(thread_id: str) -> bytes:
     """The thread's decisions on write calls."""
     return _encode(APPROVALS + thread_id)
+
+
+def shown(key: bytes, limit: int = 80) -> str:
+    """A key as a message names it: its text in quotes, cut to `limit` characters.
+
+    Bytes that are not UTF-8 are written as backslash escapes; never Python's `b'...'`.
+    """
+    text = key.decode("utf-8", "backslashreplace")
+    return repr(text if len(text) <= limit else text[:limit - 1] + "…")
 
 
 def glob_escape(text: str) -> str:

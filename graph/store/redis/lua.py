@@ -6,9 +6,10 @@ and its request cap) or none of it. Each script checks everything it reads befor
 writes anything (Redis does not undo the writes of a script that fails halfway):
 stored counts must be canonical whole numbers with `claimed <= attempts <= maximum`,
 times must look like ISO 8601 with a zone, keys must be of the right type and a row
-exactly its five fields; anything else answers `damaged` and changes nothing. Scripts
-only ever raise a count by one, set a row that does not exist yet, or touch
-`updated_at`: none lowers a count or changes a maximum.
+exactly its five fields (six once its log is counted: `logged`, which `APPEND` sets);
+anything else answers `damaged` and changes nothing. Scripts only ever raise a count
+by one, set a row that does not exist yet, touch `updated_at` or set the log's count:
+none lowers a count or changes a maximum.
 
 Every script answers a list whose first item is a status: `ok` (changed), `same`
 (nothing to change), `none` (no row), `exists`, `busy` (the thread's writer lease is
@@ -54,7 +55,9 @@ local function ledger(key)
   if t == 'none' then return nil, nil end
   if t ~= 'hash' then return nil, 'the row is a ' .. t .. ', not a hash' end
   local n = redis.call('HLEN', key)
-  if n ~= 5 then return nil, 'the row has ' .. n .. ' fields, not 5' end
+  local logged = redis.call('HGET', key, 'logged')
+  if n ~= (logged and 6 or 5) then return nil, 'the row has ' .. n .. ' fields, not 5 or 6' end
+  if logged and not int(logged) then return nil, 'its log count is not a whole number' end
   local f = redis.call('HMGET', key, 'attempts', 'claimed', 'max_attempts', 'created_at', 'updated_at')
   local a, c, m = int(f[1]), int(f[2]), int(f[3])
   if not (a and c and m) then return nil, 'a count is missing or not a whole number' end
@@ -274,16 +277,25 @@ return {'ok'}
 """
 
 APPEND = PRELUDE + r"""
--- KEYS: log, lock. ARGV: token, the first row's place (`seq`: the list's length before
--- the push, which each row and its digest hold), then the rows to append. A list of
--- another length answers 'moved' and its length, nothing pushed.
+-- KEYS: log, lock, ledger. ARGV: token, the first row's place (`seq`: the list's length
+-- before the push, which each row and its digest hold), then the rows to append. A list
+-- of another length answers 'moved' and its length, nothing pushed. The ledger row, when
+-- the thread has one, counts the rows (`logged`, set to the new length): a row popped off
+-- the list's end, which no `seq` can show, is then damage (`RedisAttemptLog.rows`).
 local refused = fenced(KEYS[2], ARGV[1])
 if refused then return refused end
 local bad = mistyped({{KEYS[1], 'list'}})
 if bad then return {'damaged', 'attempt_log', bad} end
+local row, badrow = ledger(KEYS[3])
+if badrow then return {'damaged', 'attempt_ledger', badrow} end
 local n = redis.call('LLEN', KEYS[1])
+local logged = row and redis.call('HGET', KEYS[3], 'logged')
+if logged and tonumber(logged) ~= n then
+  return {'damaged', 'attempt_log', 'the log holds ' .. n .. ' rows, but its ledger row counted ' .. logged}
+end
 if n ~= tonumber(ARGV[2]) then return {'moved', n} end
 for i = 3, #ARGV do redis.call('RPUSH', KEYS[1], ARGV[i]) end
+if row then redis.call('HSET', KEYS[3], 'logged', tostring(n + #ARGV - 2)) end
 return {'ok'}
 """
 

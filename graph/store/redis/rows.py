@@ -3,7 +3,7 @@
 Redis keeps every value as bytes, so each field is checked as it is read, as
 `graph.store.rows` does for the SQL tables: a count must be a canonical whole number
 (`"3"`, not `"03"`, `"3.0"` or `" 3"`), a time ISO 8601 with a zone, a row exactly its
-five fields with `claimed <= attempts <= max_attempts`; anything else is refused as
+five fields (six with `LOGGED`) with `claimed <= attempts <= max_attempts`; anything else is refused as
 `damaged` (exit 4) instead of crashing or being copied onward. Only reads.
 """
 
@@ -21,10 +21,14 @@ from nodes.context import LedgerEntry
 if TYPE_CHECKING:
     import redis
 
-__all__ = ["FIELDS", "RedisLedgerRows", "canonical_int"]
+__all__ = ["FIELDS", "LOGGED", "RedisLedgerRows", "canonical_int"]
 
 FIELDS = ("attempts", "claimed", "max_attempts", "created_at", "updated_at")
 """The fields of a ledger row, in `LedgerRow` order."""
+LOGGED = "logged"
+"""The sixth field, once the thread's log is counted: its number of rows
+(`graph.store.redis.lua.APPEND` sets it; `graph.store.redis.tables.RedisAttemptLog.rows`
+checks it). Redis-only: a copy elsewhere keeps the log, not the count."""
 
 
 def canonical_int(text: str) -> int | None:
@@ -68,10 +72,10 @@ class RedisLedgerRows:
                 except redis.ResponseError as exc:
                     if "WRONGTYPE" not in str(exc):
                         raise
-                    raise damaged(table, f"key {key!r:.60} is not a hash") from None
+                    raise damaged(table, f"key {keys.shown(key)} is not a hash") from None
             return {k.decode(): v.decode() for k, v in raw.items()} or None
         except UnicodeDecodeError:
-            raise damaged(table, f"key {key!r:.60} holds bytes that are not UTF-8") from None
+            raise damaged(table, f"key {keys.shown(key)} holds bytes that are not UTF-8") from None
 
     def row(self, thread_id: str) -> LedgerRow | None:
         """The thread's whole row, read with exact types, or None.
@@ -84,7 +88,8 @@ class RedisLedgerRows:
         fields = self._hash(keys.ledger_key(thread_id), "attempt_ledger")
         if fields is None:
             return None
-        if sorted(fields) != sorted(FIELDS):
+        if sorted(set(fields) - {LOGGED}) != sorted(FIELDS) or (
+                LOGGED in fields and canonical_int(fields[LOGGED]) is None):
             raise damaged("attempt_ledger", f"thread {thread_id!r} has fields {sorted(fields)}")
         counts = [canonical_int(fields[name]) for name in FIELDS[:3]]
         times = [fields["created_at"], fields["updated_at"]]

@@ -551,7 +551,8 @@ class CheckedRedisSaver(CheckedSaver, ExactRedisSaver):
             expected = _text(self._make_redis_checkpoint_writes_key_cached(
                 thread_id, ns, checkpoint_id, task_id, idx))
             if (key != expected or task_id not in digested or score != int(score)
-                    or not 0 <= score < len(listed)):  # its place in its put_writes batch
+                    or not 0 <= score < len(listed)  # its place in its put_writes batch,
+                    or (idx >= 0 and score != idx)):  # which a channel's idx is (upstream)
                 raise ValueError(f"{_text(registry_key)!r} has a member {key!r:.120} that is "
                                  "not a recorded write of this checkpoint")
             if not isinstance(doc, dict) or set(doc) != _WRITE:

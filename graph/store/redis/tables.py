@@ -20,6 +20,7 @@ from graph.outcome import USAGE_KEYS
 from graph.store.redis import keys
 from graph.store.redis import lua as redis_lua
 from graph.store.redis.conn import make_durable, server_errors
+from graph.store.redis.rows import LOGGED
 from graph.store.rows import (
     FINAL_STATUSES,
     LOG_PAYLOAD_KEYS,
@@ -98,7 +99,7 @@ class RedisTable:
             except redis.ResponseError as exc:
                 if "WRONGTYPE" not in str(exc):
                     raise
-                raise damaged(table, f"key {args[0]!r:.60} has the wrong type") from None
+                raise damaged(table, f"key {keys.shown(args[0])} has the wrong type") from None
 
 
 def decoded(table: str, value: bytes) -> str:
@@ -121,9 +122,12 @@ def log_row(thread_id: str, seq: int, attempt: int, kind: str, payload: dict[str
     and a digest of all of them (`_row_digest`): a row edited in any field (its thought,
     its arguments), copied, or a list that lost rows at its start or middle is refused
     as it is read (`_log_rows`), where a SQL log has triggers against updates and deletes.
+    `counted` says the thread's ledger row counts the list's rows (`graph.store.redis.lua.
+    APPEND`): rows lost from the list's end, which no `seq` shows, are refused too.
     """
     row: dict[str, Any] = {"attempt": attempt, "kind": kind, "payload": payload,
-                           "created_at": created_at, "thread_id": thread_id, "seq": seq}
+                           "created_at": created_at, "thread_id": thread_id, "seq": seq,
+                           "counted": True}
     row["digest"] = _row_digest(row)
     return json.dumps(row).encode()
 
@@ -135,15 +139,30 @@ def _row_digest(row: dict[str, Any]) -> str:
                           .encode()).hexdigest()
 
 
-def _log_rows(found: list[bytes], thread_id: str) -> list[dict[str, Any]]:
+def _log_rows(found: list[bytes], thread_id: str, logged: bytes | None, *,
+              has_ledger: bool = True) -> list[dict[str, Any]]:
     """The stored rows of a thread's log, checked (`_log_row`), in their list order.
 
     Rows from before digests (no `digest` field) may only come first; each digested row
     must match its digest and sit at its `seq`: a deleted, moved or added row is refused.
+    The ledger row's count (`logged`, the list's length after the last append) must
+    match the list, and must exist once any row says it is counted (`counted`, which its
+    digest covers): rows popped off the list's end, or the count deleted, are refused.
+    Logs written before the count existed have no counted row and no count until their
+    next append, which sets it. Without a ledger row (`has_ledger` False) nothing is
+    judged by the count: a thread with a log but no ledger row is refused by the
+    ledger's own readers.
     """
+    count = None if logged is None else decoded("attempt_log", logged)
+    if count is not None and count != str(len(found)):
+        raise damaged("attempt_log", f"thread {thread_id!r}'s log holds {len(found)} rows, but "
+                      f"its ledger row counted {count:.20}: rows were deleted or added")
     rows, digested = [], False
     for index, raw in enumerate(found):
-        row, seq = _log_row(raw, thread_id)
+        row, seq, counted = _log_row(raw, thread_id)
+        if counted and count is None and has_ledger:
+            raise damaged("attempt_log", f"thread {thread_id!r}'s log is counted, but its "
+                          "ledger row holds no count: the count was deleted")
         if seq is None and digested:
             raise damaged("attempt_log", f"thread {thread_id!r}'s log row {index} has no "
                           "digest after rows that have one: edited")
@@ -155,25 +174,27 @@ def _log_rows(found: list[bytes], thread_id: str) -> list[dict[str, Any]]:
     return rows
 
 
-def _log_row(raw: bytes, thread_id: str) -> tuple[dict[str, Any], int | None]:
+def _log_row(raw: bytes, thread_id: str) -> tuple[dict[str, Any], int | None, bool]:
     """One stored attempt-log row, checked as `graph.store.sql.attempt_log.SqlAttemptLog.rows` checks.
 
     A row names its thread (`thread_id`; rows written before it did lack it): a row
     copied from another thread's log is refused, even where counts and tokens agree.
-    Returns the row's fields and its `seq` (None for a row from before digests).
+    Returns the row's fields, its `seq` (None for a row from before digests) and whether
+    it is `counted` (`log_row`).
     """
     try:
         row = json.loads(decoded("attempt_log", raw))
     except ValueError:
         raise damaged("attempt_log", "a row is not JSON") from None
-    seq = None
+    seq, counted = None, False
     if isinstance(row, dict) and "digest" in row:
         if (row.get("digest") != _row_digest(row) or not is_int(row.get("seq"))
-                or "thread_id" not in row):
+                or "thread_id" not in row or row.get("counted", True) is not True):
             raise damaged("attempt_log", f"a row of thread {thread_id!r}'s log does not match "
                           "its digest: edited")
         seq = row.pop("seq")
         row.pop("digest")
+        counted = row.pop("counted", False)
     if isinstance(row, dict) and "thread_id" in row:
         if row.pop("thread_id") != thread_id:
             raise damaged("attempt_log", f"a row of thread {thread_id!r}'s log names another "
@@ -187,7 +208,7 @@ def _log_row(raw: bytes, thread_id: str) -> tuple[dict[str, Any], int | None]:
     tokens = (payload.get("usage") or {}).get("total_tokens")  # summed for the token cap
     if tokens is not None and not is_int(tokens):
         raise damaged("attempt_log", "the recorded token usage is not a whole number")
-    return row, seq
+    return row, seq, counted
 
 
 _APPEND_TRIES = 3
@@ -227,8 +248,8 @@ class RedisAttemptLog(RedisTable):
             encoded = [log_row(thread_id, seq + i, attempt, kind, payload, created_at)
                        for i, (attempt, kind, payload, created_at) in enumerate(rows)]
             reply = self._fenced("APPEND", thread_id,
-                                 [keys.log_key(thread_id), keys.lock_key(thread_id)],
-                                 [seq, *encoded])
+                                 [keys.log_key(thread_id), keys.lock_key(thread_id),
+                                  keys.ledger_key(thread_id)], [seq, *encoded])
             if reply[0] != "moved":
                 return
             seq = int(reply[1])
@@ -253,13 +274,34 @@ class RedisAttemptLog(RedisTable):
                 checks, or reason rows not in increasing attempt order (each attempt's
                 reply is logged once, in order).
         """
-        found: list[bytes] = self._call("attempt_log", "lrange", keys.log_key(thread_id), 0, -1)
-        rows = _log_rows(found, thread_id)
+        found, logged, has_ledger = self._read(thread_id)
+        rows = _log_rows(found, thread_id, logged, has_ledger=has_ledger)
         reasons = [r["attempt"] for r in rows if r["kind"] == "reason"]
         if any(later <= earlier for earlier, later in zip(reasons, reasons[1:], strict=False)):
             raise damaged("attempt_log", "its reason rows are not one per attempt, in order: "
                           "a row was added, moved or copied")
         return rows
+
+    def _read(self, thread_id: str) -> tuple[list[bytes], bytes | None, bool]:
+        """The log's rows, the ledger row's count of them and whether it exists, read together (`MULTI`).
+
+        Raises:
+            RefusedError: `damaged` when the log is not a list or the ledger row not a hash.
+        """
+        import redis  # noqa: PLC0415 - the redis extra: imported only where a Redis store is used
+
+        with server_errors(self.location), self._client.pipeline(transaction=True) as pipe:
+            pipe.lrange(keys.log_key(thread_id), 0, -1)
+            pipe.hget(keys.ledger_key(thread_id), LOGGED)
+            pipe.exists(keys.ledger_key(thread_id))
+            found, logged, ledger = pipe.execute(raise_on_error=False)
+            for value, key in ((found, keys.log_key(thread_id)), (logged, keys.ledger_key(thread_id))):
+                if isinstance(value, redis.ResponseError):
+                    if "WRONGTYPE" not in str(value):
+                        raise value
+                    raise damaged("attempt_log" if value is found else "attempt_ledger",
+                                  f"key {keys.shown(key)} has the wrong type")
+        return found, logged, bool(ledger)
 
     def last_attempt(self, thread_id: str) -> int:
         """The highest attempt among the thread's `reason` rows; 0 when there are none.
@@ -318,7 +360,7 @@ class RedisAttemptLog(RedisTable):
             thread_id: The thread.
             values: Its checked state values (`messages`, `progress`).
             rows: Checked rows to judge instead of reading this log's: the ones a step
-                just read (`last_attempt_and_rows`), or another store's (`graph.copy` asks
+                just read (`tally`), or another store's (`graph.copy` asks
                 whether they would pass here); None reads the thread's own.
 
         Raises:

@@ -179,7 +179,7 @@ def read_mark(client: redis.Redis, thread_id: str) -> Mark | None:
     except redis_lib.ResponseError as exc:
         if "WRONGTYPE" not in str(exc):
             raise
-        raise damaged("thread_tombstones", f"thread {thread_id!r}: its expiry mark {key!r} is "
+        raise damaged("thread_tombstones", f"thread {thread_id!r}: its expiry mark {keys.shown(key)} is "
                       "not a hash") from None
     if not raw:
         return None
@@ -187,7 +187,7 @@ def read_mark(client: redis.Redis, thread_id: str) -> Mark | None:
     numbers = (fields.get("expires_at_ms", ""), fields.get("checkpoints", ""))
     if (set(fields) != _FIELDS or fields["final_status"] not in FINAL_STATUSES
             or not all(n.isascii() and n.isdigit() and len(n) <= 15 for n in numbers)):
-        raise damaged("thread_tombstones", f"thread {thread_id!r}: its expiry mark {key!r} "
+        raise damaged("thread_tombstones", f"thread {thread_id!r}: its expiry mark {keys.shown(key)} "
                       "has the wrong form")
     return Mark(fields["final_status"], int(numbers[0]), int(numbers[1]))
 

@@ -164,7 +164,7 @@ def templates(server: RedisServer, fake: FakeMandApi,
     try:
         with pytest.MonkeyPatch.context() as mp:
             mp.chdir(folder)
-            mp.setenv("MANDAPI_API_KEY", "sk-redis-damage")
+            mp.setenv("MANDAPI_API_KEY", "sk-redis-damage-012")
             mp.setenv("MANDAPI_BASE_URL", fake.base_url)
             _step(db, "rd-live-a", 2)
             _step(db, "rd-live-b", 1)
@@ -358,7 +358,7 @@ def test_damaged_redis_key_is_refused_before_any_request_and_left_unchanged(
     template = templates["writer" if case.writer else "live"]
     db, (a, b) = server.url, template.threads
     request.addfinalizer(lambda: _forget(client, *template.names))
-    monkeypatch.setenv("MANDAPI_API_KEY", "sk-redis-damage")
+    monkeypatch.setenv("MANDAPI_API_KEY", "sk-redis-damage-012")
     monkeypatch.setenv("MANDAPI_BASE_URL", fake.base_url)
     template.restore(client)
     model = template.model
@@ -428,7 +428,7 @@ def test_damaged_request_cap_is_refused_before_any_request_and_left_unchanged(
     template = templates["caps"]
     db, (a, _), (cap_a, cap_b) = server.url, template.threads, template.names[2:]
     request.addfinalizer(lambda: _forget(client, *template.names))
-    monkeypatch.setenv("MANDAPI_API_KEY", "sk-redis-damage")
+    monkeypatch.setenv("MANDAPI_API_KEY", "sk-redis-damage-012")
     monkeypatch.setenv("MANDAPI_MODEL_ID", "mandapi-large")
     monkeypatch.setenv("MANDAPI_BASE_URL", fake.base_url)
 

@@ -134,20 +134,27 @@ def test_burying_without_the_threads_lease_is_refused_and_changes_nothing(
     assert _keys(client, thread_id) == before
 
 
-@pytest.mark.parametrize(("key", "value"), [("tombstone", b"not a hash"), ("log", b"[not json")])
+@pytest.mark.parametrize(("key", "value"), [("tombstone", b"not a hash"), ("log", b"[not json"),
+                                            ("ledger", b"not a hash")])
 def test_damaged_keys_of_a_thread_are_refused(redis_url: str, client: Any, key: str, value: bytes,
                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """Refused with exit 4 by run and verify; a key is named as text, never `b'...'`."""
     from graph.store.redis import keys as redis_keys
     thread_id = _thread()
     _to_done(capsys, redis_url, thread_id)
     if key == "tombstone":
         client.set(redis_keys.tombstone_key(thread_id), value)
+    elif key == "ledger":
+        client.delete(redis_keys.ledger_key(thread_id))
+        client.set(redis_keys.ledger_key(thread_id), value)
     else:
         client.rpush(redis_keys.log_key(thread_id), value)
     code, out = _run(capsys, "--db", redis_url, "--thread", thread_id, "--once")
     assert code == 4 and out["error_code"] == "damaged"
+    assert "b'" not in out["error"], out["error"]
     assert verify_main(["--db", redis_url]) == 4
-    client.delete(redis_keys.tombstone_key(thread_id), redis_keys.log_key(thread_id))
+    client.delete(redis_keys.tombstone_key(thread_id), redis_keys.log_key(thread_id),
+                  redis_keys.ledger_key(thread_id))
 
 
 def test_a_server_without_the_append_only_file_is_refused_before_anything_is_written(
@@ -246,7 +253,7 @@ def test_steps_at_once_in_one_worker_on_a_fresh_database_all_succeed(
     from tests.fake_mandapi import FakeMandApi
 
     with FakeMandApi(tmp_path / "requests.jsonl", hold_s=0.2) as fake:
-        monkeypatch.setenv("MANDAPI_API_KEY", "sk-worker")
+        monkeypatch.setenv("MANDAPI_API_KEY", "sk-worker-000000")
         monkeypatch.setenv("MANDAPI_MODEL_ID", "mandapi-worker")
         monkeypatch.setenv("MANDAPI_BASE_URL", fake.base_url)
         with ThreadPoolExecutor(8) as pool:

@@ -244,7 +244,7 @@ def test_issue_example_hard_link_in_parallel_rounds_is_refused_before_counting(
     real = tmp_path / "real.sqlite"
     alt = tmp_path / "alt.sqlite"
     with FakeMandApi(tmp_path / "requests.jsonl", hold_s=0.3, never_finish=True) as fake:
-        variables = {"MANDAPI_API_KEY": "sk-test", "MANDAPI_MODEL_ID": "mandapi-test",
+        variables = {"MANDAPI_API_KEY": "sk-test-00000000", "MANDAPI_MODEL_ID": "mandapi-test",
                      "MANDAPI_BASE_URL": fake.base_url}
         env = subprocess_env(**variables)
 
