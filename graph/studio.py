@@ -30,6 +30,7 @@ the model sees their results. No model request is made by a resume.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -44,12 +45,13 @@ from typing_extensions import TypedDict
 
 from graph.agent import build_graph, first_state
 from graph.checkpoints.updates import check_edited
-from graph.errors import ErrorCode, RefusedError, UsageError
+from graph.errors import ErrorCode, RefusedError, RunError, UsageError, error_line
 from graph.settings import ThreadSpec, resolve_settings
 from graph.step import models
 from graph.step.approvals import apply_approved, decide
 from graph.store import open_store
 from graph.store.checks import check_tombstone, check_unstarted
+from graph.text import without_key
 from nodes.context import LedgerEntry
 from nodes.request import PreparedRequests
 from nodes.review import open_calls_of_last, pending_items, split_writes
@@ -67,6 +69,7 @@ __all__ = [
     "StudioLedger",
     "StudioLog",
     "create_node",
+    "shown",
     "studio_graph",
     "studio_tools_node",
 ]
@@ -231,6 +234,52 @@ class StudioLog:
             return store.log.used_tokens(thread_id)
 
 
+_SHOWN_KINDS: dict[type[RunError], type[RunError]] = {}
+
+
+def _shown_kind(kind: type[RunError]) -> type[RunError]:
+    """`kind`, also a `RuntimeError`, its text `error (CODE): MESSAGE` (see `shown`); made once."""
+    def text(error: RunError) -> str:
+        return without_key(error_line(error.error_code, error.message))  # the server logs it too (I9)
+
+    if kind not in _SHOWN_KINDS:
+        _SHOWN_KINDS[kind] = type(kind.__name__, (kind, RuntimeError), {
+            "__module__": kind.__module__, "__qualname__": kind.__qualname__, "__str__": text})
+    return _SHOWN_KINDS[kind]
+
+
+def shown(error: RunError) -> RunError:
+    """`error` as the Studio server shows a run's error: its reason, not "An internal error occurred".
+
+    `langgraph dev` (langgraph-api's `serde.default`) shows the message of a run's
+    exception only for some built-in kinds (`ValueError`, `RuntimeError`, ...); any
+    other reads "An internal error occurred", so a person could not tell a refused
+    run (another model, a damaged ledger, a second request in one run) from a bug.
+    The copy is still of its class (`RefusedError`, `UsageError`, ...: whoever catches
+    those still does) with the same fields, and also a `RuntimeError` whose text is
+    `error (CODE): MESSAGE`, the line the command line prints (the API key never in it).
+    """
+    if isinstance(error, RuntimeError):  # shown already
+        return error
+    kind = _shown_kind(type(error))
+    copy = kind.__new__(kind)
+    copy.__dict__.update(error.__dict__)
+    copy.args = error.args
+    return copy
+
+
+def _showing_refusals(node: Callable[..., Any]) -> Callable[..., Any]:
+    """`node`, raising each refusal (`RunError`) as `shown`."""
+    @functools.wraps(node)
+    def showing(*args: Any, **kwargs: Any) -> Any:  # LangGraph passes what node's signature names
+        try:
+            return node(*args, **kwargs)
+        except RunError as exc:
+            raise shown(exc).with_traceback(exc.__traceback__) from None
+
+    return showing
+
+
 def _binding(node: Callable[..., Any]
              ) -> Callable[[ThreadState, Runtime[StudioContext], RunnableConfig], Any]:
     """`node`, first binding the Studio context to the thread it runs for."""
@@ -241,7 +290,7 @@ def _binding(node: Callable[..., Any]
         return node(state, runtime)  # the context is a NodeContext, resolved
 
     bound.__name__ = getattr(node, "__name__", "node")
-    return bound
+    return _showing_refusals(bound)
 
 
 def create_node(state: _CreateState, runtime: Runtime[StudioContext],
@@ -288,7 +337,7 @@ def studio_graph() -> Any:
         return _binding(studio_tools_node if node is tools_node else node)
 
     return build_graph(None, context_schema=StudioContext, input_schema=StudioInput,
-                       first=("create", create_node), wrap=wrap)
+                       first=("create", _showing_refusals(create_node)), wrap=wrap)
 
 
 def _check_protocol(context: StudioContext) -> NodeContext:

@@ -7,6 +7,7 @@ the ledger in the context's database still keeps the budget.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -116,6 +117,28 @@ def test_a_resumed_thread_refuses_another_model(tmp_path: Path) -> None:
         graph.invoke(None, config(), context={"db": str(db), "model_id": "other-model"})
     assert refused.value.error_code == ErrorCode.IDENTITY_MISMATCH
     assert ledger(db) == (1, 1, 4)
+
+
+@pytest.mark.parametrize("refusal", ["another task", "another model", "no ledger row"])
+def test_the_studio_server_shows_a_refused_runs_reason_and_code(tmp_path: Path, refusal: str) -> None:
+    """What `langgraph dev` sends Studio for a run's exception (langgraph-api's serde):
+    its reason, never "An internal error occurred"; still a `RefusedError` in process."""
+    from langgraph_api.serde import json_dumpb
+
+    db, graph = tmp_path / "studio.sqlite", served()
+    graph.invoke({"task": TASK}, config(), context={"db": str(db)})
+    run_input: Any = {"task": "Another task?"} if refusal == "another task" else None
+    context = {"db": str(db), **({"model_id": "other-model"} if refusal == "another model" else {})}
+    if refusal == "no ledger row":
+        with sqlite3.connect(db) as conn:
+            conn.execute("DELETE FROM attempt_ledger")
+    with pytest.raises(RefusedError) as refused:
+        graph.invoke(run_input, config(), context=context)
+    sent = json.loads(json_dumpb({"error": refused.value}))["error"]
+    code = ErrorCode.DAMAGED if refusal == "no ledger row" else ErrorCode.IDENTITY_MISMATCH
+    assert sent == {"error": "RefusedError",
+                    "message": f"error ({code}): {refused.value.message}"}, sent
+    assert refused.value.detail in sent["message"] and "internal error" not in sent["message"]
 
 
 def test_an_approval_interrupt_is_resumed_with_decisions_and_applies_the_write(
