@@ -36,9 +36,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, NotRequired
+from typing import TYPE_CHECKING, Annotated, Any, NotRequired
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.channels import EphemeralValue
 from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 from typing_extensions import TypedDict
@@ -49,6 +50,7 @@ from graph.errors import ErrorCode, RefusedError, RunError, UsageError, error_li
 from graph.settings import ThreadSpec, resolve_settings
 from graph.step import models
 from graph.step.approvals import apply_approved, decide
+from graph.step.local_steps import needs_reopening
 from graph.store import open_store
 from graph.store.checks import check_tombstone, check_unstarted
 from graph.text import without_key
@@ -88,12 +90,17 @@ class StudioInput(TypedDict):
     """Folder of the read-only tools, fixed at creation."""
     allow_writes: NotRequired[str]
     """Folder of the write tools, fixed at creation; each write waits for a person."""
+    reopen: NotRequired[Annotated[bool, EphemeralValue(bool)]]
+    """True: put a thread stopped by a model error back to `ready` first (`graph.run
+    --reopen`); this run then makes its next step. Read by this run alone: an ephemeral
+    channel, gone after the step that reads it, so no later run reopens by itself."""
 
 
 class _CreateState(StudioInput, total=False):
     """What the `create` node reads: the input, and the thread once it exists."""
 
     thread: dict[str, Any]
+    progress: dict[str, Any]
 
 
 @dataclass
@@ -298,13 +305,16 @@ def create_node(state: _CreateState, runtime: Runtime[StudioContext],
     """Creates the thread from Studio's input: identity, first message, ledger row.
 
     On an existing thread it changes nothing (a thread is never restarted); a different
-    task is refused.
+    task is refused. With `"reopen": true` in the input, a thread stopped by a model error
+    is put back to `ready` first, its attempts still counted (`graph.step.local_steps.
+    needs_reopening`); budget then counts the next attempt as usual.
 
     Raises:
         RefusedError: `identity_mismatch` (another task); `damaged` (the ledger already
             counts attempts for this id: starting over would give it a fresh budget);
             `pruned`.
-        UsageError: An invalid task or limit; a paid model without `live`.
+        UsageError: An invalid task or limit; a paid model without `live`; `reopen` of a
+            thread not stopped by a model error.
     """
     thread_id = config["configurable"]["thread_id"]
     context = runtime.context
@@ -312,6 +322,11 @@ def create_node(state: _CreateState, runtime: Runtime[StudioContext],
         if state.get("task") not in (None, state["thread"]["task"]):
             raise RefusedError("created with a different task", thread_id=thread_id,
                                error_code=ErrorCode.IDENTITY_MISMATCH)
+        if state.get("reopen") and needs_reopening(state["progress"], thread_id,
+                                                   asked='the input "reopen": true'):
+            with context.store() as store:
+                store.ledger.touch(thread_id)
+            return {"progress": {"status": "ready", "stop_reason": None}}
         return {}
     spec = ThreadSpec(thread_id=thread_id, task=state.get("task"), model=context.model_id,
                       max_attempts=state.get("max_attempts"), max_tokens=state.get("max_tokens"),
