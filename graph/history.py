@@ -48,6 +48,18 @@ def _call(call: dict[str, Any]) -> str:
     return _short(f"{call['name']}({call.get('canonical_arguments', call['arguments'])})", 36)
 
 
+def _finish(step: dict[str, Any]) -> str:
+    """A step's `finish` column: its reply's `finish_reason` as the server sent it.
+
+    `unknown` for a reply without one (the server sent none, or the row predates schema
+    v7); `-` when no reply was read (a failed request or refused reply, a step with no
+    record).
+    """
+    if step["finish_reason"] is not None:
+        return _short(step["finish_reason"], 14)
+    return "-" if step["outcome"] in ("error", "no record") else "unknown"
+
+
 def render(history: dict[str, Any]) -> str:
     """The text report of `graph.threads.history.thread_history`."""
     h = history["header"]
@@ -67,15 +79,15 @@ def render(history: dict[str, Any]) -> str:
     ]
     if h["answer"] is not None:
         lines += [f"answer   {h['answer']}", REVIEW_REMINDER]
-    lines += ["", "step  outcome     tokens  completed_at               "
+    lines += ["", "step  outcome     finish          tokens  completed_at               "
               "thought / tool call → observation"]
     for step in history["steps"]:
-        head = (f"{step['step']:>4}  {step['outcome']:<10}  {step['tokens']:>6}  "
-                f"{step['completed_at'] or '-':<25}  ")
+        head = (f"{step['step']:>4}  {step['outcome']:<10}  {_finish(step):<14}  "
+                f"{step['tokens']:>6}  {step['completed_at'] or '-':<25}  ")
         detail = step["error"] if step["outcome"] in ("error", "no record") else step["thought"]
         lines.append(head + _short(detail, 60))
         for call in step["tool_calls"]:
-            lines.append(" " * 54 + _call(call) + " → "
+            lines.append(" " * (len(head) + 1) + _call(call) + " → "
                          + _short(call["observation"] or "(not run yet)", 50))
     if history.get("decisions"):
         lines += ["", "review decisions"]

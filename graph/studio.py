@@ -30,26 +30,30 @@ the model sees their results. No model request is made by a resume.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, NotRequired
+from typing import TYPE_CHECKING, Annotated, Any, NotRequired
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.channels import EphemeralValue
 from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 from typing_extensions import TypedDict
 
 from graph.agent import build_graph, first_state
 from graph.checkpoints.updates import check_edited
-from graph.errors import ErrorCode, RefusedError, UsageError
+from graph.errors import ErrorCode, RefusedError, RunError, UsageError, error_line
 from graph.settings import ThreadSpec, resolve_settings
 from graph.step import models
 from graph.step.approvals import apply_approved, decide
+from graph.step.local_steps import needs_reopening
 from graph.store import open_store
 from graph.store.checks import check_tombstone, check_unstarted
+from graph.text import without_key
 from nodes.context import LedgerEntry
 from nodes.request import PreparedRequests
 from nodes.review import open_calls_of_last, pending_items, split_writes
@@ -67,6 +71,7 @@ __all__ = [
     "StudioLedger",
     "StudioLog",
     "create_node",
+    "shown",
     "studio_graph",
     "studio_tools_node",
 ]
@@ -85,12 +90,17 @@ class StudioInput(TypedDict):
     """Folder of the read-only tools, fixed at creation."""
     allow_writes: NotRequired[str]
     """Folder of the write tools, fixed at creation; each write waits for a person."""
+    reopen: NotRequired[Annotated[bool, EphemeralValue(bool)]]
+    """True: put a thread stopped by a model error back to `ready` first (`graph.run
+    --reopen`); this run then makes its next step. Read by this run alone: an ephemeral
+    channel, gone after the step that reads it, so no later run reopens by itself."""
 
 
 class _CreateState(StudioInput, total=False):
     """What the `create` node reads: the input, and the thread once it exists."""
 
     thread: dict[str, Any]
+    progress: dict[str, Any]
 
 
 @dataclass
@@ -231,6 +241,52 @@ class StudioLog:
             return store.log.used_tokens(thread_id)
 
 
+_SHOWN_KINDS: dict[type[RunError], type[RunError]] = {}
+
+
+def _shown_kind(kind: type[RunError]) -> type[RunError]:
+    """`kind`, also a `RuntimeError`, its text `error (CODE): MESSAGE` (see `shown`); made once."""
+    def text(error: RunError) -> str:
+        return without_key(error_line(error.error_code, error.message))  # the server logs it too (I9)
+
+    if kind not in _SHOWN_KINDS:
+        _SHOWN_KINDS[kind] = type(kind.__name__, (kind, RuntimeError), {
+            "__module__": kind.__module__, "__qualname__": kind.__qualname__, "__str__": text})
+    return _SHOWN_KINDS[kind]
+
+
+def shown(error: RunError) -> RunError:
+    """`error` as the Studio server shows a run's error: its reason, not "An internal error occurred".
+
+    `langgraph dev` (langgraph-api's `serde.default`) shows the message of a run's
+    exception only for some built-in kinds (`ValueError`, `RuntimeError`, ...); any
+    other reads "An internal error occurred", so a person could not tell a refused
+    run (another model, a damaged ledger, a second request in one run) from a bug.
+    The copy is still of its class (`RefusedError`, `UsageError`, ...: whoever catches
+    those still does) with the same fields, and also a `RuntimeError` whose text is
+    `error (CODE): MESSAGE`, the line the command line prints (the API key never in it).
+    """
+    if isinstance(error, RuntimeError):  # shown already
+        return error
+    kind = _shown_kind(type(error))
+    copy = kind.__new__(kind)
+    copy.__dict__.update(error.__dict__)
+    copy.args = error.args
+    return copy
+
+
+def _showing_refusals(node: Callable[..., Any]) -> Callable[..., Any]:
+    """`node`, raising each refusal (`RunError`) as `shown`."""
+    @functools.wraps(node)
+    def showing(*args: Any, **kwargs: Any) -> Any:  # LangGraph passes what node's signature names
+        try:
+            return node(*args, **kwargs)
+        except RunError as exc:
+            raise shown(exc).with_traceback(exc.__traceback__) from None
+
+    return showing
+
+
 def _binding(node: Callable[..., Any]
              ) -> Callable[[ThreadState, Runtime[StudioContext], RunnableConfig], Any]:
     """`node`, first binding the Studio context to the thread it runs for."""
@@ -241,7 +297,7 @@ def _binding(node: Callable[..., Any]
         return node(state, runtime)  # the context is a NodeContext, resolved
 
     bound.__name__ = getattr(node, "__name__", "node")
-    return bound
+    return _showing_refusals(bound)
 
 
 def create_node(state: _CreateState, runtime: Runtime[StudioContext],
@@ -249,13 +305,16 @@ def create_node(state: _CreateState, runtime: Runtime[StudioContext],
     """Creates the thread from Studio's input: identity, first message, ledger row.
 
     On an existing thread it changes nothing (a thread is never restarted); a different
-    task is refused.
+    task is refused. With `"reopen": true` in the input, a thread stopped by a model error
+    is put back to `ready` first, its attempts still counted (`graph.step.local_steps.
+    needs_reopening`); budget then counts the next attempt as usual.
 
     Raises:
         RefusedError: `identity_mismatch` (another task); `damaged` (the ledger already
             counts attempts for this id: starting over would give it a fresh budget);
             `pruned`.
-        UsageError: An invalid task or limit; a paid model without `live`.
+        UsageError: An invalid task or limit; a paid model without `live`; `reopen` of a
+            thread not stopped by a model error.
     """
     thread_id = config["configurable"]["thread_id"]
     context = runtime.context
@@ -263,6 +322,11 @@ def create_node(state: _CreateState, runtime: Runtime[StudioContext],
         if state.get("task") not in (None, state["thread"]["task"]):
             raise RefusedError("created with a different task", thread_id=thread_id,
                                error_code=ErrorCode.IDENTITY_MISMATCH)
+        if state.get("reopen") and needs_reopening(state["progress"], thread_id,
+                                                   asked='the input "reopen": true'):
+            with context.store() as store:
+                store.ledger.touch(thread_id)
+            return {"progress": {"status": "ready", "stop_reason": None}}
         return {}
     spec = ThreadSpec(thread_id=thread_id, task=state.get("task"), model=context.model_id,
                       max_attempts=state.get("max_attempts"), max_tokens=state.get("max_tokens"),
@@ -288,7 +352,7 @@ def studio_graph() -> Any:
         return _binding(studio_tools_node if node is tools_node else node)
 
     return build_graph(None, context_schema=StudioContext, input_schema=StudioInput,
-                       first=("create", create_node), wrap=wrap)
+                       first=("create", _showing_refusals(create_node)), wrap=wrap)
 
 
 def _check_protocol(context: StudioContext) -> NodeContext:

@@ -17,7 +17,7 @@ from langgraph.runtime import Runtime
 from nodes.context import NodeContext, StepContext
 from nodes.errors import InvocationErrorCode, InvocationRefusedError
 from nodes.pairing import not_executed_results
-from nodes.state import Progress, ThreadState, ThreadUpdate
+from nodes.state import FINAL_STATUSES, Progress, ThreadState, ThreadUpdate
 
 
 def budget_node(state: ThreadState, runtime: Runtime[StepContext]) -> ThreadUpdate:
@@ -36,8 +36,9 @@ def budget_node(state: ThreadState, runtime: Runtime[StepContext]) -> ThreadUpda
     Returns:
         A `progress` update: `status` `ready` with the attempt number to send, or
         `status` `exhausted` with `stop_reason` `budget` when the maximum is spent.
-        Running out of budget is a normal route to END, not an exception. A
-        `cancelled` thread gets no update and routes to END without counting.
+        Running out of budget is a normal route to END, not an exception. A finished
+        thread (`done`, `exhausted`, `cancelled`) gets no update and routes to END
+        without counting: a person's reopen (`graph.step.local_steps`) makes it `ready`.
 
     The token cap is checked against the larger of the state's total and the total the
     attempt log recorded for the thread (`AttemptLog.used_tokens`): a fork from an older
@@ -50,8 +51,8 @@ def budget_node(state: ThreadState, runtime: Runtime[StepContext]) -> ThreadUpda
     """
     ctx = check_invocation(runtime.context)
     progress, thread = state["progress"], state["thread"]
-    if progress["status"] == "cancelled":
-        return {}  # a cancelled thread never counts or sends again
+    if progress["status"] in FINAL_STATUSES:  # never counts or sends again (a Studio run with
+        return {}  # input enters here on a finished thread; only a reopen makes it ready)
     max_tokens = thread.get("max_tokens")
     if max_tokens is not None and max(progress["usage"]["total_tokens"],
                                       ctx.log.used_tokens(ctx.thread_id)) >= max_tokens:

@@ -157,7 +157,9 @@ class OfflineDemoModel:
         usage = Usage(
             prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
         )
-        return ModelReply(message=message, usage=usage)
+        # As a server says it: history and export show what a real reply would carry.
+        return ModelReply(message=message, usage=usage,
+                          finish_reason="tool_calls" if calls else "stop")
 
     @staticmethod
     def answer(tool_text: str) -> str:

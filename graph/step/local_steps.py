@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from langgraph.types import Command
@@ -16,7 +17,7 @@ from nodes.state import FINAL_STATUSES
 if TYPE_CHECKING:
     from graph.store.base import Store
 
-__all__ = ["REOPENABLE", "cancel", "reopen", "review"]
+__all__ = ["REOPENABLE", "cancel", "needs_reopening", "reopen", "review"]
 
 REOPENABLE = frozenset(str(reason) for reason in StopReason)
 """Stop reasons a person may undo with `--reopen`: model errors (`nodes.errors.StopReason`:
@@ -52,6 +53,31 @@ def cancel(graph: Any, config: dict[str, Any], store: Store, loaded: Any,
     return Outcome.from_state(thread_id, snapshot.values, snapshot.next, figures).succeeded()
 
 
+def needs_reopening(progress: Mapping[str, Any], thread_id: str, asked: str = "--reopen") -> bool:
+    """Whether a thread whose `progress` this is must be put back to `ready` when a person asks.
+
+    Args:
+        progress: The thread's `progress` state.
+        thread_id: Named in the refusal.
+        asked: How the person asked (`--reopen`, Studio's input), named in the refusal.
+
+    Returns:
+        True for a stop by a model error (`REOPENABLE`); False for a thread already `ready`.
+
+    Raises:
+        UsageError: The thread is done, cancelled, waiting for approval, or stopped by
+            its limits: nothing to reopen.
+    """
+    if progress["status"] == "ready":
+        return False
+    if progress["status"] != "exhausted" or progress.get("stop_reason") not in REOPENABLE:
+        stopped = progress["status"] + (f" ({progress['stop_reason']})" if progress.get("stop_reason")
+                                        else "")
+        raise UsageError(f"{asked} undoes a stop by a model error ({', '.join(sorted(REOPENABLE))}); "
+                         f"this thread is {stopped}: nothing to reopen", thread_id=thread_id)
+    return True
+
+
 def reopen(graph: Any, config: dict[str, Any], store: Store, loaded: Any,
            thread_id: str, entry: LedgerEntry | None) -> Outcome:
     """Puts a thread stopped by a model error (`REOPENABLE`) back to `ready`; sends nothing.
@@ -70,15 +96,9 @@ def reopen(graph: Any, config: dict[str, Any], store: Store, loaded: Any,
         raise RefusedError("no such thread", error_code=ErrorCode.NO_SUCH_THREAD,
                            location=store.location, thread_id=thread_id)
     values = loaded.values
-    progress = values["progress"]
-    if progress["status"] == "ready":
+    if not needs_reopening(values["progress"], thread_id):
         return Outcome.from_state(thread_id, values, loaded.snapshot.next,
                                   store.figures(thread_id, entry=entry))
-    if progress["status"] != "exhausted" or progress.get("stop_reason") not in REOPENABLE:
-        stopped = progress["status"] + (f" ({progress['stop_reason']})" if progress.get("stop_reason")
-                                        else "")
-        raise UsageError(f"--reopen undoes a stop by a model error ({', '.join(sorted(REOPENABLE))}); "
-                         f"this thread is {stopped}: nothing to reopen", thread_id=thread_id)
     # Written as if by reason: its router sends a ready thread after an error to budget.
     graph.update_state(config, {"progress": {"status": "ready", "stop_reason": None}},
                        as_node="reason")

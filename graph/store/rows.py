@@ -113,7 +113,8 @@ LOG_PAYLOAD_KEYS: dict[str, dict[str, Callable[[Any], bool]]] = {
                "tool_calls": lambda v: isinstance(v, list) and all(
                    isinstance(c, dict) and is_text(c.get("id")) for c in v),
                "usage": lambda v: v is None or isinstance(v, dict),
-               "error_code": is_text_or_none, "message": is_text_or_none},
+               "error_code": is_text_or_none, "message": is_text_or_none,
+               "finish_reason": is_text_or_none},
     "tool": {"tool_call_id": is_text, "observation": is_text},
 }
 """The kinds of attempt-log row, the payload keys their readers use, and their types."""

@@ -50,8 +50,12 @@ def step_log(store: Store, thread_id: str) -> list[dict[str, Any]]:
         `arguments` as sent by the model, `canonical_arguments` (what the tool used
         and a review showed; the raw text when ambiguous) and its whole
         `observation`, None if the tool has not run),
-        `tokens` (total tokens of the request), `error_code`, `error` and
-        `completed_at` (UTC, ISO 8601).
+        `tokens` (total tokens of the request), `finish_reason`, `error_code`, `error`
+        and `completed_at` (UTC, ISO 8601). `finish_reason` is the reply's
+        `choices[0].finish_reason` as its row logged it (`stop`, `length`,
+        `content_filter`, `eos`, ...; issue 29), or None when unknown: the server sent
+        none, no reply was read (a failed request, a refused reply), or the row was
+        logged before schema v7 kept it.
     """
     steps: dict[int, dict[str, Any]] = {}
     observations: dict[tuple[int, str], str] = {}  # by (attempt, call id): ids recur per turn
@@ -66,13 +70,14 @@ def step_log(store: Store, thread_id: str) -> list[dict[str, Any]]:
             "thought": payload.get("thought"),
             "tool_calls": [dict(c) for c in payload.get("tool_calls", [])],
             "tokens": (payload.get("usage") or {}).get("total_tokens", 0),
+            "finish_reason": payload.get("finish_reason"),
             "error_code": payload.get("error_code"), "error": payload.get("message"),
             "completed_at": row["created_at"]})
     entry = store.ledger.read(thread_id)
     for attempt in range(1, (entry.claimed if entry else 0) + 1):
         steps.setdefault(attempt, {
             "step": attempt, "outcome": "no record", "thought": None, "tool_calls": [],
-            "tokens": 0, "error_code": None,
+            "tokens": 0, "finish_reason": None, "error_code": None,
             "error": "the process stopped during this attempt; it is counted as spent",
             "completed_at": None})
     for step in steps.values():

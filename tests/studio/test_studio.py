@@ -7,6 +7,7 @@ the ledger in the context's database still keeps the budget.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -116,6 +117,72 @@ def test_a_resumed_thread_refuses_another_model(tmp_path: Path) -> None:
         graph.invoke(None, config(), context={"db": str(db), "model_id": "other-model"})
     assert refused.value.error_code == ErrorCode.IDENTITY_MISMATCH
     assert ledger(db) == (1, 1, 4)
+
+
+@pytest.mark.parametrize("refusal", ["another task", "another model", "no ledger row"])
+def test_the_studio_server_shows_a_refused_runs_reason_and_code(tmp_path: Path, refusal: str) -> None:
+    """What `langgraph dev` sends Studio for a run's exception (langgraph-api's serde):
+    its reason, never "An internal error occurred"; still a `RefusedError` in process."""
+    from langgraph_api.serde import json_dumpb
+
+    db, graph = tmp_path / "studio.sqlite", served()
+    graph.invoke({"task": TASK}, config(), context={"db": str(db)})
+    run_input: Any = {"task": "Another task?"} if refusal == "another task" else None
+    context = {"db": str(db), **({"model_id": "other-model"} if refusal == "another model" else {})}
+    if refusal == "no ledger row":
+        with sqlite3.connect(db) as conn:
+            conn.execute("DELETE FROM attempt_ledger")
+    with pytest.raises(RefusedError) as refused:
+        graph.invoke(run_input, config(), context=context)
+    sent = json.loads(json_dumpb({"error": refused.value}))["error"]
+    code = ErrorCode.DAMAGED if refusal == "no ledger row" else ErrorCode.IDENTITY_MISMATCH
+    assert sent == {"error": "RefusedError",
+                    "message": f"error ({code}): {refused.value.message}"}, sent
+    assert refused.value.detail in sent["message"] and "internal error" not in sent["message"]
+
+
+def test_a_run_with_input_on_a_finished_thread_counts_and_sends_nothing(tmp_path: Path) -> None:
+    """Studio starts every run with input at `create`, then budget: a finished thread
+    (here `done`) must end there, not count and send again."""
+    db, graph = tmp_path / "studio.sqlite", served()
+    graph.invoke({"task": TASK}, config(), context={"db": str(db)})
+    graph.invoke(None, config(), context={"db": str(db)})
+    assert ledger(db) == (2, 2, 4)
+    graph.invoke({"task": TASK}, config(), context={"db": str(db)})
+    assert graph.get_state(config()).values["progress"]["status"] == "done"
+    assert ledger(db) == (2, 2, 4)
+
+
+def test_a_thread_stopped_by_a_gateways_400_is_reopened_by_the_input_and_continues(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Studio's `--reopen` (issue 29): `{"task": ..., "reopen": true}` puts the thread back
+    to `ready`, its attempts still counted, and the run makes the next step; no run
+    without it reopens, and the flag is not kept for later runs."""
+    from tests.step.test_finish_reasons import body
+    from tests.step.test_reopen import Gateway
+
+    monkeypatch.setenv("MANDAPI_API_KEY", "sk-test-studio-01")
+    monkeypatch.setenv("MANDAPI_BASE_URL", "http://mandapi.test/v1")
+    gateway = Gateway(400, body("3 days [ship-01].", "stop"))  # type: ignore[arg-type]
+    monkeypatch.setattr("graph.step.models.make_model", gateway)
+    db, graph = tmp_path / "studio.sqlite", served()
+    context = {"db": str(db), "model_id": "mandapi-large", "live": True}
+    graph.invoke({"task": TASK}, config(), context=context)
+    progress = graph.get_state(config()).values["progress"]
+    assert (progress["status"], progress["stop_reason"]) == ("exhausted", "invalid_request")
+    for run_input in (None, {"task": TASK}):  # runs without the flag: it stays stopped
+        graph.invoke(run_input, config(), context=context)
+        assert graph.get_state(config()).values["progress"]["status"] == "exhausted"
+    assert ledger(db) == (1, 1, 4) and len(gateway.requests) == 1
+    graph.invoke({"task": TASK, "reopen": True}, config(), context=context)
+    state = graph.get_state(config())
+    assert (state.values["progress"]["status"], state.values["progress"]["answer"]) == (
+        "done", "3 days [ship-01].")
+    assert ledger(db) == (2, 2, 4) and len(gateway.requests) == 2, "attempts still counted"
+    assert state.values.get("reopen") is None, "the flag is gone after the run that read it"
+    with pytest.raises(UsageError, match="nothing to reopen") as refused:  # done: not a model error
+        graph.invoke({"task": TASK, "reopen": True}, config(), context=context)
+    assert "error (usage): " in str(refused.value) and ledger(db) == (2, 2, 4)
 
 
 def test_an_approval_interrupt_is_resumed_with_decisions_and_applies_the_write(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -35,15 +36,17 @@ def comparable(history: dict[str, Any]) -> dict[str, Any]:
     return {"header": header, "steps": steps, "checkpoints": cps}
 
 
-EXPECTED_STEPS = [
+EXPECTED_STEPS = [  # the scripted replies carry no finish_reason
     {"step": 1, "outcome": "error", "thought": None, "tool_calls": [], "tokens": 0,
-     "error_code": "timeout", "error": "request to http://fake/chat/completions timed out"},
-    {"step": 2, "outcome": "tool_calls", "thought": None, "tokens": 15, "error_code": None,
+     "finish_reason": None, "error_code": "timeout",
+     "error": "request to http://fake/chat/completions timed out"},
+    {"step": 2, "outcome": "tool_calls", "thought": None, "tokens": 15, "finish_reason": None,
+     "error_code": None,
      "error": None, "tool_calls": [{"id": "call_x", "name": "search_references",
                                     "arguments": '{"query": "shipping"}',
                                     "canonical_arguments": '{"query":"shipping"}'}]},
     {"step": 3, "outcome": "answer", "thought": "3 to 5 business days [ship-01]", "tool_calls": [],
-     "tokens": 27, "error_code": None, "error": None},
+     "tokens": 27, "finish_reason": None, "error_code": None, "error": None},
 ]
 
 
@@ -195,3 +198,52 @@ def test_a_fork_beyond_the_checkpoint_window_is_explained_until_the_next_step_tr
     text = capsys.readouterr().out
     assert "checkpoints: the latest 5 of 5 stored\n" in text and "more than the" not in text
     assert " fork " in text, "the window kept is the fork's branch"
+
+
+def _finishes(db: str, capsys: pytest.CaptureFixture[str]) -> tuple[list[Any], list[str]]:
+    """`graph.history --thread f1`: each step's `finish_reason` (--json) and finish column (text)."""
+    capsys.readouterr()
+    assert history_main(["--thread", "f1", "--db", db, "--json"]) == 0
+    steps = json.loads(capsys.readouterr().out)["steps"]
+    assert history_main(["--thread", "f1", "--db", db]) == 0
+    text = capsys.readouterr().out.split("step  outcome     finish ", 1)[1].splitlines()
+    rows = [line.split() for line in text if re.match(r" *\d+  ", line)]
+    return [s["finish_reason"] for s in steps], [row[2] for row in rows]
+
+
+def test_history_shows_each_attempts_finish_reason_as_the_server_sent_it(
+        backend, capsys, monkeypatch) -> None:
+    """A 400 (no reply read: `-`), a reply cut off (`length`), a reply without one
+    (`null`: unknown), then an unfamiliar value, kept raw (issue 29)."""
+    from tests.step.test_finish_reasons import body
+    from tests.step.test_reopen import Gateway
+
+    monkeypatch.setenv("MANDAPI_API_KEY", "sk-test-history-0")
+    monkeypatch.setenv("MANDAPI_BASE_URL", "http://mandapi.test/v1")
+    server = Gateway(400, body("Shipping takes ", "length"),  # type: ignore[arg-type]
+                     body(None, None, ("c1", "get_reference", '{"ref_id": "ship-01"}')),
+                     body("3 to 5 business days [ship-01].", "eos"))
+    flags = ["--thread", "f1", "--live", "--once", "--db", backend.db]
+    assert run_cli([*flags, "--task", TASK, "--model", "mandapi-large"],
+                   model_factory=server)["stop_reason"] == "invalid_request"
+    run_cli([*flags, "--reopen"], model_factory=server)
+    for _ in range(4):  # length, the call, its result, the answer
+        done = run_cli(flags, model_factory=server)
+    assert done["status"] == "done" and not server.script
+    assert _finishes(backend.db, capsys) == ([None, "length", None, "eos"],
+                                             ["-", "length", "unknown", "eos"])
+
+
+def test_attempts_logged_before_finish_reason_was_kept_read_as_unknown(
+        backend, capsys, monkeypatch) -> None:
+    """Rows as the code before schema v7 wrote them: no `finish_reason` key at all."""
+    from graph.store.redis.tables import RedisAttemptLog
+    from graph.store.sql.attempt_log import SqlAttemptLog
+
+    for table in (SqlAttemptLog, RedisAttemptLog):
+        record = table.record
+        monkeypatch.setattr(table, "record", lambda self, thread_id, attempt, kind, payload, record=record:
+                            record(self, thread_id, attempt, kind,
+                                   {k: v for k, v in payload.items() if k != "finish_reason"}))
+    run_cli(["--thread", "f1", "--task", TASK, "--db", backend.db])  # the demo: tool_calls, stop
+    assert _finishes(backend.db, capsys) == ([None, None], ["unknown", "unknown"])
