@@ -170,9 +170,9 @@ async def _recover(app: App, seconds: float) -> int:
     meanwhile) is marked failed instead: requeueing it would break the one-waiting-job
     rule of the queueing lock, and the waiting step continues the thread. A job that
     left `doing` between the listing and its retry (a slow worker's heartbeat was late,
-    then it finished; another recovery requeued it first) is left as it is:
-    procrastinate's `procrastinate_retry_job_v2` raises "Job was not found or has an
-    invalid status to retry" for it, which is no failure of the recovery.
+    then it finished; another recovery requeued it first) is left as it is, whether
+    the retry or the marking failed finds it gone (`_NOT_DOING`): no failure of the
+    recovery.
     """
     requeued = 0
     for job in await app.job_manager.get_stalled_jobs(seconds_since_heartbeat=seconds):
@@ -180,16 +180,27 @@ async def _recover(app: App, seconds: float) -> int:
             await app.job_manager.retry_job(job)
             requeued += 1
         except exceptions.UniqueViolation:
-            await app.job_manager.finish_job(job, status=Status.FAILED, delete_job=False)
+            await _left_doing(app.job_manager.finish_job(job, status=Status.FAILED,
+                                                         delete_job=False))
         except exceptions.ConnectorException as exc:
             if _NOT_DOING not in str(exc.__cause__):
                 raise
     return requeued
 
 
-_NOT_DOING = "invalid status to retry"
-"""What procrastinate's retry function raises for a job no longer `doing` (its migration
-`procrastinate_retry_job_v2`)."""
+async def _left_doing(finishing: Any) -> None:
+    """Awaits `finishing` (a `finish_job`); a job that left `doing` meanwhile is left as it is."""
+    try:
+        await finishing
+    except exceptions.ConnectorException as exc:
+        if _NOT_DOING not in str(exc.__cause__):
+            raise
+
+
+_NOT_DOING = "Job was not found or "
+"""How procrastinate's SQL functions refuse a job no longer `doing` (`procrastinate_retry_job_v2`:
+"... has an invalid status to retry"; `procrastinate_finish_job_v1`: '... not in "doing" or
+"todo" status'): it finished or was recovered meanwhile."""
 
 
 def recover_stalled(db: str, seconds: float | None = None) -> int:

@@ -297,6 +297,43 @@ def test_a_stalled_step_that_finishes_before_its_retry_is_left_as_it_is(pg) -> N
     assert rows == [("f1", "succeeded")]
 
 
+@pytest.mark.postgres
+def test_a_stalled_step_that_finishes_before_it_is_marked_failed_is_left_as_it_is(pg) -> None:
+    """The same race on the other branch: the retry met the thread's waiting job (the
+    queueing lock), and marking the stalled job failed found it finished meanwhile
+    ('Job was not found or not in "doing" or "todo" status')."""
+    import psycopg
+    from procrastinate.jobs import Status
+
+    from graph.fleet.jobs import _next_step, _recover, ensure_schema, make_app
+
+    ensure_schema(pg.db)
+    app = make_app(pg.db)
+    args = {"fields": {}, "live": False, "cap_id": None}
+
+    async def scenario() -> int:
+        async with app.open_async():
+            await _next_step(app, "g1", "default").defer_async(thread_id="g1", **args)
+            worker_id = await app.job_manager.register_worker()
+            job = await app.job_manager.fetch_job(queues=None, worker_id=worker_id)
+            assert await _next_step(app, "g1", "default").defer_async(thread_id="g1", **args)
+            await asyncio.sleep(0.1)
+            finish = app.job_manager.finish_job
+
+            async def finished_meanwhile(stalled: Any, *a: Any, **kw: Any) -> Any:
+                await finish(job, status=Status.SUCCEEDED, delete_job=False)  # the slow worker
+                return await finish(stalled, *a, **kw)
+
+            app.job_manager.finish_job = finished_meanwhile  # type: ignore[method-assign]
+            return await _recover(app, seconds=0.01)
+
+    assert asyncio.run(scenario()) == 0
+    with psycopg.connect(pg.db) as conn:
+        rows = conn.execute("SELECT args->>'thread_id', status::text FROM procrastinate_jobs "
+                            "ORDER BY id").fetchall()
+    assert rows == [("g1", "succeeded"), ("g1", "todo")]
+
+
 @pytest.mark.slow
 @pytest.mark.postgres
 def test_one_worker_runs_steps_of_several_threads_at_once_one_per_thread_and_logs_no_task_text(
