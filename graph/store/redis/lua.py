@@ -65,7 +65,7 @@ local function ledger(key)
   if m < 1 or c > a or a > m then
     return nil, 'claimed ' .. c .. ', attempts ' .. a .. ', maximum ' .. m
   end
-  return {a, c, m}, nil
+  return {a, c, m, logged}, nil  -- logged: false when not counted yet
 end
 local function cap(key)
   local t = kind(key)
@@ -289,7 +289,7 @@ if bad then return {'damaged', 'attempt_log', bad} end
 local row, badrow = ledger(KEYS[3])
 if badrow then return {'damaged', 'attempt_ledger', badrow} end
 local n = redis.call('LLEN', KEYS[1])
-local logged = row and redis.call('HGET', KEYS[3], 'logged')
+local logged = row and row[4]
 if logged and tonumber(logged) ~= n then
   return {'damaged', 'attempt_log', 'the log holds ' .. n .. ' rows, but its ledger row counted ' .. logged}
 end
