@@ -313,8 +313,8 @@ def test_sigkill_then_lost_or_damaged_wal_never_sends_an_uncounted_request(
             for round_ in range(12):
                 kill_at = WAL_KILLS[(i + round_) % len(WAL_KILLS)] if round_ < 6 else None
                 killed, outcome = runner.run(tag, argv, kill_at, rng)
-                if killed:
-                    name, damage = damages[(i * 6 + round_) % len(damages)]
+                if killed:  # the kth kill gets the kth damage: every kind, however kills fall
+                    name, damage = damages[sum(done.values()) % len(damages)]
                     if wal.exists():
                         damage(wal)
                     done[name] += 1
