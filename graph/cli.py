@@ -43,6 +43,9 @@ __all__ = [
 PROGRAM = "mandapi-resume"
 """The distribution's name, its console script's name and the first word of `--version`."""
 
+_JOINED_DASHES = "\x00--"
+"""What `Parser` passes argparse in place of a `--` joined to its flag (`--thread=--`)."""
+
 _console_command: str | None = None
 """The subcommand `graph.console` is running, which names every parser's program."""
 
@@ -98,8 +101,34 @@ class Parser(argparse.ArgumentParser):
                          formatter_class=argparse.RawDescriptionHelpFormatter)
         self.add_argument("--version", action=_Version, help="print the version and exit")
 
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        """Parses as argparse does, except that `--flag=--` gives the flag the value `--`.
+
+        Python 3.11's argparse drops every `--` among an option's values, even one joined
+        to its flag with `=`, leaving `[]`: the legal thread id `--`
+        could not be named. A joined `--` is passed through a stand-in argparse leaves
+        alone (a NUL, which no command-line argument can hold) and put back after parsing.
+        """
+        given = sys.argv[1:] if args is None else list(args)
+        swapped = [a[:-2] + _JOINED_DASHES if a.startswith("-") and a.endswith("=--") else a
+                   for a in given]
+        parsed, rest = super().parse_known_args(swapped, namespace)
+        for name, value in vars(parsed).items():
+            if value == _JOINED_DASHES:
+                setattr(parsed, name, "--")
+            elif isinstance(value, list) and _JOINED_DASHES in value:
+                setattr(parsed, name, ["--" if v == _JOINED_DASHES else v for v in value])
+        return parsed, ["--" if a == _JOINED_DASHES else a for a in rest]
+
     def error(self, message: str) -> NoReturn:
-        """Raises `UsageError` instead of printing and exiting."""
+        """Raises `UsageError` instead of printing and exiting.
+
+        argparse reads a value that starts with `-` (`--thread -x`) as a flag and says
+        "expected one argument"; the message then shows the `--flag=VALUE` form that works.
+        """
+        if message.endswith(": expected one argument"):
+            flag = message.removeprefix("argument ").split(":", 1)[0].split("/")[-1]
+            message += f" (a value that starts with '-' is joined with '=': {flag}=VALUE)"
         raise UsageError(message)
 
     def exit(self, status: int = 0, message: str | None = None) -> NoReturn:

@@ -67,7 +67,7 @@ INTERRUPTED = "interrupted; any counted attempt stays counted"
 
 def _args(argv: list[str]) -> tuple[str | None, str | None]:
     """`--thread` (checked) and `--db` of `argv`; None for what is missing or invalid."""
-    parser = argparse.ArgumentParser(add_help=False)
+    parser = Parser("run", None)  # its parsing keeps `--thread=--`
     parser.add_argument("--thread")
     parser.add_argument("--db")
     known, _ = parser.parse_known_args(argv)

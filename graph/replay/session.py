@@ -308,7 +308,7 @@ def _drive(rec: Recording, db: str, flags: list[str], model_factory: Callable[[s
             failed in a way a replay never should (exit 1, 2, 4, 5), a paused call has
             no recorded decision, or the thread keeps going past any sensible count.
     """
-    base = ["--thread", str(rec.thread["thread_id"]), "--db", db, "--live", "--json"]
+    base = [f"--thread={rec.thread['thread_id']}", "--db", db, "--live", "--json"]
     outcomes: list[dict[str, Any]] = []
 
     def step(argv: list[str]) -> dict[str, Any]:

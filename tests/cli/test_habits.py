@@ -187,7 +187,8 @@ def test_an_id_starting_with_a_dash_works_joined_with_equals_as_the_readme_says(
 
     db = str(tmp_path / "c.sqlite")
     assert run_main(["--thread", "-lead:dash", "--task", TASK, "--db", db, "--once"]) == 2
-    assert "--thread: expected one argument" in capsys.readouterr().err
+    assert "--thread: expected one argument (a value that starts with '-' is joined with '=': " \
+        "--thread=VALUE)" in capsys.readouterr().err
     assert not Path(db).exists()
     out = run_cli(["--thread=-lead:dash", "--task", TASK, "--db", db, "--once"])
     assert (out["exit_code"], out["thread_id"]) == (0, "-lead:dash"), out

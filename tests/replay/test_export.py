@@ -150,6 +150,20 @@ def test_a_cancelled_thread_replays_to_its_cancellation(sqlite_db, tmp_path) -> 
     assert [o["status"] for o in result.outcomes] == ["ready", "cancelled"]
 
 
+@pytest.mark.parametrize("thread", ["-x", "--", "-"])
+def test_a_thread_whose_id_starts_with_a_dash_exports_and_replays(sqlite_db, tmp_path, thread) -> None:
+    """The replay driver names the thread as `--thread=ID`: `--thread -x` is two flags to
+    argparse, and a joined `--` must stay the id `--` (a fresh user's report, issue 30)."""
+    assert run_cli([f"--thread={thread}", "--task", TASK, "--db", str(sqlite_db), "--once"])[
+        "status"] == "ready"
+    assert run_cli([f"--thread={thread}", "--db", str(sqlite_db), "--once"])["status"] == "done"
+    assert main(["export", f"--thread={thread}", "--db", str(sqlite_db), "-o",
+                 str(tmp_path / "d.json")]) == 0
+    result = replay(tmp_path / "d.json", db=str(tmp_path / "r.sqlite"))
+    assert [o["status"] for o in result.outcomes] == ["ready", "done"]
+    assert {o["thread_id"] for o in result.outcomes} == {thread}
+
+
 def test_a_malformed_logged_usage_is_refused_not_a_crash(sqlite_db, tmp_path, capsys, monkeypatch) -> None:
     def killed(request: httpx.Request) -> httpx.Response:
         raise RuntimeError("the process died here")

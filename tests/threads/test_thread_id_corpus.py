@@ -34,7 +34,7 @@ TASK = "How long does shipping take at the demo shop?"
 _PUNCT = (".", "_", ":", "-")
 LEGAL = [
     *_PUNCT,  # alone
-    "..", "__", "::", "...", "____", "._:-", "-_-", "_.",  # repeated and mixed
+    "..", "__", "::", "...", "____", "._:-", "-_-", "_.", "--", "---",  # repeated and mixed
     *(f"{p}x" for p in _PUNCT), *(f"x{p}y" for p in _PUNCT), *(f"x{p}" for p in _PUNCT),
     "x", "-1", "0", "a" * 128, "_" * 128, "-" + "z" * 127, "Z" * 127 + ":",  # the maximum length
     "Case", "case",  # RediSearch tags are case-insensitive; our ids are not
@@ -45,7 +45,7 @@ LEGAL = [
 """Legal ids: the punctuation alone, repeated, at the start, middle and end; the maximum
 length; ids that differ only in case; ids that look like our and LangGraph's key names."""
 
-SQL_SUBSET = [*_PUNCT, "__", "...", "-x", "x:", "x_y", "a" * 128, "Case", "case",
+SQL_SUBSET = [*_PUNCT, "__", "...", "--", "-x", "x:", "x_y", "a" * 128, "Case", "case",
               "mandapi-resume:ledger:x", "checkpoint:x", "__empty__"]
 """The ids SQLite and PostgreSQL run (they bind ids as parameters; nothing to escape)."""
 
