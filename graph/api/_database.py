@@ -21,7 +21,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar, cast
 
 from graph.api._args import check_callable, check_source, checked_call, thread_spec
-from graph.checkpoints.load import graph_of, load_thread
+from graph.checkpoints.load import graph_of, is_finished, load_thread
 from graph.errors import ErrorCode, RefusedError, UsageError
 from graph.fleet.batch import Progress, run_batch
 from graph.fleet.request_cap import check_cap
@@ -212,7 +212,23 @@ class Database:
         """
         return cast("CompiledStateGraph[Any, Any, Any, Any]",
                     CheckedGraph(graph_of(self.store), self.store.location,
-                                 supports_async=self.store.supports_async))
+                                 supports_async=self.store.supports_async,
+                                 after_update=self._settle_ttl))
+
+    def _settle_ttl(self, config: Any) -> None:
+        """After an `update_state`, gives a thread that is still finished its TTL again.
+
+        A new checkpoint takes the TTL off a finished thread's keys first (Redis:
+        `graph.store.redis.ttl.keep_alive`); when the update leaves the thread finished
+        (`graph.checkpoints.load.is_finished`), its keys get the TTL of that status again,
+        counted from now (`Store.expire_finished`; nothing on SQL). A thread the update
+        left able to continue keeps none (INVARIANTS I10).
+        """
+        thread_id = config["configurable"]["thread_id"]
+        latest = graph_of(self.store).get_state({"configurable": {"thread_id": thread_id}})
+        status = (latest.values.get("progress") or {}).get("status")
+        if is_finished(status, latest.next):
+            self.store.expire_finished(str(thread_id), str(status))
 
     def _writable(self, call: str) -> None:
         """Refuses `call` on a database opened with `read_only=True`, before anything is read.

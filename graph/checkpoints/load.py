@@ -25,8 +25,26 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LoadedThread", "check_snapshot", "check_stored_thread", "check_values", "graph_of", "history_page",
-    "load_thread", "pending_input", "read_snapshot",
+    "is_finished", "load_thread", "pending_input", "read_snapshot",
 ]
+
+
+def is_finished(status: Any, next_nodes: Any) -> bool:
+    """Whether a thread is finished: one rule for the step, verify, retention, copy and TTL.
+
+    Its status is final (`graph.store.rows.FINAL_STATUSES`) and nothing is left to run
+    but `budget`, which ends a finished thread without a request: an
+    `update_state(as_node="tools")` of a done thread leaves `budget` next, and no step
+    runs it (a step answers for a finished thread as it stands), so such a thread is as
+    finished as one with nothing next (an outside attack found it kept forever on Redis,
+    its TTL taken off by the update and never given back). A thread paused on a review
+    (`tools` next) can still continue: `--approve` runs it.
+
+    Args:
+        status: The state's `progress.status`.
+        next_nodes: The nodes LangGraph would run next (`StateSnapshot.next`).
+    """
+    return status in FINAL_STATUSES and set(next_nodes or ()) <= {"budget"}
 
 
 @dataclass(frozen=True)
@@ -45,17 +63,15 @@ class LoadedThread:
 
     @property
     def finished(self) -> bool:
-        """Whether the thread is finished: one rule for the step, verify, retention and copy.
+        """Whether the thread is finished (`is_finished`), as LangGraph shows the state.
 
-        Its status is final (`graph.store.rows.FINAL_STATUSES`) as LangGraph shows the
-        state, stored pending writes applied, and no task is left to run
-        (`StateSnapshot.next`, which leaves out a task whose writes are stored). A task
+        Stored pending writes are applied, and `StateSnapshot.next` leaves out a task
+        whose writes are stored. A task
         whose writes were stored before a kill or a lost lease, with no checkpoint after
         them, counts as run: the step reports such a thread finished, so verify and
         retention read it so too (a TTL on it is right, and it is pruned in its turn).
         """
-        return (self.values["progress"]["status"] in FINAL_STATUSES
-                and not self.snapshot.next)
+        return is_finished(self.values["progress"]["status"], self.snapshot.next)
 
 
 def graph_of(store: Store) -> Any:

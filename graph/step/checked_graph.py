@@ -25,7 +25,7 @@ nothing stored:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
 from langgraph.errors import EmptyInputError
@@ -86,12 +86,23 @@ class CheckedGraph:
         graph: The compiled graph (`graph.agent.build_graph`).
         location: The database, named in refusals.
         supports_async: The store's `supports_async`: whether async methods may run.
+        after_update: Called after each `update_state` / `bulk_update_state` that wrote,
+            with the config of the new checkpoint (`graph.api` gives a finished thread
+            its Redis TTL back there: `Database._settle_ttl`).
     """
 
-    def __init__(self, graph: Any, location: str, *, supports_async: bool = False) -> None:
+    def __init__(self, graph: Any, location: str, *, supports_async: bool = False,
+                 after_update: Callable[[Any], None] | None = None) -> None:
         self._graph = graph
         self._location = location
         self._async = supports_async
+        self._after_update = after_update
+
+    def _updated(self, config: Any, result: Any) -> Any:
+        """Runs `after_update` with the config an update returned (its new checkpoint)."""
+        if self._after_update is not None:
+            self._after_update(result if isinstance(result, dict) else config)
+        return result
 
     def __getattr__(self, name: str) -> Any:
         found = getattr(self._graph, name)
@@ -182,9 +193,10 @@ class CheckedGraph:
         _check_fork(config, self._graph.checkpointer, self._location)
         check_updates(self._graph, config, [(values, as_node)])
         try:
-            return self._graph.update_state(config, values, as_node, **kwargs)
+            result = self._graph.update_state(config, values, as_node, **kwargs)
         except LIBRARY_ERRORS as exc:
             raise UsageError(f"update_state: {exc}; nothing was written") from None
+        return self._updated(config, result)
 
     async def aupdate_state(self, config: Any, values: Any, as_node: Any = None,
                             **kwargs: Any) -> Any:
@@ -204,9 +216,10 @@ class CheckedGraph:
         _check_fork(config, self._graph.checkpointer, self._location)
         check_updates(self._graph, config, update_pairs(supersteps))
         try:
-            return self._graph.bulk_update_state(config, supersteps, **kwargs)
+            result = self._graph.bulk_update_state(config, supersteps, **kwargs)
         except LIBRARY_ERRORS as exc:
             raise UsageError(f"bulk_update_state: {exc}; nothing was written") from None
+        return self._updated(config, result)
 
     async def abulk_update_state(self, config: Any, supersteps: Any, **kwargs: Any) -> Any:
         """`CompiledStateGraph.abulk_update_state`: checked as `aupdate_state`."""
@@ -250,7 +263,7 @@ def _checked_copy(name: str) -> Any:
 
     def method(self: CheckedGraph, *args: Any, **kwargs: Any) -> CheckedGraph:
         return CheckedGraph(getattr(self._graph, name)(*args, **kwargs), self._location,
-                            supports_async=self._async)
+                            supports_async=self._async, after_update=self._after_update)
 
     method.__name__ = name
     method.__doc__ = f"`CompiledStateGraph.{name}`, the copy checked like this graph."

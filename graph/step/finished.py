@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from graph.checkpoints.load import check_snapshot, graph_of, load_thread
+from graph.checkpoints.load import check_snapshot, graph_of, is_finished, load_thread
 from graph.errors import RunError
 from graph.outcome import Outcome
 from graph.step.approvals import pending_review
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from graph.store.base import Store
 
 __all__ = ["remember_finished"]
+
 
 
 def remember_finished(store: Store, outcome: Outcome, *, checked: bool = False,
@@ -49,7 +50,7 @@ def remember_finished(store: Store, outcome: Outcome, *, checked: bool = False,
             reads it (`load_thread`).
     """
     thread_id = outcome.thread_id
-    if thread_id is not None and outcome.status in FINAL_STATUSES and not outcome.next_nodes:
+    if thread_id is not None and outcome.status and is_finished(outcome.status, outcome.next_nodes):
         store.expire_finished(thread_id, outcome.status)  # Redis: `graph.store.redis.ttl`
     if store.summaries is None or thread_id is None or outcome.status not in FINAL_STATUSES:
         return outcome

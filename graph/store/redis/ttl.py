@@ -60,7 +60,9 @@ EXPIRING = f"{keys.PREFIX}expiring:"
 
 _EXPIRE = """
 local lock = redis.call('GET', KEYS[2])
-if ARGV[1] == '' or lock ~= ARGV[1] then return -1 end
+if ARGV[1] == '' then
+  if lock then return -1 end
+elseif lock ~= ARGV[1] then return -1 end
 if redis.call('EXISTS', KEYS[3]) == 0 then return 0 end
 local at = redis.call('HGET', KEYS[1], 'expires_at_ms')
 if not at then
@@ -75,7 +77,9 @@ return 1
 """
 """KEYS: mark, lock, ledger, then every other key of the thread. ARGV: lease token,
 final_status, TTL (ms), checkpoints. A thread already marked keeps its first expiry time
-(a later key gets the same one); fenced by the lease like the ledger's scripts."""
+(a later key gets the same one); fenced by the lease like the ledger's scripts: the
+holder's token, or '' while nobody holds the thread (an `update_state` outside an
+invocation block, `graph.api`)."""
 
 _SETTLE = """
 local lock = redis.call('GET', KEYS[2])
@@ -295,11 +299,13 @@ class TtlBackend(RedisBackend):
     def expire_finished(self, thread_id: str, status: str) -> None:
         """Gives every key of the finished thread its TTL and writes its mark, on disk.
 
-        Hold the thread's lock. Nothing for a status that can continue, or a thread
-        without a ledger hash (already expired or pruned).
+        Hold the thread's lock, or let nobody hold it (fenced as every write). Nothing
+        for a status that can continue, or a thread without a ledger hash (already
+        expired or pruned).
 
         Raises:
-            BusyError: This process does not hold the thread's lease (exit 5); nothing changed.
+            BusyError: Another process holds the thread's lease, or this one lost it
+                (exit 5); nothing changed.
             NotDurableError: Not confirmed on disk (exit 6); the keys may expire anyway.
         """
         if status not in FINAL_STATUSES or status not in self._ages:

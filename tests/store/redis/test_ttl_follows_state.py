@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from graph.api import open_database
-from graph.checkpoints.load import graph_of, load_thread
+from graph.checkpoints.load import graph_of, is_finished, load_thread
 from graph.copy import main as copy_main
 from graph.errors import BusyError, RefusedError
 from graph.prune import main as prune_main
@@ -71,8 +71,7 @@ def _can_continue(db: str, thread_id: str) -> bool:
     with open_store(db, create=False, read_only=True) as store:
         loaded = load_thread(graph_of(store), thread_id, store.location)
     assert loaded is not None
-    return (loaded.values["progress"]["status"] not in ("done", "exhausted", "cancelled")
-            or bool(loaded.snapshot.next or loaded.snapshot.tasks))
+    return not is_finished(loaded.values["progress"]["status"], loaded.snapshot.next)
 
 
 def _assert_ttl_follows_state(db: str, client: Any, thread_id: str) -> bool:
@@ -145,6 +144,24 @@ def test_update_state_fork_of_a_done_thread_loses_its_ttl_and_mark_then_regains_
         code, out = _run(capsys, db, "fork")
     assert (code, out["status"]) == (0, "done"), out
     assert not _assert_ttl_follows_state(db, client, "fork")
+
+
+@pytest.mark.parametrize("as_node", ["reason", None, "tools"])
+def test_update_state_that_leaves_a_thread_finished_keeps_its_ttl_and_mark(
+        own: tuple[str, Any], capsys: pytest.CaptureFixture[str], as_node: str | None) -> None:
+    """An update of a done thread's latest checkpoint (an outside attack's case) leaves it
+    done: nothing to run, or only `budget` (`as_node="tools"`), which no step runs for a
+    done thread. It once lost its TTL and mark for good, and was kept forever."""
+    db, client = own
+    _to_done(capsys, db, "edited")
+    with open_database(db) as database:
+        database.graph.update_state({"configurable": {"thread_id": "edited"}},
+                                    {"messages": [{"role": "user", "content": "a note"}]},
+                                    as_node=as_node)
+    assert not _assert_ttl_follows_state(db, client, "edited")
+    code, out = _run(capsys, db, "edited")
+    assert (code, out["status"], out["attempts"]) == (0, "done", 2), out
+    assert not _assert_ttl_follows_state(db, client, "edited")
 
 
 def test_time_travel_fork_of_a_done_thread_keeps_every_key(
