@@ -287,14 +287,13 @@ class RedisDigests:
             ValueError: A member is not one this program adds.
             redis.ResponseError: A key of the wrong Redis type (the saver refuses it).
         """
-        head = redis_keys.digest_key(thread_id, "", "")[:-2]  # up to the NUL before ns
         with self._lock:
             pipe = self._client.pipeline(transaction=True)
             pipe.smembers(redis_keys.digests_key(thread_id))
             pipe.smembers(redis_keys.saved_key(thread_id))
             hashes, saved = pipe.execute()
         for member in hashes:
-            if not bytes(member).startswith(head + b"\0") or bytes(member).count(b"\0") != 2:
+            if not redis_keys.is_own_digest(thread_id, member):
                 raise ValueError(f"its set of digest hashes holds "
                                  f"{redis_keys.shown(bytes(member))}, not one of its digest hashes")
         for member in map(_text, saved):
@@ -331,5 +330,6 @@ class RedisDigests:
         """Every key of ours for the thread (to give them the TTL of LangGraph's keys)."""
         index = redis_keys.digests_key(thread_id)
         with self._lock:
-            hashes = sorted(self._client.smembers(index))
+            hashes = sorted(m for m in self._client.smembers(index)
+                            if redis_keys.is_own_digest(thread_id, m))
         return [*hashes, index, redis_keys.saved_key(thread_id)]

@@ -15,8 +15,8 @@ from typing import Any
 
 __all__ = ["APPROVALS", "CAP", "DIGEST", "DIGESTS", "FSYNC", "LANGGRAPH_FAMILIES", "LEDGER", "LOCK",
            "LOG", "PREFIX", "SAVED", "TOMBSTONE", "approvals_key", "cap_key", "digest_key",
-           "digests_key", "glob_escape", "langgraph_keys", "ledger_key", "lock_key", "log_key",
-           "pattern", "saved_key", "scan_thread", "shown", "suffix", "tombstone_key"]
+           "digests_key", "glob_escape", "is_own_digest", "langgraph_keys", "ledger_key", "lock_key",
+           "log_key", "pattern", "saved_key", "scan_thread", "shown", "suffix", "tombstone_key"]
 
 PREFIX = "mandapi-resume:"
 """The start of every key this project writes."""
@@ -70,6 +70,15 @@ def digest_key(thread_id: str, ns: str, checkpoint_id: str) -> bytes:
 def digests_key(thread_id: str) -> bytes:
     """The set of a thread's digest hash keys."""
     return _encode(DIGESTS + thread_id)
+
+
+def is_own_digest(thread_id: str, member: bytes) -> bool:
+    """Whether a member of the thread's digest set has the form of one of its digest hashes.
+
+    Anything else in the set is damage: never a key to expire or delete with the thread.
+    """
+    return (bytes(member).startswith(digest_key(thread_id, "", "")[:-1])
+            and bytes(member).count(b"\0") == 2)
 
 
 def saved_key(thread_id: str) -> bytes:

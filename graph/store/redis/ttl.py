@@ -144,10 +144,16 @@ def checkpoint_keys(client: redis.Redis, thread_id: str) -> list[bytes]:
 
 
 def thread_keys(client: redis.Redis, thread_id: str) -> list[bytes]:
-    """Every key of the thread but its ledger hash, lock and mark (module doc), found now."""
+    """Every key of the thread but its ledger hash, lock and mark (module doc), found now.
+
+    Only members of the digest set that name one of this thread's digest hashes: a
+    foreign member (damage: `RedisDigests.check_sets` refuses it on every read) never
+    makes a TTL or a deletion reach another thread's key.
+    """
     found = keys.langgraph_keys(client, thread_id)
     digests = keys.digests_key(thread_id)
-    found += sorted(cast("set[bytes]", client.smembers(digests)))
+    found += sorted(member for member in cast("set[bytes]", client.smembers(digests))
+                    if keys.is_own_digest(thread_id, member))
     return [*found, digests, keys.saved_key(thread_id), keys.log_key(thread_id),
             keys.approvals_key(thread_id)]
 
@@ -173,7 +179,10 @@ def read_mark(client: redis.Redis, thread_id: str) -> Mark | None:
     """The thread's mark, or None.
 
     Raises:
-        RefusedError: `damaged` (in `thread_tombstones`) for a mark of the wrong form.
+        RefusedError: `damaged` (in `thread_tombstones`) for a mark of the wrong form:
+            another field set, a status that is not final, a time or count that is not
+            a whole number, or no checkpoint counted (`expired` could then never see
+            one go missing).
     """
     import redis as redis_lib  # noqa: PLC0415 - the redis extra: imported only where a Redis store is used
 
@@ -190,7 +199,8 @@ def read_mark(client: redis.Redis, thread_id: str) -> Mark | None:
     fields = {decoded("thread_tombstones", k): decoded("thread_tombstones", v) for k, v in raw.items()}
     numbers = (fields.get("expires_at_ms", ""), fields.get("checkpoints", ""))
     if (set(fields) != _FIELDS or fields["final_status"] not in FINAL_STATUSES
-            or not all(n.isascii() and n.isdigit() and len(n) <= 15 for n in numbers)):
+            or not all(n.isascii() and n.isdigit() and len(n) <= 15 for n in numbers)
+            or int(numbers[1]) < 1):  # a finished thread has at least its latest checkpoint
         raise damaged("thread_tombstones", f"thread {thread_id!r}: its expiry mark {keys.shown(key)} "
                       "has the wrong form")
     return Mark(fields["final_status"], int(numbers[0]), int(numbers[1]))

@@ -312,7 +312,8 @@ def test_verify_reports_a_continuable_thread_with_a_ttl_and_its_next_step_repair
     lambda c, k: c.hset(k, "expires_at_ms", "soon"),
     lambda c, k: (c.delete(k), c.set(k, "x")),
     lambda c, k: c.hset(k, "extra", "1"),
-], ids=["field", "type", "extra-field"])
+    lambda c, k: c.hset(k, "checkpoints", "0"),
+], ids=["field", "type", "extra-field", "no-checkpoints-counted"])
 def test_a_damaged_expiry_mark_is_refused_for_its_thread_and_prune_agrees_with_its_dry_run(
         own: tuple[str, Any], capsys: pytest.CaptureFixture[str], damage: Any) -> None:
     db, client = own
@@ -333,3 +334,27 @@ def test_a_damaged_expiry_mark_is_refused_for_its_thread_and_prune_agrees_with_i
     assert [c["thread_id"] for c in dry["would_prune"]] == done["pruned"] == ["fine"]
     assert dry["skipped"] == done["skipped"] and "hurt" in " ".join(done["skipped"])
     assert client.exists(redis_keys.ledger_key("hurt"))  # the damaged thread is kept as it is
+
+
+def test_a_foreign_member_of_a_threads_digest_set_is_refused_and_never_reaches_the_other_thread(
+        own: tuple[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    """Another thread's key put in a done thread's set of digest hashes: the thread is
+    refused (exit 4) by run and verify, and neither its TTL nor prune ever touches the
+    other thread's key, which the set once led them to."""
+    db, client = own
+    _to_done(capsys, db, "hurt")
+    _run(capsys, db, "other", "--task", TASK)  # ready: it must never expire
+    other_key = redis_keys.ledger_key("other")
+    client.sadd(redis_keys.digests_key("hurt"), other_key)
+    assert other_key not in thread_keys(client, "hurt")
+    for read in (run_main, verify_main):
+        capsys.readouterr()
+        argv = ["--db", db, "--json"] + (["--thread=hurt"] if read is not verify_main else [])
+        assert read(argv) == 4, capsys.readouterr().out
+    capsys.readouterr()
+    assert prune_main(["--db", db, "--completed", "0s", "--failed", "0s", "--json"]) == 0
+    with open_store(db, create=False) as store, store.locks.hold("hurt"):
+        store.expire_finished("hurt", "done")
+    assert client.pttl(other_key) == -1
+    code, out = _run(capsys, db, "other")
+    assert (code, out["attempts"]) == (0, 2), out
