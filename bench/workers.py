@@ -81,16 +81,21 @@ def _enqueue(db: str, work: Path, queue: str, threads: int, checkpoints: str | N
 
 
 @contextmanager
-def _workers(env: dict[str, str], plan: dict[str, tuple[int, int]]) -> Iterator[dict[str, list[Any]]]:
+def _workers(env: dict[str, str], plan: dict[str, tuple[int, int]], logs: Path
+             ) -> Iterator[dict[str, list[Any]]]:
     """Per queue name, its `(processes, concurrency)` worker processes, each taking that
-    queue only; all started at once, stopped (SIGTERM, then SIGKILL) on exit."""
+    queue only; all started at once, stopped (SIGTERM, then SIGKILL) on exit. Each
+    writes its log to `logs/QUEUE-N.log` (`_log_tails` shows them when a job fails)."""
     procs: dict[str, list[subprocess.Popen]] = {}
     try:
         for queue, (processes, concurrency) in plan.items():
-            procs[queue] = [subprocess.Popen(
-                [_procrastinate(), "--app=graph.queue.app", "worker", f"--queues={queue}",
-                 f"--concurrency={concurrency}", f"--name={queue}-{n}"], env=env,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for n in range(processes)]
+            procs[queue] = []
+            for n in range(processes):
+                with (logs / f"{queue}-{n}.log").open("ab") as log:
+                    procs[queue].append(subprocess.Popen(
+                        [_procrastinate(), "--app=graph.queue.app", "worker", f"--queues={queue}",
+                         f"--concurrency={concurrency}", f"--name={queue}-{n}"], env=env,
+                        stdout=log, stderr=subprocess.STDOUT))
         yield procs
     finally:
         every = [p for group in procs.values() for p in group]
@@ -123,7 +128,14 @@ def _wait_until_started(db: str, procs: dict[str, list[Any]], timeout_s: float =
         time.sleep(0.2)
 
 
-def _wait_for(db: str, queue: str, after: int, steps: int, procs: list[Any],
+def _log_tails(logs: Path, queue: str, lines: int = 40) -> str:
+    """The last `lines` lines of each of `queue`'s worker logs (`_workers`)."""
+    return "\n".join(f"--- {path.name}\n" + "\n".join(path.read_text(errors="replace")
+                                                      .splitlines()[-lines:])
+                     for path in sorted(logs.glob(f"{queue}-*.log")))
+
+
+def _wait_for(db: str, queue: str, after: int, steps: int, procs: list[Any], logs: Path,
               timeout_s: float = 900) -> float:
     """Waits until `steps` steps of jobs numbered above `after` on `queue` are done; returns
     seconds from the first one's start to the last one's end (procrastinate's job events).
@@ -135,11 +147,13 @@ def _wait_for(db: str, queue: str, after: int, steps: int, procs: list[Any],
     while True:
         done, first, last, failed = _query(db, _PROGRESS_SQL, (queue, after))
         if failed:
-            raise RuntimeError(f"{failed} step job(s) failed on queue {queue}")
+            raise RuntimeError(f"{failed} step job(s) failed on queue {queue}; its workers' "
+                               f"logs end:\n{_log_tails(logs, queue)}")
         if done >= steps:
             return (last - first).total_seconds()
         if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
-            raise RuntimeError(f"workers of {queue} stopped or stalled at {done} of {steps} steps")
+            raise RuntimeError(f"workers of {queue} stopped or stalled at {done} of {steps} "
+                               f"steps; their logs end:\n{_log_tails(logs, queue)}")
         time.sleep(0.2)
 
 
@@ -208,17 +222,17 @@ def measure(admin_url: str, *, delay: float, concurrency: int, processes: int,
             after, steps = _query(db, _LAST_JOB_SQL)[0], n * c * threads_per_slot * STEPS_PER_THREAD
             checkpoints = redis if queue.startswith("redis") else None
             env_of = {**env, "GRAPH_DB": checkpoints, "GRAPH_QUEUE_DB": db} if checkpoints else env
-            with _workers(env_of, {queue: (n, c)}) as procs:
+            with _workers(env_of, {queue: (n, c)}, work) as procs:
                 _wait_until_started(db, procs)
                 ids = _enqueue(db, work, queue, n * c * threads_per_slot, checkpoints)
                 on_redis.extend(ids if checkpoints else [])
-                speeds[queue].append(steps / _wait_for(db, queue, after, steps, procs[queue]))
+                speeds[queue].append(steps / _wait_for(db, queue, after, steps, procs[queue], work))
 
         try:
             alternate({key: (lambda i, key=key, n=n, c=c: run(key, n, c))
                        for key, (n, c) in plan.items()}, passes)
             fake.hold_s = memory_delay
-            with _workers(env, {"memory": (1, concurrency)}) as procs:
+            with _workers(env, {"memory": (1, concurrency)}, work) as procs:
                 _wait_until_started(db, procs)
                 peaks = _memory(db, work, procs["memory"][0], sorted(memory_jobs))
         finally:
