@@ -311,6 +311,17 @@ class PostgresBackend:
                 (thread_id,),
             ).fetchone()
 
+    def no_lock_left(self) -> bool:
+        """True when no session holds an advisory lock (a thread's writer lock) in the database.
+
+        A SIGKILLed holder's lock goes when the server's backend process notices the
+        closed connection: at once on a quiet host, a moment later on a loaded one.
+        """
+        with self._psycopg.connect(self.db, autocommit=True) as conn:
+            return not conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_database d ON d.oid = l.database "
+                "WHERE l.locktype = 'advisory' AND d.datname = current_database())").fetchone()[0]
+
     def fingerprint(self) -> str:
         digest = hashlib.sha256()
         with self._psycopg.connect(self.db, autocommit=True) as conn:

@@ -111,6 +111,8 @@ class Runner:
             self.fake.release()
         assert proc.exitcode is not None, f"child hung ({kill_at}): {out.read_text()[-6000:]}"
         if proc.exitcode == -signal.SIGKILL:
+            if self.backend.name == "postgres":  # the killed session's lock goes a moment later
+                assert wait_for(self.backend.no_lock_left)  # (its server process must notice)
             return True, None
         lines = [line for line in out.read_text().splitlines() if line.startswith("{")]
         assert len(lines) == 1, out.read_text()
