@@ -14,10 +14,13 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from nodes.compaction import edit_script
+from nodes.compaction import edit_script, estimate_tokens
 from nodes.context import StepContext
 from nodes.errors import ModelRequestError, ReplyStopCode, RequestErrorCode, StopReason
+from nodes.pairing import not_executed_results
+from nodes.redaction import redact, redact_continued, secrets_of
 from nodes.replies import assign_call_ids, check_reply, cut_calls, finish_kind, read_usage
+from nodes.request import prepare_request
 from nodes.server_errors import sanitize
 from nodes.state import (
     EDIT,
@@ -86,6 +89,57 @@ def _filtered(text: str | None) -> ModelRequestError:
         stop_reason=StopReason.CONTENT_FILTER)
 
 
+def _joined(partial: str | None, message: Message, secrets: tuple[str, ...]) -> tuple[str, Message]:
+    """The answer so far with this reply's text after it, and the reply as it may be stored.
+
+    A reply cut off by the token limit is continued by the next (`outcome` `truncated`);
+    the joined text is exactly what the parts said, whitespace-only parts included, and
+    an empty last part finishes it. Each part was redacted on its own (`nodes.mandapi`),
+    so an API key split across parts is removed here from the joined text, and the text
+    of this part that completes it is replaced too, so the stored parts read in order
+    never spell it (INVARIANTS I9).
+
+    Args:
+        partial: `progress.partial_answer` (None when this reply does not continue one).
+        message: The checked reply.
+        secrets: The texts no stored value may hold (`nodes.redaction.secrets_of`).
+
+    Returns:
+        (the joined text, redacted; `message` with its content redacted as above).
+    """
+    content = message.get("content") or ""
+    if partial is None:
+        return content, message
+    stored = redact_continued(partial, content, secrets)
+    if stored != content:
+        message = {**message, "content": stored}
+    return redact(partial + content, secrets), message
+
+
+def _check_fits(ctx: StepContext, thread: Any, compacted: list[Message], message: Message) -> None:
+    """Refuses a reply after which no request can fit the thread's context limit.
+
+    A reply whose tool calls (or cut-off text) alone fill the context limit would be
+    stored and then stop the thread for good (`context_limit`, `nodes.budget`): the last
+    exchange is never compacted. Refused instead, as a counted `bad_response` that stores
+    nothing, the thread goes on with its next attempt. The check is the budget node's:
+    the conversation with the reply, each of its calls answered by the shortest result
+    (`not_executed_results`), compacted.
+
+    Raises:
+        ModelRequestError: `bad_response` naming the limit.
+    """
+    after = [*compacted, message]
+    prepared = prepare_request(thread, [*after, *not_executed_results(after)])
+    if not prepared.fits():
+        limit = prepared.limit_tokens
+        raise ModelRequestError(
+            RequestErrorCode.BAD_RESPONSE,
+            f"the reply's {'tool calls' if message.get('tool_calls') else 'text'} cannot fit the "
+            f"thread's context limit of {limit} tokens (about {estimate_tokens(message)} tokens "
+            "in this reply alone); it is not stored, so the next attempt asks again")
+
+
 def _stored_messages(stored: list[Message], compacted: list[Message], message: Message) -> Any:
     """The `messages` update that stores the compacted conversation and the reply.
 
@@ -150,26 +204,29 @@ def reason_node(state: ThreadState, runtime: Runtime[StepContext]) -> ThreadUpda
         message = assign_call_ids(reply.message, ctx.thread_id, attempt, state["messages"])
         if kind == "length":  # arguments cut off are never executed: the call is not kept
             message, cut = cut_calls(message)
-        has_text = bool((message.get("content") or "").strip())
-        if not message.get("tool_calls") and not has_text and kind != "length":
+        partial = None if message.get("tool_calls") else progress.get("partial_answer")
+        joined, message = _joined(partial, message, secrets_of(ctx.model))
+        if not message.get("tool_calls") and kind != "length" and not joined.strip():
             raise ModelRequestError(RequestErrorCode.BAD_RESPONSE,
                                     "the model returned neither text nor a tool call")
         _check_new_call_ids(message)
+        keep = bool(message.get("tool_calls") or message.get("content"))
+        if keep and (message.get("tool_calls") or kind == "length"):
+            _check_fits(ctx, state["thread"], request.compacted, message)
     except ModelRequestError as exc:
         return _refused(ctx, attempt, exc, usage or exc.usage, progress, spent)
     done = Progress(usage=_add_usage(progress.get("usage") or {}, reply.usage))
     update: ThreadUpdate = {"progress": done}
-    if message.get("tool_calls") or has_text:
+    if keep:
         update["messages"] = _stored_messages(state["messages"], request.compacted, message)
-    partial = progress.get("partial_answer")
     if message.get("tool_calls"):
         done.update(Progress(outcome="tool_calls", partial_answer=None, last_error=None, **spent))
     elif kind == "length":  # not an answer: the next step asks the model to continue
-        so_far = (partial or "") + (message.get("content") or "") if has_text else partial
-        done.update(Progress(outcome="truncated", partial_answer=so_far, last_error=None, **spent))
+        done.update(Progress(outcome="truncated", partial_answer=joined or partial, last_error=None,
+                             **spent))
     else:
-        done.update(Progress(outcome="answer", status="done", answer=(partial or "") + message["content"],
-                             partial_answer=None, last_error=None))
+        done.update(Progress(outcome="answer", status="done", answer=joined, partial_answer=None,
+                             last_error=None))
     row: dict[str, Any] = {
         "outcome": done["outcome"],
         "thought": message.get("content"),
@@ -178,7 +235,7 @@ def reason_node(state: ThreadState, runtime: Runtime[StepContext]) -> ThreadUpda
         "finish_reason": reply.finish_reason,
     }
     if kind == "length":
-        row.update(truncated=True, stored=bool(message.get("tool_calls") or has_text),
+        row.update(truncated=True, stored=keep,
                    cut_tool_calls=_logged({"tool_calls": cut}))
     ctx.log.record(ctx.thread_id, attempt, "reason", row)
     return update

@@ -316,3 +316,16 @@ def test_a_reply_claiming_tokens_past_the_cap_stops_the_thread_at_its_token_cap(
     assert (again["exit_code"], again["status"], again["stop_reason"]) == (3, "exhausted", "token_cap")
     assert len(factory.requests) == 1
 
+
+def test_a_tool_call_too_long_for_the_context_limit_is_refused_and_the_thread_goes_on(backend) -> None:
+    long_call = _call(arguments=json.dumps({"query": "x" * 60_000}))
+    factory = _answer_with([_body({"role": "assistant", "content": None,
+                                   "tool_calls": [long_call]}).encode()])
+    argv = ["--thread", "t1", "--live", "--once", "--db", backend.db]
+    out = run_cli([*argv, "--task", TASK, "--context-tokens", "4000"], model_factory=factory)
+    assert (out["exit_code"], out["error_code"], out["status"]) == (6, "bad_response", "ready")
+    assert "context limit" in out["error"] and out["usage"]["total_tokens"] == 40
+    again = run_cli(argv, model_factory=factory)  # the next attempt asks again, the same request
+    assert (again["exit_code"], again["status"], again["answer"]) == (0, "done", "ok [ship-01]")
+    assert json.loads(factory.requests[1].content)["messages"] == json.loads(
+        factory.requests[0].content)["messages"], "nothing of the refused reply was stored"
