@@ -18,7 +18,7 @@ from nodes.compaction import edit_script, estimate_tokens
 from nodes.context import StepContext
 from nodes.errors import ModelRequestError, ReplyStopCode, RequestErrorCode, StopReason
 from nodes.pairing import not_executed_results
-from nodes.redaction import redact, redact_continued, secrets_of
+from nodes.redaction import redact_continued, secrets_of
 from nodes.replies import assign_call_ids, check_reply, cut_calls, finish_kind, read_usage
 from nodes.request import prepare_request
 from nodes.server_errors import sanitize
@@ -93,11 +93,14 @@ def _joined(partial: str | None, message: Message, secrets: tuple[str, ...]) -> 
     """The answer so far with this reply's text after it, and the reply as it may be stored.
 
     A reply cut off by the token limit is continued by the next (`outcome` `truncated`);
-    the joined text is exactly what the parts said, whitespace-only parts included, and
-    an empty last part finishes it. Each part was redacted on its own (`nodes.mandapi`),
-    so an API key split across parts is removed here from the joined text, and the text
-    of this part that completes it is replaced too, so the stored parts read in order
-    never spell it (INVARIANTS I9).
+    the joined text is the parts' texts in order, exactly as sent (whitespace-only parts
+    included; an empty last part finishes it). Each part was redacted on its own
+    (`nodes.mandapi`), so an API key split across parts is in none of them: the start of
+    this part that completes it is replaced (`nodes.redaction.redact_continued`), in the
+    stored reply and so in the joined text, which never holds the key (INVARIANTS I9).
+    The earlier part's piece of the key stays: it was stored, and shown as
+    `partial_answer`, when it came. The joined text stays the concatenation of the stored
+    parts, so an export of the thread replays to the same answer.
 
     Args:
         partial: `progress.partial_answer` (None when this reply does not continue one).
@@ -105,7 +108,7 @@ def _joined(partial: str | None, message: Message, secrets: tuple[str, ...]) -> 
         secrets: The texts no stored value may hold (`nodes.redaction.secrets_of`).
 
     Returns:
-        (the joined text, redacted; `message` with its content redacted as above).
+        (the joined text; `message` with its content redacted as above).
     """
     content = message.get("content") or ""
     if partial is None:
@@ -113,7 +116,7 @@ def _joined(partial: str | None, message: Message, secrets: tuple[str, ...]) -> 
     stored = redact_continued(partial, content, secrets)
     if stored != content:
         message = {**message, "content": stored}
-    return redact(partial + content, secrets), message
+    return partial + stored, message
 
 
 def _check_fits(ctx: StepContext, thread: Any, compacted: list[Message], message: Message) -> None:
@@ -167,6 +170,9 @@ def reason_node(state: ThreadState, runtime: Runtime[StepContext]) -> ThreadUpda
     stored (the next request asks the model to continue, `nodes.prompts.CONTINUE_PROMPT`),
     calls whose arguments were cut off are dropped and named in the row
     (`cut_tool_calls`), and `progress.partial_answer` holds the text so far;
+    a later reply's text is joined to it (`_joined`: an empty last part finishes the
+    answer with the parts before it, and its row says `stored` false); a reply whose
+    calls or cut-off text cannot fit the context limit is refused (`_check_fits`);
     `content_filter` stores nothing and stops the thread (`exhausted`, `stop_reason`
     `content_filter`, the server's text in `last_error`). Any other value, or none, is
     decided by the content as before.
@@ -234,6 +240,8 @@ def reason_node(state: ThreadState, runtime: Runtime[StepContext]) -> ThreadUpda
         "usage": dict(reply.usage),
         "finish_reason": reply.finish_reason,
     }
+    if not keep and kind != "length":  # an empty last part: the answer is the parts before it
+        row["stored"] = False
     if kind == "length":
         row.update(truncated=True, stored=keep,
                    cut_tool_calls=_logged({"tool_calls": cut}))

