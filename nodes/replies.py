@@ -305,7 +305,10 @@ def decode_body(data: bytes, secrets: tuple[str, ...] = ()) -> Any:
     try:
         return json.loads(data, object_pairs_hook=pairs_once)
     except ModelRequestError as exc:
-        exc.usage = billed_usage(json.loads(data, object_pairs_hook=_larger_of_twice))
+        try:
+            exc.usage = billed_usage(json.loads(data, object_pairs_hook=_larger_of_twice))
+        except (ValueError, RecursionError):  # the body fails later too: the key twice is said
+            exc.usage = None
         raise
 
 

@@ -329,3 +329,11 @@ def test_a_tool_call_too_long_for_the_context_limit_is_refused_and_the_thread_go
     assert (again["exit_code"], again["status"], again["answer"]) == (0, "done", "ok [ship-01]")
     assert json.loads(factory.requests[1].content)["messages"] == json.loads(
         factory.requests[0].content)["messages"], "nothing of the refused reply was stored"
+
+
+def test_a_key_given_twice_before_a_body_that_is_not_json_is_still_named() -> None:
+    text = _raw(_body(), '"content": "ok [ship-01]"', '"content": "a", "content": "b"')
+    text = _raw(text, '"total_tokens": 40', '"total_tokens": ' + "9" * 5000)
+    with pytest.raises(ModelRequestError) as info:
+        decode_body(_bytes(text))
+    assert "twice" in info.value.message and info.value.usage is None
