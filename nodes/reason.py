@@ -119,15 +119,19 @@ def _joined(partial: str | None, message: Message, secrets: tuple[str, ...]) -> 
     return partial + stored, message
 
 
-def _check_fits(ctx: StepContext, thread: Any, compacted: list[Message], message: Message) -> None:
-    """Refuses a reply after which no request can fit the thread's context limit.
+def _check_fits(thread: Any, compacted: list[Message], message: Message) -> None:
+    """Refuses a reply with tool calls after which no request can fit the context limit.
 
-    A reply whose tool calls (or cut-off text) alone fill the context limit would be
-    stored and then stop the thread for good (`context_limit`, `nodes.budget`): the last
-    exchange is never compacted. Refused instead, as a counted `bad_response` that stores
-    nothing, the thread goes on with its next attempt. The check is the budget node's:
-    the conversation with the reply, each of its calls answered by the shortest result
-    (`not_executed_results`), compacted.
+    Calls whose arguments alone fill the context limit (the reply cap, `MAX_REPLY_CHARS`,
+    is far larger than a small limit) would be stored and then stop the thread for good
+    (`context_limit`, `nodes.budget`): the last exchange is never compacted. Refused
+    instead, as a counted `bad_response` that stores nothing, the thread stays `ready`:
+    the next attempt asks again, and a person may first add a user message
+    (`update_state`) asking for shorter arguments. The check is the budget node's: the
+    conversation with the reply, each call answered by the shortest result
+    (`not_executed_results`), compacted. Text cut off by the token limit is not refused
+    so: it is kept, and a continuation that cannot fit stops the thread with its partial
+    answer flagged (asking again would only cut it off again).
 
     Raises:
         ModelRequestError: `bad_response` naming the limit.
@@ -138,9 +142,9 @@ def _check_fits(ctx: StepContext, thread: Any, compacted: list[Message], message
         limit = prepared.limit_tokens
         raise ModelRequestError(
             RequestErrorCode.BAD_RESPONSE,
-            f"the reply's {'tool calls' if message.get('tool_calls') else 'text'} cannot fit the "
-            f"thread's context limit of {limit} tokens (about {estimate_tokens(message)} tokens "
-            "in this reply alone); it is not stored, so the next attempt asks again")
+            f"the reply's tool calls cannot fit the thread's context limit of {limit} tokens "
+            f"(about {estimate_tokens(message)} tokens in this reply alone); it is not stored, "
+            "so the next attempt asks again")
 
 
 def _stored_messages(stored: list[Message], compacted: list[Message], message: Message) -> Any:
@@ -172,7 +176,7 @@ def reason_node(state: ThreadState, runtime: Runtime[StepContext]) -> ThreadUpda
     (`cut_tool_calls`), and `progress.partial_answer` holds the text so far;
     a later reply's text is joined to it (`_joined`: an empty last part finishes the
     answer with the parts before it, and its row says `stored` false); a reply whose
-    calls or cut-off text cannot fit the context limit is refused (`_check_fits`);
+    calls cannot fit the context limit is refused (`_check_fits`);
     `content_filter` stores nothing and stops the thread (`exhausted`, `stop_reason`
     `content_filter`, the server's text in `last_error`). Any other value, or none, is
     decided by the content as before.
@@ -217,8 +221,8 @@ def reason_node(state: ThreadState, runtime: Runtime[StepContext]) -> ThreadUpda
                                     "the model returned neither text nor a tool call")
         _check_new_call_ids(message)
         keep = bool(message.get("tool_calls") or message.get("content"))
-        if keep and (message.get("tool_calls") or kind == "length"):
-            _check_fits(ctx, state["thread"], request.compacted, message)
+        if message.get("tool_calls"):
+            _check_fits(state["thread"], request.compacted, message)
     except ModelRequestError as exc:
         return _refused(ctx, attempt, exc, usage or exc.usage, progress, spent)
     done = Progress(usage=_add_usage(progress.get("usage") or {}, reply.usage))
