@@ -14,10 +14,13 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from nodes.compaction import edit_script
+from nodes.compaction import edit_script, estimate_tokens
 from nodes.context import StepContext
 from nodes.errors import ModelRequestError, ReplyStopCode, RequestErrorCode, StopReason
+from nodes.pairing import not_executed_results
+from nodes.redaction import redact_continued, secrets_of
 from nodes.replies import assign_call_ids, check_reply, cut_calls, finish_kind, read_usage
+from nodes.request import prepare_request
 from nodes.server_errors import sanitize
 from nodes.state import (
     EDIT,
@@ -86,6 +89,64 @@ def _filtered(text: str | None) -> ModelRequestError:
         stop_reason=StopReason.CONTENT_FILTER)
 
 
+def _joined(partial: str | None, message: Message, secrets: tuple[str, ...]) -> tuple[str, Message]:
+    """The answer so far with this reply's text after it, and the reply as it may be stored.
+
+    A reply cut off by the token limit is continued by the next (`outcome` `truncated`);
+    the joined text is the parts' texts in order, exactly as sent (whitespace-only parts
+    included; an empty last part finishes it). Each part was redacted on its own
+    (`nodes.mandapi`), so an API key split across parts is in none of them: the start of
+    this part that completes it is replaced (`nodes.redaction.redact_continued`), in the
+    stored reply and so in the joined text, which never holds the key (INVARIANTS I9).
+    The earlier part's piece of the key stays: it was stored, and shown as
+    `partial_answer`, when it came. The joined text stays the concatenation of the stored
+    parts, so an export of the thread replays to the same answer.
+
+    Args:
+        partial: `progress.partial_answer` (None when this reply does not continue one).
+        message: The checked reply.
+        secrets: The texts no stored value may hold (`nodes.redaction.secrets_of`).
+
+    Returns:
+        (the joined text; `message` with its content redacted as above).
+    """
+    content = message.get("content") or ""
+    if partial is None:
+        return content, message
+    stored = redact_continued(partial, content, secrets)
+    if stored != content:
+        message = {**message, "content": stored}
+    return partial + stored, message
+
+
+def _check_fits(thread: Any, compacted: list[Message], message: Message) -> None:
+    """Refuses a reply with tool calls after which no request can fit the context limit.
+
+    Calls whose arguments alone fill the context limit (the reply cap, `MAX_REPLY_CHARS`,
+    is far larger than a small limit) would be stored and then stop the thread for good
+    (`context_limit`, `nodes.budget`): the last exchange is never compacted. Refused
+    instead, as a counted `bad_response` that stores nothing, the thread stays `ready`:
+    the next attempt asks again, and a person may first add a user message
+    (`update_state`) asking for shorter arguments. The check is the budget node's: the
+    conversation with the reply, each call answered by the shortest result
+    (`not_executed_results`), compacted. Text cut off by the token limit is not refused
+    so: it is kept, and a continuation that cannot fit stops the thread with its partial
+    answer flagged (asking again would only cut it off again).
+
+    Raises:
+        ModelRequestError: `bad_response` naming the limit.
+    """
+    after = [*compacted, message]
+    prepared = prepare_request(thread, [*after, *not_executed_results(after)])
+    if not prepared.fits():
+        limit = prepared.limit_tokens
+        raise ModelRequestError(
+            RequestErrorCode.BAD_RESPONSE,
+            f"the reply's tool calls cannot fit the thread's context limit of {limit} tokens "
+            f"(about {estimate_tokens(message)} tokens in this reply alone); it is not stored, "
+            "so the next attempt asks again")
+
+
 def _stored_messages(stored: list[Message], compacted: list[Message], message: Message) -> Any:
     """The `messages` update that stores the compacted conversation and the reply.
 
@@ -113,6 +174,9 @@ def reason_node(state: ThreadState, runtime: Runtime[StepContext]) -> ThreadUpda
     stored (the next request asks the model to continue, `nodes.prompts.CONTINUE_PROMPT`),
     calls whose arguments were cut off are dropped and named in the row
     (`cut_tool_calls`), and `progress.partial_answer` holds the text so far;
+    a later reply's text is joined to it (`_joined`: an empty last part finishes the
+    answer with the parts before it, and its row says `stored` false); a reply whose
+    calls cannot fit the context limit is refused (`_check_fits`);
     `content_filter` stores nothing and stops the thread (`exhausted`, `stop_reason`
     `content_filter`, the server's text in `last_error`). Any other value, or none, is
     decided by the content as before.
@@ -150,26 +214,29 @@ def reason_node(state: ThreadState, runtime: Runtime[StepContext]) -> ThreadUpda
         message = assign_call_ids(reply.message, ctx.thread_id, attempt, state["messages"])
         if kind == "length":  # arguments cut off are never executed: the call is not kept
             message, cut = cut_calls(message)
-        has_text = bool((message.get("content") or "").strip())
-        if not message.get("tool_calls") and not has_text and kind != "length":
+        partial = None if message.get("tool_calls") else progress.get("partial_answer")
+        joined, message = _joined(partial, message, secrets_of(ctx.model))
+        if not message.get("tool_calls") and kind != "length" and not joined.strip():
             raise ModelRequestError(RequestErrorCode.BAD_RESPONSE,
                                     "the model returned neither text nor a tool call")
         _check_new_call_ids(message)
+        keep = bool(message.get("tool_calls") or message.get("content"))
+        if message.get("tool_calls"):
+            _check_fits(state["thread"], request.compacted, message)
     except ModelRequestError as exc:
         return _refused(ctx, attempt, exc, usage or exc.usage, progress, spent)
     done = Progress(usage=_add_usage(progress.get("usage") or {}, reply.usage))
     update: ThreadUpdate = {"progress": done}
-    if message.get("tool_calls") or has_text:
+    if keep:
         update["messages"] = _stored_messages(state["messages"], request.compacted, message)
-    partial = progress.get("partial_answer")
     if message.get("tool_calls"):
         done.update(Progress(outcome="tool_calls", partial_answer=None, last_error=None, **spent))
     elif kind == "length":  # not an answer: the next step asks the model to continue
-        so_far = (partial or "") + (message.get("content") or "") if has_text else partial
-        done.update(Progress(outcome="truncated", partial_answer=so_far, last_error=None, **spent))
+        done.update(Progress(outcome="truncated", partial_answer=joined or partial, last_error=None,
+                             **spent))
     else:
-        done.update(Progress(outcome="answer", status="done", answer=(partial or "") + message["content"],
-                             partial_answer=None, last_error=None))
+        done.update(Progress(outcome="answer", status="done", answer=joined, partial_answer=None,
+                             last_error=None))
     row: dict[str, Any] = {
         "outcome": done["outcome"],
         "thought": message.get("content"),
@@ -177,8 +244,10 @@ def reason_node(state: ThreadState, runtime: Runtime[StepContext]) -> ThreadUpda
         "usage": dict(reply.usage),
         "finish_reason": reply.finish_reason,
     }
+    if not keep and kind != "length":  # an empty last part: the answer is the parts before it
+        row["stored"] = False
     if kind == "length":
-        row.update(truncated=True, stored=bool(message.get("tool_calls") or has_text),
+        row.update(truncated=True, stored=keep,
                    cut_tool_calls=_logged({"tool_calls": cut}))
     ctx.log.record(ctx.thread_id, attempt, "reason", row)
     return update

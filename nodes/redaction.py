@@ -50,6 +50,24 @@ def redact(text: str, secrets: Sequence[str], marker: str = REDACTED) -> str:
     return text
 
 
+def redact_continued(before: str, after: str, secrets: Sequence[str], marker: str = REDACTED) -> str:
+    """`after` as it may be stored after `before`: no secret spelled across the two.
+
+    For a text that comes in parts (a reply continued after `finish_reason` `length`):
+    each part was redacted on its own, so a secret split between the end of `before`
+    and the start of `after` is in neither. The start of `after` that completes such a
+    secret is replaced by `marker` (the longest completion, when several secrets end
+    there), and `after` is redacted as a whole. `before` keeps its end: it was stored
+    already, and alone it is not the secret.
+    """
+    cut = 0
+    for secret in secrets:
+        for split in range(1, len(secret)):
+            if before.endswith(secret[:split]) and after.startswith(secret[split:]):
+                cut = max(cut, len(secret) - split)
+    return marker + redact(after[cut:], secrets, marker) if cut else redact(after, secrets, marker)
+
+
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
@@ -48,8 +49,32 @@ def _bad(why: str, usage: Usage | None = None) -> ModelRequestError:
                              usage=usage)
 
 
+def _honest_count(value: Any) -> int | None:
+    """A reported token count as the largest count it honestly stands for, or None.
+
+    An integer in range is itself. A count the server sent but no store can keep is
+    read so that it never under-counts: past `MAX_TOKENS_PER_REPLY` it is that cap,
+    a finite fraction is rounded up, a negative number is 0. Anything that is not a
+    number (text, a boolean, an object) stands for no count: None.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        value = MAX_TOKENS_PER_REPLY if math.isinf(value) else math.ceil(value)
+    return min(max(value, 0), MAX_TOKENS_PER_REPLY)
+
+
 def read_usage(raw: Any) -> Usage:
     """The usage of an answer, checked.
+
+    The rule for a usage that is wrong (INVARIANTS I11: every paid reply's usage counts,
+    never less than it reported): the reply is refused as a `bad_response`, and the
+    error carries the largest honest count of what was reported (`_honest_count` per
+    field, then the total rule below), so the tokens still count toward the thread's
+    cap. A huge count that no store can keep counts as `MAX_TOKENS_PER_REPLY`, which
+    stops any thread with a token cap; it is never dropped.
 
     Args:
         raw: The answer's `usage` value (None or absent means not reported: zeros).
@@ -59,28 +84,35 @@ def read_usage(raw: Any) -> Usage:
         missing or smaller total is replaced by that sum).
 
     Raises:
-        ModelRequestError: `bad_response` (without usage) when `usage` is not an object
-            or a count is not an integer in 0..`MAX_TOKENS_PER_REPLY`.
+        ModelRequestError: `bad_response` when `usage` is not an object (carrying no
+            usage: nothing in it is a count) or a count is not an integer in
+            0..`MAX_TOKENS_PER_REPLY` (carrying the honest counts, above).
     """
     if raw is None:
         raw = {}
     if not isinstance(raw, Mapping):
         raise _bad("usage is not an object")
     counts: dict[str, int] = {}
+    wrong: list[str] = []
     for key in _USAGE_KEYS:
         value = raw.get(key)
         if value is None:
             continue
         if not isinstance(value, int) or isinstance(value, bool):
-            raise _bad(f"usage.{key} is not an integer")
-        if not 0 <= value <= MAX_TOKENS_PER_REPLY:
-            raise _bad(f"usage.{key} is outside 0..{MAX_TOKENS_PER_REPLY}")
-        counts[key] = value
+            wrong.append(f"usage.{key} is not an integer")
+        elif not 0 <= value <= MAX_TOKENS_PER_REPLY:
+            wrong.append(f"usage.{key} is outside 0..{MAX_TOKENS_PER_REPLY}")
+        honest = _honest_count(value)
+        if honest is not None:
+            counts[key] = honest
     prompt, completion = counts.get("prompt_tokens", 0), counts.get("completion_tokens", 0)
     # The cap counts the larger of the reported total and the parts, so a total that
     # understates its own parts never lets spend past --max-tokens.
     total = max(counts.get("total_tokens", 0), prompt + completion)
-    return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=total)
+    usage = Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=total)
+    if wrong:
+        raise _bad("; ".join(wrong), usage)
+    return usage
 
 
 def _text(value: Any, where: str, usage: Usage, *, limit: int | None = None) -> str:
@@ -207,11 +239,50 @@ TOLERANCES = (tolerate_missing_id, tolerate_object_arguments, finish_kind)
 """Every way a reply may differ from the reference format and still be stored."""
 
 
+def _larger_of_twice(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An `object_pairs_hook` reading a key given twice so that no count is under-counted.
+
+    Of two numbers the larger is kept, two objects are merged so, else the later value.
+    """
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            value = _larger(out[key], value)
+        out[key] = value
+    return out
+
+
+def _larger(first: Any, second: Any) -> Any:
+    if isinstance(first, dict) and isinstance(second, dict):
+        return _larger_of_twice([*first.items(), *second.items()])
+    numbers = [v for v in (first, second) if isinstance(v, int | float) and not isinstance(v, bool)]
+    if len(numbers) == 2:
+        return max(numbers, key=lambda v: _honest_count(v) or 0)
+    return second
+
+
+def billed_usage(payload: Any) -> dict[str, Any] | None:
+    """The largest honest usage a decoded body reports, or None when it reports none readable.
+
+    For a reply refused before its usage was read (a key given twice), so its tokens
+    still count (INVARIANTS I11): `read_usage`'s counts, taken from its error when the
+    usage is wrong too.
+    """
+    if not isinstance(payload, dict):
+        return None
+    try:
+        return dict(read_usage(payload.get("usage")))
+    except ModelRequestError as exc:
+        return exc.usage
+
+
 def decode_body(data: bytes, secrets: tuple[str, ...] = ()) -> Any:
     """The reply body as JSON, refusing a key given twice in any object at any depth.
 
     Python's `json.loads` keeps the last of two equal keys silently; another reader
-    keeps the first. An answer with two meanings is not stored (INVARIANTS I12).
+    keeps the first. An answer with two meanings is not stored (INVARIANTS I12), but it
+    was paid for: the refusal carries its usage (`billed_usage`), read so that a count
+    given twice counts as the larger (`_larger_of_twice`).
 
     Args:
         data: The body's bytes.
@@ -231,7 +302,14 @@ def decode_body(data: bytes, secrets: tuple[str, ...] = ()) -> Any:
             out[key] = value
         return out
 
-    return json.loads(data, object_pairs_hook=pairs_once)
+    try:
+        return json.loads(data, object_pairs_hook=pairs_once)
+    except ModelRequestError as exc:
+        try:
+            exc.usage = billed_usage(json.loads(data, object_pairs_hook=_larger_of_twice))
+        except (ValueError, RecursionError):  # the body fails later too: the key twice is said
+            exc.usage = None
+        raise
 
 
 def derived_call_id(thread_id: str, attempt: int, index: int, taken: Iterable[str]) -> str:

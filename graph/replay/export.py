@@ -173,7 +173,7 @@ def _rebuild(store: Store, thread_id: str, thread: dict[str, Any], claimed: int,
         items.append(interaction(uri, body, _reply(thread["model"], attempt, sent, row.get("usage"),
                                                    row)))
         exchanges.append({"attempt": attempt, "outcome": row.get("outcome")})
-        if row.get("stored") is False:  # cut off with nothing to keep: the conversation stays
+        if row.get("stored") is False:  # nothing kept (cut off in a call, an empty last part)
             continue
         stored = [*prepared.compacted, message]
         results = [observations.get((attempt, c["id"])) for c in message.get("tool_calls") or []]

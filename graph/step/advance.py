@@ -225,7 +225,7 @@ def _resume(graph: Any, config: dict[str, Any], store: Store, loaded: LoadedThre
     request.spec.check_against(values["thread"], settings.env_model)
     tally = store.log.tally(thread_id)  # one read of the log: checks, then the figures
     check_ledger(entry, values, thread_id, store.location, tally.last_attempt)
-    store.log.covers(thread_id, values, tally.rows)
+    store.log.covers(thread_id, values, tally.rows, tally.usage)
     figures = store.figures(thread_id, entry=entry, usage=tally.usage)  # reads nothing
     store.approvals.rows(thread_id)  # read with exact type checks, like every table
     pending = pending_review(loaded.snapshot)

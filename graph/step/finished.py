@@ -77,7 +77,7 @@ def _checked_summary(store: Store, thread_id: str, snapshot: Any = None) -> Outc
     tally = store.log.tally(thread_id)  # one read of the log: checks, then the figures
     entry = store.ledger.read(thread_id)
     check_ledger(entry, loaded.values, thread_id, store.location, tally.last_attempt)
-    store.log.covers(thread_id, loaded.values, tally.rows)
+    store.log.covers(thread_id, loaded.values, tally.rows, tally.usage)
     store.approvals.rows(thread_id)
     if pending_review(loaded.snapshot) is not None:
         return None

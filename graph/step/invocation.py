@@ -14,11 +14,12 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from graph.errors import BusyError, ErrorCode, RefusedError
-from graph.outcome import USAGE_KEYS, Figures, Outcome
+from graph.outcome import Figures, Outcome
 from graph.step.approvals import pending_review
 from graph.step.checked_graph import refusal
 from graph.step.repair import repair_routing, unrouted_output
 from graph.store.migrations import state_write_back
+from graph.store.rows import add_logged_usage
 from nodes.context import AttemptLedger, AttemptLog, LedgerEntry, StepContext
 from nodes.errors import InvocationRefusedError
 from nodes.pairing import UnsafeHistoryError
@@ -128,10 +129,8 @@ class StepFigures:
         except BaseException:
             self.usage = None  # stored or not: read when the figures are asked for
             raise
-        if self.usage is not None and kind == "reason":
-            counts = payload.get("usage") or {}
-            for key in USAGE_KEYS:
-                self.usage[key] += int(counts.get(key) or 0)
+        if self.usage is not None:
+            add_logged_usage(self.usage, kind, payload)
 
     def used_tokens(self, thread_id: str) -> int:
         """As the log's `used_tokens`: read from the store (the token cap decides on it)."""

@@ -165,11 +165,12 @@ class AttemptLog(Protocol):
         """
 
     def covers(self, thread_id: str, values: dict[str, Any],
-               rows: list[dict[str, Any]] | None = None) -> None:
+               rows: list[dict[str, Any]] | None = None, usage: dict[str, int] | None = None) -> None:
         """Refuses a log that lacks rows the thread's checkpoint `values` show were made.
 
         `rows`, when given, are judged instead of reading the stored ones: a step's
-        (`tally`), or another store's (`graph.copy`).
+        (`tally`), or another store's (`graph.copy`); `usage`, when given, is what they
+        sum to, already summed (a step's `tally.usage`: not summed again).
 
         Raises:
             RefusedError: `damaged` (exit 4).

@@ -22,11 +22,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from graph.errors import ErrorCode, RefusedError
+from graph.outcome import USAGE_KEYS
 from nodes.context import LedgerEntry
 from nodes.state import FINAL_STATUSES
 
 __all__ = ["APPROVAL_COLUMNS", "APPROVAL_TYPES", "FINAL_STATUSES", "LOG_PAYLOAD_KEYS",
-           "LedgerRow", "LogTally", "Tombstone", "check_log_payload", "check_row", "damaged", "is_int",
+           "LedgerRow", "LogTally", "Tombstone", "add_logged_usage", "check_log_payload", "check_row",
+           "damaged", "is_int",
            "is_iso_time", "is_text", "is_text_or_none", "json_object", "now", "text_refused"]
 
 
@@ -81,6 +83,27 @@ def now() -> str:
 def damaged(table: str, why: str) -> RefusedError:
     """The refusal for a damaged row of `table`."""
     return RefusedError(f"table {table} is damaged: {why}", error_code=ErrorCode.DAMAGED)
+
+
+def add_logged_usage(total: dict[str, int], kind: str, payload: dict[str, Any]) -> None:
+    """Adds what one attempt-log row counts toward its thread's tokens to `total`, in place.
+
+    The one rule by which the log's usage is summed: a `reason` row's `usage`, each of
+    `USAGE_KEYS` (an absent one is 0); other rows count nothing. Used for the Redis log's
+    sums (`graph.store.redis.tables`) and a step's figures (`graph.step.invocation`); the
+    SQL log sums the same in one statement (`graph.store.sql.attempt_log`).
+
+    Raises:
+        RefusedError: `damaged` for a value that is not a non-negative whole number.
+    """
+    usage = (payload.get("usage") if kind == "reason" else None) or {}
+    for key in USAGE_KEYS:
+        tokens = usage.get(key)
+        if tokens is None:
+            continue
+        if not is_int(tokens):
+            raise damaged("attempt_log", "the recorded token usage is not a whole number")
+        total[key] += tokens
 
 
 def is_int(value: Any, minimum: int = 0) -> bool:

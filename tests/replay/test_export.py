@@ -326,3 +326,24 @@ def test_a_logged_reply_without_a_finish_reason_exports_it_as_unknown(
     assert export(db, "f3", tmp_path / "f3.json") == 0
     assert _finishes(tmp_path / "f3.json") == [None]
     assert replay(tmp_path / "f3.json", db=str(tmp_path / "r.sqlite")).status == "done"
+
+
+@pytest.mark.parametrize(("parts", "answer"), [
+    (["7 to 14", " ", "business days [ship-02]."], "7 to 14 business days [ship-02]."),
+    (["7 to 14 business days [ship-02].", ""], "7 to 14 business days [ship-02]."),
+    (["The key is " + KEY[:9], KEY[9:] + " [ship-02]."],
+     f"The key is {KEY[:9]}[redacted: API key] [ship-02]."),
+])
+def test_a_reply_continued_in_parts_replays_to_the_same_joined_answer(
+        live_env, sqlite_db, tmp_path, parts, answer) -> None:
+    db = str(sqlite_db)
+    bodies = [_finishing(reply(p), "length") for p in parts[:-1]] + [_finishing(reply(parts[-1]), "stop")]
+    factory = scripted(bodies)
+    live(db, "f4", factory, "--task", TASK, "--model", "mandapi-large")
+    for _ in parts[1:]:
+        done = live(db, "f4", factory)
+    assert (done["status"], done["answer"]) == ("done", answer)
+    assert export(db, "f4", tmp_path / "f4.json") == 0
+    assert KEY not in (tmp_path / "f4.json").read_text()
+    result = replay(tmp_path / "f4.json", db=str(tmp_path / "r.sqlite"))
+    assert (result.status, result.answer) == ("done", answer)

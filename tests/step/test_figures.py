@@ -22,8 +22,11 @@ from graph.api import open_database
 from graph.batch import main as batch_main
 from graph.fleet.worker import close_pools, run_step
 from graph.history import main as history_main
+from graph.outcome import USAGE_KEYS
 from graph.run import main as run_main
+from graph.step.invocation import StepFigures
 from graph.store import open_store
+from graph.store.rows import add_logged_usage
 from tests.conftest import PYTHON, ROOT, subprocess_env
 from tests.fakes import ScriptedModel, tool_call_reply
 
@@ -173,3 +176,29 @@ def test_a_step_reads_the_ledger_and_the_log_once_and_reports_what_it_read(backe
     assert outcome.status == "ready" and outcome.attempts == 2
     assert reads == [{"read": 1, "tally": 0, "usage": 1, "rows": 0, "last_attempt": 0},
                      {"read": 1, "tally": 1, "usage": 0, "rows": 0, "last_attempt": 0}], reads
+
+
+class _ListLog:
+    """An attempt log keeping its rows in a list (for `StepFigures` alone)."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, dict[str, Any]]] = []
+
+    def record(self, thread_id: str, attempt: int, kind: str, payload: dict[str, Any]) -> None:
+        self.rows.append((kind, payload))
+
+    def used_tokens(self, thread_id: str) -> int:
+        raise AssertionError("not read here")
+
+
+def test_a_steps_figures_add_each_recorded_row_by_the_logs_own_usage_rule() -> None:
+    log = _ListLog()
+    figures = StepFigures(log, dict.fromkeys(USAGE_KEYS, 0))  # type: ignore[arg-type]
+    figures.record("t", 1, "reason", {"usage": {"prompt_tokens": 3, "completion_tokens": 2,
+                                                "total_tokens": 5}})
+    figures.record("t", 1, "tool", {"usage": {"total_tokens": 99}})  # a tool row counts nothing
+    figures.record("t", 2, "reason", {"usage": {"prompt_tokens": 7}})  # absent keys count 0
+    summed = dict.fromkeys(USAGE_KEYS, 0)
+    for kind, payload in log.rows:
+        add_logged_usage(summed, kind, payload)
+    assert figures.usage == summed == {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 5}

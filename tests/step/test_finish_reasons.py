@@ -160,3 +160,50 @@ def test_an_unfamiliar_finish_reason_is_decided_by_the_content_and_kept_raw(sqli
     assert [r["finish_reason"] for r in stored(db)[1]] == [finish, finish]
     assert all("finish_reason" not in m for r in server.requests for m in r["messages"]), (
         "never sent to the server: strict servers reject unknown fields")
+
+
+KEY = "sk-test-finish-012"  # the key `live_env` sets
+
+
+def test_a_key_split_across_cut_off_parts_is_redacted_in_the_joined_answer(backend) -> None:
+    server = Server(body("The key is sk-te", "length"), body("st-fini", "length"),
+                    body("sh-012, stored.", "stop"))
+    cut = first(backend.db, server)
+    assert cut["partial_answer"] == "The key is sk-te"
+    cut = step(backend.db, server)
+    assert cut["partial_answer"] == "The key is sk-test-fini", "no part holds the whole key yet"
+    done = step(backend.db, server)
+    assert done["answer"] == "The key is sk-test-fini[redacted: API key], stored."
+    messages, rows = stored(backend.db)
+    spelled = "".join(m["content"] or "" for m in messages if m["role"] == "assistant")
+    assert KEY not in spelled, "the stored parts, read in order, never spell the key"
+    assert KEY not in json.dumps(rows) and KEY not in json.dumps(done)
+
+
+def test_a_whitespace_only_cut_off_part_is_kept_in_the_joined_answer(backend) -> None:
+    server = Server(body("Shipping takes", "length"), body(" ", "length"),
+                    body("3 days [ship-01].", "stop"))
+    first(backend.db, server)
+    cut = step(backend.db, server)
+    assert (cut["status"], cut["partial_answer"]) == ("ready", "Shipping takes ")
+    done = step(backend.db, server)
+    assert done["answer"] == "Shipping takes 3 days [ship-01].", "the join is what the model sent"
+    messages, _ = stored(backend.db)
+    assert [m["content"] for m in messages if m["role"] == "assistant"] == [
+        "Shipping takes", " ", "3 days [ship-01]."]
+
+
+@pytest.mark.parametrize("last", ["", None])
+def test_an_empty_final_part_after_cut_off_parts_finishes_the_joined_answer(backend, last) -> None:
+    server = Server(body("Shipping takes 3 days [ship-01].", "length"), body(last, "stop"))
+    first(backend.db, server)
+    done = step(backend.db, server)
+    assert (done["status"], done["exit_code"], done["answer"], done["partial_answer"]) == (
+        "done", 0, "Shipping takes 3 days [ship-01].", None)
+    _, rows = stored(backend.db)
+    assert [(r["outcome"], r["finish_reason"]) for r in rows] == [("truncated", "length"), ("answer", "stop")]
+
+
+def test_an_empty_reply_without_a_partial_answer_is_still_a_bad_response(sqlite_db) -> None:
+    out = first(str(sqlite_db), Server(body("  ", "stop")))
+    assert (out["status"], out["error_code"], out["exit_code"]) == ("ready", "bad_response", 6)

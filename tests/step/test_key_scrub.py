@@ -16,7 +16,7 @@ import pytest
 import graph.run
 from graph.history import main as history
 from graph.replay.__main__ import main as replay
-from nodes.redaction import REDACTED, redact_value
+from nodes.redaction import REDACTED, redact_continued, redact_value
 from tests.fixtures.recordings.build import reply, scripted
 
 KEY = "sk-TESTMARKER-7c41e9"
@@ -128,3 +128,15 @@ def test_arguments_too_deep_to_rewrite_that_spell_the_key_are_replaced_whole() -
 def test_text_that_spells_the_key_with_escapes_but_is_not_json_is_kept() -> None:
     text = "not json: " + escaped(KEY)
     assert redact_value(text, [KEY]) == text
+
+
+@pytest.mark.parametrize(("before", "after", "stored"), [
+    ("key " + KEY[:5], KEY[5:] + " ok", REDACTED + " ok"),  # completed here: its start replaced
+    ("key " + KEY[:5], KEY[5:9], KEY[5:9]),  # not completed yet: kept
+    ("key sk-", KEY + " ok", REDACTED + " ok"),  # whole in this part: redacted as ever
+    ("key", " " + KEY[:3], " " + KEY[:3]),  # only begun: nothing can know yet
+])
+def test_a_key_completed_across_parts_is_replaced_where_it_completes(
+        before: str, after: str, stored: str) -> None:
+    assert redact_continued(before, after, [KEY]) == stored
+    assert KEY not in before + redact_continued(before, after, [KEY])

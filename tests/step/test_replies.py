@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from graph.api import open_database
 from graph.step.models import make_model
 from graph.store import open_store
 from graph.threads.history import step_log
@@ -260,6 +261,10 @@ REFUSED_WITH_USAGE = {
     "malformed tool call": _body({"role": "assistant", "content": None, "tool_calls": [{"id": 3}]}),
     "content over the cap": _body({"role": "assistant", "content": "x" * (MAX_REPLY_CHARS + 1)}),
     "no choices": json.dumps({"choices": [], "usage": USAGE_40}),
+    "a key given twice in the message": _raw(_body(), '"content": "ok [ship-01]"',
+                                             '"content": "ok", "content": "ok [ship-01]"'),
+    "a usage count given twice (the larger counts)": _raw(_body(), '"total_tokens": 40',
+                                                          '"total_tokens": 40, "total_tokens": 12'),
 }
 
 
@@ -276,3 +281,63 @@ def test_tokens_of_refused_replies_count_toward_the_cap(backend, case: str) -> N
     assert (last["exit_code"], last["status"], last["stop_reason"]) == (3, "exhausted", "token_cap")
     assert last["usage"] == {"prompt_tokens": 90, "completion_tokens": 30, "total_tokens": 120}
     assert [(s["outcome"], s["tokens"]) for s in _log(backend.db, "t1")] == [("error", 40)] * 3
+
+
+def test_a_usage_count_past_the_cap_is_refused_but_counted_at_the_cap_never_less() -> None:
+    with pytest.raises(ModelRequestError) as info:
+        parse_reply(json.loads(_body(usage={"prompt_tokens": 10**13, "completion_tokens": 10**13,
+                                            "total_tokens": 40})))
+    assert info.value.error_code == "bad_response" and "prompt_tokens" in info.value.message
+    assert info.value.usage == {"prompt_tokens": MAX_TOKENS_PER_REPLY,
+                                "completion_tokens": MAX_TOKENS_PER_REPLY,
+                                "total_tokens": 2 * MAX_TOKENS_PER_REPLY}
+
+
+@pytest.mark.parametrize(("usage", "counted"), [
+    ({"prompt_tokens": -5, "completion_tokens": 10, "total_tokens": 40}, 40),
+    ({"prompt_tokens": 30, "completion_tokens": 10.5, "total_tokens": "40"}, 41),
+    ({"prompt_tokens": 30, "completion_tokens": True, "total_tokens": 40}, 40),
+])
+def test_odd_usage_is_refused_but_keeps_the_largest_honest_count(usage: dict[str, Any],
+                                                                 counted: int) -> None:
+    with pytest.raises(ModelRequestError) as info:
+        parse_reply(json.loads(_body(usage=usage)))
+    assert info.value.error_code == "bad_response"
+    assert info.value.usage is not None and info.value.usage["total_tokens"] == counted
+
+
+def test_a_reply_claiming_tokens_past_the_cap_stops_the_thread_at_its_token_cap(backend) -> None:
+    huge = _body(usage={"prompt_tokens": 10**13, "completion_tokens": 5, "total_tokens": 40})
+    factory = _answer_with([huge.encode()])
+    argv = ["--thread", "t1", "--live", "--once", "--db", backend.db]
+    out = run_cli([*argv, "--task", TASK, "--max-tokens", "1000"], model_factory=factory)
+    assert (out["exit_code"], out["error_code"], out["status"]) == (6, "bad_response", "ready")
+    assert out["usage"]["total_tokens"] == MAX_TOKENS_PER_REPLY + 5
+    again = run_cli(argv, model_factory=factory)
+    assert (again["exit_code"], again["status"], again["stop_reason"]) == (3, "exhausted", "token_cap")
+    assert len(factory.requests) == 1
+
+
+def test_a_tool_call_too_long_for_the_context_limit_is_refused_and_the_person_can_go_on(backend) -> None:
+    long_call = _call(arguments=json.dumps({"query": "x" * 60_000}))
+    factory = _answer_with([_body({"role": "assistant", "content": None,
+                                   "tool_calls": [long_call]}).encode()])
+    argv = ["--thread", "t1", "--live", "--once", "--db", backend.db]
+    out = run_cli([*argv, "--task", TASK, "--context-tokens", "4000"], model_factory=factory)
+    assert (out["exit_code"], out["error_code"], out["status"]) == (6, "bad_response", "ready")
+    assert "context limit" in out["error"] and out["usage"]["total_tokens"] == 40
+    hint = {"role": "user", "content": "Keep tool arguments short."}
+    with open_database(backend.db) as db:  # a person may add a word before the next attempt
+        db.graph.update_state({"configurable": {"thread_id": "t1"}}, {"messages": [hint]})
+    again = run_cli(argv, model_factory=factory)
+    assert (again["exit_code"], again["status"], again["answer"]) == (0, "done", "ok [ship-01]")
+    sent = [json.loads(r.content)["messages"] for r in factory.requests]
+    assert sent[1] == [*sent[0], hint], "nothing of the refused reply was stored"
+
+
+def test_a_key_given_twice_before_a_body_that_is_not_json_is_still_named() -> None:
+    text = _raw(_body(), '"content": "ok [ship-01]"', '"content": "a", "content": "b"')
+    text = _raw(text, '"total_tokens": 40', '"total_tokens": ' + "9" * 5000)
+    with pytest.raises(ModelRequestError) as info:
+        decode_body(_bytes(text))
+    assert "twice" in info.value.message and info.value.usage is None

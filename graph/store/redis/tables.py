@@ -26,6 +26,7 @@ from graph.store.rows import (
     LOG_PAYLOAD_KEYS,
     LogTally,
     Tombstone,
+    add_logged_usage,
     check_log_payload,
     damaged,
     is_int,
@@ -345,7 +346,7 @@ class RedisAttemptLog(RedisTable):
         return self.usage(thread_id)["total_tokens"]
 
     def covers(self, thread_id: str, values: dict[str, Any],
-               rows: list[dict[str, Any]] | None = None) -> None:
+               rows: list[dict[str, Any]] | None = None, usage: dict[str, int] | None = None) -> None:
         """Refuses a log that lacks rows the thread's checkpoint shows were made.
 
         `nodes.reason` appends an attempt's row before the node returns, so before the
@@ -362,6 +363,8 @@ class RedisAttemptLog(RedisTable):
             rows: Checked rows to judge instead of reading this log's: the ones a step
                 just read (`tally`), or another store's (`graph.copy` asks
                 whether they would pass here); None reads the thread's own.
+            usage: The usage those rows sum to when it is summed already (a step's
+                `tally.usage`); None sums them here.
 
         Raises:
             RefusedError: `damaged` (exit 4) when the log falls short of the checkpoint,
@@ -375,7 +378,8 @@ class RedisAttemptLog(RedisTable):
             raise damaged("attempt_log", f"thread {thread_id!r}'s log holds {logged} "
                           f"reply row(s), but its checkpoint shows {replies} replies: rows "
                           "were deleted or replaced")
-        used, shown = _usage(rows)["total_tokens"], int(values["progress"]["usage"]["total_tokens"])
+        used = (_usage(rows) if usage is None else usage)["total_tokens"]
+        shown = int(values["progress"]["usage"]["total_tokens"])
         if used < shown:
             raise damaged("attempt_log", f"thread {thread_id!r}'s log records {used} "
                           f"tokens, but its checkpoint shows {shown}: rows were deleted or "
@@ -390,14 +394,7 @@ def _usage(rows: list[dict[str, Any]]) -> dict[str, int]:
     """
     total = dict.fromkeys(USAGE_KEYS, 0)
     for row in rows:
-        usage = (row["payload"].get("usage") if row["kind"] == "reason" else None) or {}
-        for key in USAGE_KEYS:
-            tokens = usage.get(key)
-            if tokens is None:
-                continue
-            if not is_int(tokens):
-                raise damaged("attempt_log", "the recorded token usage is not a whole number")
-            total[key] += tokens
+        add_logged_usage(total, row["kind"], row["payload"])
     return total
 
 

@@ -161,7 +161,7 @@ class SqlAttemptLog(SqlTable):
         return usage
 
     def covers(self, thread_id: str, values: dict[str, Any],
-               rows: list[dict[str, Any]] | None = None) -> None:
+               rows: list[dict[str, Any]] | None = None, usage: dict[str, int] | None = None) -> None:
         """Checks nothing more on SQL: `check_ledger` already holds claimed >= logged.
 
         The Redis log checks its reply rows against the checkpoint
