@@ -189,3 +189,30 @@ def test_the_readme_documents_every_status_a_batch_prints_with_its_exit_code() -
     assert "5 for `busy`" in rows[f"`{NO_STATUS}`"] and "`status` null" in rows[f"`{NO_STATUS}`"]
     documented = ", ".join(name for name in rows if name != f"`{NO_STATUS}`")
     assert all(f"`{status}`" in documented for status in STATUSES), documented
+
+
+def test_a_thread_stopped_by_a_model_error_makes_the_batch_exit_3(
+        sqlite_db, tmp_path, capsys, monkeypatch) -> None:
+    """Issue 30: a batch whose thread met `model_not_found` exited 0, so a scheduler never
+    saw it; the stop needs a person (`--reopen`), unlike a thread that used its budget."""
+    import httpx
+
+    import graph.api._database
+    from graph.step.models import make_model
+
+    def not_found(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(404, json={"error": {"message": "The model `mandapi-larg` does "
+                                                              "not exist", "code": "model_not_found"}})
+
+    monkeypatch.setattr(graph.api._database, "make_model", lambda model_id, settings: make_model(
+        model_id, settings, transport=httpx.MockTransport(not_found)))
+    monkeypatch.setenv("MANDAPI_API_KEY", "sk-marker-4f09ab77d1")
+    monkeypatch.setenv("MANDAPI_BASE_URL", "http://mandapi.test/v1")
+    path = tasks_file(tmp_path, [{"thread_id": "m1", "task": TASK, "model": "mandapi-larg"}])
+    for run in ("first", "rerun"):
+        assert batch_main([str(path), "--db", str(sqlite_db), "--live", "--json"]) == 3, run
+        out, err = capsys.readouterr()
+        summary = json.loads(out)
+        assert (summary["exit_code"], summary["statuses"]) == (3, {"exhausted": 1}), run
+        assert "no rerun can fix this" in (summary["error"] or ""), (run, summary)
+        assert "[1/1] m1: exhausted (" in err, run
