@@ -326,3 +326,54 @@ def test_a_logged_reply_without_a_finish_reason_exports_it_as_unknown(
     assert export(db, "f3", tmp_path / "f3.json") == 0
     assert _finishes(tmp_path / "f3.json") == [None]
     assert replay(tmp_path / "f3.json", db=str(tmp_path / "r.sqlite")).status == "done"
+
+
+def test_a_reopened_thread_replays_through_its_reopen_to_the_same_outcome(
+        live_env, sqlite_db, tmp_path) -> None:
+    """Issue 30: a thread stopped by a model error and reopened (README, `--reopen`) exported,
+    but its replay stopped at the error with the later exchanges never requested."""
+    from graph.step.models import make_model
+
+    script: list[httpx.Response] = [
+        httpx.Response(404, json={"error": {"message": "The model `mandapi-large` does not exist",
+                                            "code": "model_not_found"}}),
+        httpx.Response(200, json=reply(None, ("c1", "search_references", {"query": "international"}))),
+        httpx.Response(200, json=reply("7 to 14 business days [ship-02].")),
+    ]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return script.pop(0)
+
+    def factory(model_id, settings):  # type: ignore[no-untyped-def]
+        return make_model(model_id, settings, transport=httpx.MockTransport(handler))
+
+    db = str(sqlite_db)
+    stopped = live(db, "o1", factory, "--task", TASK, "--model", "mandapi-large")
+    assert (stopped["status"], stopped["stop_reason"]) == ("exhausted", "model_not_found")
+    assert run_cli(["--thread", "o1", "--db", db, "--reopen"])["status"] == "ready"
+    for _ in range(2):
+        done = live(db, "o1", factory)
+    assert (done["status"], done["answer"]) == ("done", "7 to 14 business days [ship-02].")
+    assert export(db, "o1", tmp_path / "o1.json") == 0
+    result = replay(tmp_path / "o1.json", db=str(tmp_path / "r.sqlite"))
+    assert [(o["status"], o["stop_reason"]) for o in result.outcomes] == [
+        ("exhausted", "model_not_found"), ("ready", None), ("ready", None), ("done", None)]
+    assert (result.status, result.answer) == ("done", done["answer"])
+
+
+def test_a_thread_reopened_and_not_run_since_replays_to_ready(live_env, sqlite_db, tmp_path) -> None:
+    from graph.step.models import make_model
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(404, json={"error": {"message": "The model `mandapi-large` does "
+                                                              "not exist", "code": "model_not_found"}})
+
+    def factory(model_id, settings):  # type: ignore[no-untyped-def]
+        return make_model(model_id, settings, transport=httpx.MockTransport(handler))
+
+    db = str(sqlite_db)
+    live(db, "o2", factory, "--task", TASK, "--model", "mandapi-large")
+    assert run_cli(["--thread", "o2", "--db", db, "--reopen"])["status"] == "ready"
+    assert export(db, "o2", tmp_path / "o2.json") == 0
+    result = replay(tmp_path / "o2.json", db=str(tmp_path / "r.sqlite"))
+    assert [o["status"] for o in result.outcomes] == ["exhausted", "ready"]
