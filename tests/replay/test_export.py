@@ -377,3 +377,40 @@ def test_a_thread_reopened_and_not_run_since_replays_to_ready(live_env, sqlite_d
     assert export(db, "o2", tmp_path / "o2.json") == 0
     result = replay(tmp_path / "o2.json", db=str(tmp_path / "r.sqlite"))
     assert [o["status"] for o in result.outcomes] == ["exhausted", "ready"]
+
+
+def test_a_thread_forked_as_the_readme_shows_is_refused_naming_the_fork_not_update_state(
+        backend, tmp_path, capsys) -> None:
+    """Issue 30: after the README's fork snippet, export blamed update_state, which the user
+    never called; the refusal names the fork and its checkpoint."""
+    from graph.api import open_database
+
+    with open_database(backend.db, create=True) as db:
+        db.run("py_demo", task="How long does shipping take at the demo shop?", once=False)
+        config = {"configurable": {"thread_id": "py_demo"}}
+        first = [s for s in db.graph.get_state_history(config) if s.next == ("budget",)][-1]
+        with db.invocation("py_demo") as context:
+            db.graph.invoke(None, first.config, context=context, durability="sync")
+    before = backend.fingerprint()
+    assert export(backend.db, "py_demo", tmp_path / "f.json", "--json") == 4
+    out = json.loads(capsys.readouterr().out)
+    assert out["error_code"] == "not_replayable"
+    assert "forked from an older checkpoint" in out["error"]
+    assert first.config["configurable"]["checkpoint_id"] in out["error"]
+    assert "update_state" not in out["error"]
+    assert backend.fingerprint() == before and not (tmp_path / "f.json").exists()
+
+
+def test_a_conversation_changed_with_update_state_is_refused_naming_update_state(
+        sqlite_db, tmp_path, capsys) -> None:
+    from graph.api import open_database
+
+    with open_database(str(sqlite_db), create=True) as db:
+        db.run("u1", task=TASK, once=True)
+        config = {"configurable": {"thread_id": "u1"}}
+        db.graph.update_state(config, {"messages": [
+            {"role": "tool", "tool_call_id": db.graph.get_state(config).values["messages"][-1][
+                "tool_calls"][0]["id"], "content": "an edited tool result"}]}, as_node="tools")
+    assert export(str(sqlite_db), "u1", tmp_path / "u.json", "--json") == 4
+    out = json.loads(capsys.readouterr().out)
+    assert out["error_code"] == "not_replayable" and "changed with update_state" in out["error"]
