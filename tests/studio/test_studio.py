@@ -250,3 +250,20 @@ def test_verify_on_studios_database_says_it_is_studios_ledger_not_damaged(
     err = capsys.readouterr().err
     assert err.startswith("error (studio_db): ") and "2 thread(s)" in err
     assert db.read_bytes() == before, "reads only"
+
+
+def test_verify_on_a_database_with_studio_and_run_threads_lists_the_studio_ones_as_damaged(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A thread whose checkpoints were deleted looks like a Studio thread: only a database of
+    nothing else is named Studio's (README, Studio)."""
+    from graph.verify import main as verify_main
+    from tests.conftest import run_cli
+
+    db = tmp_path / "studio.sqlite"
+    served().invoke({"task": TASK}, config(), context={"db": str(db)})
+    run_cli(["--thread", "own", "--task", TASK, "--db", str(db), "--once"])
+    assert verify_main(["--db", str(db), "--json"]) == 4
+    out = json.loads(capsys.readouterr().out)
+    assert (out["error_code"], out["threads"]) == ("damaged", 2)
+    assert out["problems"] == [f"{db}: thread {THREAD!r}: 1 counted attempt(s) in the ledger but "
+                               "no checkpoint"]
