@@ -19,7 +19,8 @@ $GRAPH_QUEUE_DB).
 
 exit codes: 0 every thread advanced or finished; 2 usage error, every bad line listed
 (nothing counted); 8 the request cap stopped the batch; otherwise the exit code of the
-first thread that failed (4 refused, 6 request failed, ...; see the results).
+first thread that failed (3 stopped by a model error such as model_not_found, 4 refused,
+6 request failed, ...; see the results).
 """
 
 from __future__ import annotations

@@ -74,6 +74,7 @@ class ErrorCode(StrEnum):
     CONFLICT = "conflict"
     EXISTS = "exists"
     NOT_REPLAYABLE = "not_replayable"
+    STUDIO_DB = "studio_db"
     BUSY = "busy"
     TIMEOUT = "timeout"
     CONNECTION = "connection"
@@ -106,7 +107,7 @@ _EXIT = {
         ErrorCode.IDENTITY_MISMATCH, ErrorCode.NO_SUCH_THREAD, ErrorCode.NO_SUCH_FILE,
         ErrorCode.DAMAGED, ErrorCode.INCOMPATIBLE, ErrorCode.PRUNED, ErrorCode.CANCELLED,
         ErrorCode.TAMPERED, ErrorCode.CONFLICT, ErrorCode.EXISTS,
-        ErrorCode.NOT_REPLAYABLE)},
+        ErrorCode.NOT_REPLAYABLE, ErrorCode.STUDIO_DB)},
     ErrorCode.BUSY: ExitCode.BUSY,
     **{code: ExitCode.REQUEST_FAILED for code in (
         ErrorCode.TIMEOUT, ErrorCode.CONNECTION, ErrorCode.HTTP_STATUS, ErrorCode.BAD_RESPONSE,

@@ -70,6 +70,8 @@ class Outcome:
     next_nodes: list[str] = field(default_factory=list)
     held_back: bool = False
     """The last invocation could not claim its counted attempt (a full request cap)."""
+    note: str | None = None
+    """A line for people under the status (text output only; `--json`'s `status` says it)."""
 
     @classmethod
     def from_state(cls, thread_id: str, values: dict[str, Any], next_nodes: tuple,
@@ -165,6 +167,7 @@ class Outcome:
         data = asdict(self)
         data.pop("next_nodes")
         data.pop("held_back")
+        data.pop("note")
         data["exit_code"] = int(self.exit_code)
         data["review_required"] = self.answer is not None
         return escape_controls(json.dumps(data, ensure_ascii=False, sort_keys=True))
@@ -185,8 +188,9 @@ class Outcome:
             f"thread {self.thread_id}: {self.status} "
             f"(attempts {self.attempts}/{self.max_attempts}{tokens}, model {self.model})"
         ]
+        if self.note:
+            lines.append(self.note)
         if self.stop_reason:
-
             hint = stop_hint(self.stop_reason)
             hint = hint if hint and hint not in (self.error or "") else None  # said once
             lines.append(f"stopped: {self.stop_reason}" + (f" ({hint})" if hint else ""))

@@ -6,8 +6,9 @@ Reads only. On SQLite it runs `PRAGMA integrity_check` (slow on large files, whi
 why ordinary steps do only a bounded check), then reads every thread the way
 `graph.run` does (checksums, strict decoding, schema, ledger cross-checks) and every
 older checkpoint of its history, listing each problem instead of stopping at the first.
-Exit 0 when everything is intact, 4 when anything is refused (each problem is listed),
-2 for usage errors.
+Exit 0 when everything is intact, 4 when anything is refused (each problem is listed;
+error_code studio_db for the database of Studio's ledger, whose threads have their
+checkpoints in langgraph dev's own storage), 2 for usage errors.
 """
 
 from __future__ import annotations
@@ -49,9 +50,10 @@ def main(argv: list[str] | None = None) -> int:
         db = resolve_db(args.db)
         try:
             checked = verify_database(db, source="flags")
-        except RefusedError as exc:  # not a checkpoint database at all
-            return report_error(exc, as_json, ok=False, problems=[exc.message], threads=0,
-                                checkpoints=0, pruned_threads=0)
+        except RefusedError as exc:  # not a checkpoint database at all (Studio's ledger too)
+            return report_error(exc, as_json, ok=False, problems=[exc.message],
+                                threads=getattr(exc, "threads", 0), checkpoints=0,
+                                pruned_threads=0)
         problems = checked.problems
         code = ExitCode.REFUSED if problems else ExitCode.OK
         if as_json:

@@ -87,7 +87,10 @@ def verify_database(db: str | os.PathLike[str] | None = None, *,
         checkpoints were checked (`graph.threads.verification.VerifyReport`).
 
     Raises:
-        RefusedError: The file is missing (`no_such_file`) or no checkpoint database.
+        RefusedError: The file is missing (`no_such_file`) or no checkpoint database;
+            `studio_db` for the ledger database of LangGraph Studio, whose threads keep
+            their checkpoints in the server's storage
+            (`graph.threads.verification.StudioDatabaseError`, with `threads`).
         UsageError: `db` is empty, not a usable path or URL, or may not be read; an
             unknown keyword or a value of the wrong type.
     """
@@ -343,6 +346,9 @@ class Database:
         Returns:
             One line per problem; empty when everything reads back intact. For the
             counts of threads and checkpoints checked, use `verify_database`.
+
+        Raises:
+            RefusedError: As `verify_database` (`studio_db` for Studio's ledger database).
         """
         return self._call(verify_database, self.settings.db, source=self.source).problems
 

@@ -24,9 +24,18 @@ if TYPE_CHECKING:
     from graph.store.base import Store
 
 __all__ = [
-    "LoadedThread", "check_snapshot", "check_stored_thread", "check_values", "graph_of", "history_page",
-    "is_finished", "load_thread", "pending_input", "read_snapshot",
+    "LedgerWithoutCheckpoint", "LoadedThread", "check_snapshot", "check_stored_thread",
+    "check_values", "graph_of", "history_page", "is_finished", "load_thread", "pending_input",
+    "read_snapshot",
 ]
+
+
+class LedgerWithoutCheckpoint(RefusedError):
+    """A thread whose ledger counts attempts but which has no checkpoint (`damaged`).
+
+    What a Studio thread looks like in the ledger's database (`langgraph dev` keeps its
+    checkpoints elsewhere), so `graph.verify` tells a database of only these apart.
+    """
 
 
 def is_finished(status: Any, next_nodes: Any) -> bool:
@@ -160,7 +169,8 @@ def check_stored_thread(store: Store, graph: Any, thread_id: str) -> LoadedThrea
         The loaded thread, or None when it has no checkpoint.
 
     Raises:
-        RefusedError: The first problem found.
+        RefusedError: The first problem found; `LedgerWithoutCheckpoint` for counted
+            attempts without a checkpoint.
     """
     try:
         tombstone = store.tombstones.get(thread_id)
@@ -172,9 +182,9 @@ def check_stored_thread(store: Store, graph: Any, thread_id: str) -> LoadedThrea
     loaded = load_thread(graph, thread_id, store.location)
     if loaded is None:
         if entry is not None and entry.attempts > 0 and tombstone is None:
-            raise RefusedError(f"{entry.attempts} counted attempt(s) in the ledger but no "
-                               "checkpoint", error_code=ErrorCode.DAMAGED,
-                               location=store.location, thread_id=thread_id)
+            raise LedgerWithoutCheckpoint(f"{entry.attempts} counted attempt(s) in the ledger "
+                                          "but no checkpoint", error_code=ErrorCode.DAMAGED,
+                                          location=store.location, thread_id=thread_id)
         return None
     logged = max((r["attempt"] for r in log_rows if r["kind"] == "reason"), default=0)
     check_ledger(entry, loaded.values, thread_id, store.location, logged)

@@ -19,7 +19,9 @@ from graph.fleet.request_cap import cap_full, held_by_full_cap, open_cap
 from graph.fleet.tasks_file import BatchItem
 from graph.outcome import Outcome
 from graph.step.advance import advance
+from graph.step.local_steps import REOPENABLE
 from graph.text import silence, without_key
+from nodes.server_errors import stop_hint
 from nodes.state import FINAL_STATUSES
 
 if TYPE_CHECKING:
@@ -130,9 +132,15 @@ class BatchReport:
     def error_fields(self) -> dict[str, Any]:
         """The shared error fields (`graph.cli`) of the batch: null when it succeeded."""
         failure = self.failure
-        return {"error": failure.error if failure else None,
-                "error_code": failure.error_code if failure else None,
-                "exit_code": int(self.exit_code)}
+        error, code = (failure.error, failure.error_code) if failure else (None, None)
+        if failure is not None and error is None and failure.stop_reason in REOPENABLE:
+            # A thread stopped earlier reports its state only: say why it fails the batch.
+            error = (f"thread {failure.thread_id!r} was stopped by a model error "
+                     f"({failure.stop_reason}): {stop_hint(failure.stop_reason)}; after "
+                     "fixing the cause, python -m graph.run --thread ID --reopen")
+            code = (ErrorCode.CONTENT_FILTER if failure.stop_reason == "content_filter"
+                    else ErrorCode.HTTP_STATUS)
+        return {"error": error, "error_code": code, "exit_code": int(self.exit_code)}
 
 
 def _held_by_cap(store: Store, item: BatchItem, cap_id: str | None) -> Outcome:
@@ -174,8 +182,8 @@ def run_batch(store: Store, items: list[BatchItem], settings: Any, *, once: bool
 
     Returns:
         The report; `exit_code` 0 when every thread advanced or finished, 8 when the cap
-        stopped the batch, else the exit code of the first thread that failed (4 refused,
-        6 request failed, ...; 1 only for a bug).
+        stopped the batch, else the exit code of the first thread that failed (3 stopped
+        by a model error, 4 refused, 6 request failed, ...; 1 only for a bug).
 
     Raises:
         RefusedError: `identity_mismatch` when the cap exists with another maximum.
@@ -189,12 +197,22 @@ def run_batch(store: Store, items: list[BatchItem], settings: Any, *, once: bool
             progress.update(outcome)
         if outcome.error_code == ErrorCode.BATCH_CAP:
             report.cap_reached = True
-    failed = [o for o in report.outcomes if o.exit_code not in _ADVANCED]
+    failed = [o for o in report.outcomes if _failed(o)]
     held = [o for o in report.outcomes if o.error_code == ErrorCode.BATCH_CAP]
     report.failure = next(iter(failed or held), None)
     report.exit_code = (failed[0].exit_code if failed else
                         ExitCode.BATCH_CAP if report.cap_reached else ExitCode.OK)
     return report
+
+
+def _failed(outcome: Outcome) -> bool:
+    """Whether a thread's outcome fails the batch (its exit code decides the batch's).
+
+    Its exit code says so, or a model error no rerun can fix stopped it: exit 3 like a
+    spent budget, but only a person's `--reopen` after fixing the cause lets it go on,
+    so a scheduler must see it.
+    """
+    return outcome.exit_code not in _ADVANCED or outcome.stop_reason in REOPENABLE
 
 
 _ADVANCED = (ExitCode.OK, ExitCode.EXHAUSTED, ExitCode.AWAITING_APPROVAL, ExitCode.BUSY,

@@ -99,7 +99,8 @@ def open_cap(store: Store, cap_id: str | None, max_requests: int | None) -> str 
     _, maximum = store.ledger.ensure_cap(cap_id, max_requests)
     if maximum != max_requests:
         raise RefusedError(f"request cap {cap_id!r} was created with --max-requests "
-                           f"{maximum}; it is never reset or changed",
+                           f"{maximum}; it is never reset or changed: to allow more "
+                           "requests, name a new cap with --batch-id (cap_id in graph.api)",
                            error_code=ErrorCode.IDENTITY_MISMATCH, location=store.location)
     return cap_id
 

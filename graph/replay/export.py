@@ -8,8 +8,8 @@ conversation compacted to the thread's limit, the tool specs), so the export pla
 conversation forward attempt by attempt, as the reason and tools nodes did, and then
 checks it against the latest checkpoint: its conversation and its token totals must
 come out equal. A thread the log does not reproduce (edited with `update_state`,
-written before the attempt log existed) is refused as `not_replayable`, never
-exported wrong.
+forked from an older checkpoint, written before the attempt log existed) is refused as
+`not_replayable`, naming which it was, never exported wrong.
 
 What the database does not keep, and what stands in for it in a recording:
 
@@ -186,6 +186,37 @@ def _rebuild(store: Store, thread_id: str, thread: dict[str, Any], claimed: int,
     return items, exchanges, stored, usage
 
 
+def _changed_by(store: Store, thread_id: str) -> str:
+    """What changed the thread outside its steps, read from its latest checkpoint's lineage.
+
+    LangGraph marks a checkpoint written by `update_state` with source `update`, and the
+    copy an invocation from an older checkpoint starts with (a fork, time travel) with
+    source `fork`; the newest such mark on the way back from the latest checkpoint is
+    named. Checkpoints trimmed by the window may hide it: then every cause is named.
+    """
+    saved = {t.config["configurable"]["checkpoint_id"]: t for t in store.checkpointer.list(
+        {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})}
+    latest = max(saved, default=None)
+    seen: set[str] = set()
+    while latest is not None and latest in saved and latest not in seen:
+        seen.add(latest)
+        found = saved[latest]
+        parent = (found.parent_config or {}).get("configurable", {}).get("checkpoint_id")
+        source = (found.metadata or {}).get("source")
+        if source == "fork":
+            return (f"the thread was forked from an older checkpoint ({parent}): its latest "
+                    "state is a branch started there (time travel, as in the README's fork "
+                    "example), and a recording replays one thread straight through, which the "
+                    "attempt log (every attempt of every branch, in order) cannot rebuild for a "
+                    "branch; export a thread that was not forked")
+        if source == "update":
+            return (f"the conversation was changed with update_state (checkpoint {latest}), so "
+                    "the requests were not made from what the attempt log holds")
+        latest = parent
+    return ("the thread was changed outside its steps: with update_state, by a fork from an "
+            "older checkpoint (time travel), or by an edit of the database")
+
+
 def export_thread(store: Store, thread_id: str, uri: str) -> dict[str, Any]:
     """The recording of `thread_id` (a cassette dict for `graph.replay.format.write_recording`).
 
@@ -210,11 +241,12 @@ def export_thread(store: Store, thread_id: str, uri: str) -> dict[str, Any]:
         same = sum(1 for _ in zip(stored, values["messages"], strict=False))
         first = next((i for i in range(same) if stored[i] != values["messages"][i]), same)
         raise _not_replayable(store, thread_id, "the attempt log does not reproduce the stored "
-                              f"conversation (they differ from message {first}; was it changed "
-                              "with update_state?)")
+                              f"conversation (they differ from message {first}): "
+                              f"{_changed_by(store, thread_id)}")
     if usage != dict(progress.get("usage") or usage):
         raise _not_replayable(store, thread_id, f"the attempt log's token counts {usage} differ "
-                              f"from the thread's {dict(progress.get('usage') or {})}")
+                              f"from the thread's {dict(progress.get('usage') or {})}: "
+                              f"{_changed_by(store, thread_id)}")
     pending = pending_review(loaded.snapshot)
     meta = {
         "format": FORMAT,

@@ -13,6 +13,9 @@ rewritten), intercepts that transport and answers each request from the recordin
 - an exchange recorded without an answer raises its httpx error (timeout, connection);
 - paused write calls are decided as recorded (by turn and call id), writes applied
   for real in the `allow_writes` folder given;
+- a thread stopped by a model error no rerun can fix (`model_not_found`, ...) that the
+  recording shows going on (exchanges left, or a recorded `ready` end) was reopened by a
+  person (`--reopen`, the only way on): it is reopened here too, at the same point;
 - at the end, every exchange must have been played, the ledger must count exactly one
   attempt per reply (attempts == claimed == replies), and the thread must end as
   recorded (status, answer, usage).
@@ -41,6 +44,7 @@ from graph.replay.diff import MODES, compared, difference, outcome_difference
 from graph.replay.format import Recording, load_recording
 from graph.run import run
 from graph.settings import Settings
+from graph.step.local_steps import REOPENABLE
 from graph.store import open_store
 from graph.text import escape_controls
 from graph.threads.copy import thread_exists
@@ -331,6 +335,10 @@ def _drive(rec: Recording, db: str, flags: list[str], model_factory: Callable[[s
                 out = step([*base, *decision])
             continue
         played_all = playback.next_index() is None
+        if (out["status"] == "exhausted" and out.get("stop_reason") in REOPENABLE
+                and (not played_all or rec.outcome["status"] == "ready")):
+            out = step([*base, "--reopen"])  # what the recorded thread went on through
+            continue
         if out["status"] in _FINAL or (played_all and rec.outcome["status"] == "ready"):
             return outcomes
         # A thread cancelled after its last exchange is cancelled again here.

@@ -123,6 +123,7 @@ class CheckedGraph:
             _check_async(self._async, method, self._location)
         for one in _each_config(config):
             _check_fork(one, saver, self._location)
+            _check_fork_keeps_answer(one, kwargs["context"], saver, self._location)
 
     def _check_single(self, config: Any, kwargs: dict[str, Any], method: str) -> None:
         """`_check` for a method taking one config (a list is refused, not batched)."""
@@ -374,6 +375,39 @@ def _check_fork(config: Any, saver: Any, location: str | None = None) -> None:
                          "(Database.run(..., task=...))", location=location,
                          thread_id=str(configurable.get("thread_id")),
                          checkpoint_id=str(configurable["checkpoint_id"]))
+
+
+def _check_fork_keeps_answer(config: Any, context: StepContext, saver: Any,
+                             location: str | None = None) -> None:
+    """Refuses a fork of a `done` thread that has no attempt left (its answer would go).
+
+    A fork runs from an older checkpoint, before the answer; with the ledger spent, its
+    budget node can only stop it, `exhausted`, and that checkpoint becomes the thread's
+    latest state: the paid answer would drop out of every report (`graph.run`, `history`'s
+    header, the API), kept only in older checkpoints and the attempt log.
+
+    Raises:
+        UsageError: `config` names an older checkpoint of a `done` thread whose ledger
+            has no attempt left; nothing is written.
+    """
+    configurable = _check_config(config, location)
+    thread_id, checkpoint_id = configurable.get("thread_id"), configurable.get("checkpoint_id")
+    if checkpoint_id is None or not isinstance(thread_id, str):
+        return
+    latest = saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})
+    if latest is None or latest.checkpoint.get("id") == checkpoint_id:
+        return
+    progress = latest.checkpoint.get("channel_values", {}).get("progress")
+    read = getattr(context.ledger, "read", None)  # the store's ledger (graph.store.base)
+    entry = read(thread_id) if read is not None else None
+    if isinstance(progress, Mapping) and progress.get("status") == "done" and (
+            entry is not None and entry.spent):
+        raise UsageError(
+            f"thread {thread_id!r} is done with no attempt left ({entry.attempts}/"
+            f"{entry.max_attempts}): a fork could send no request and would only stop it "
+            "(exhausted), hiding its answer from the thread's latest state; nothing was "
+            "written (its answer stays; start a new thread to ask again)",
+            location=location, thread_id=thread_id, checkpoint_id=str(checkpoint_id))
 
 
 def _check_async(supports_async: bool, method: str, location: str | None = None) -> None:

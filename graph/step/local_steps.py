@@ -30,8 +30,9 @@ def cancel(graph: Any, config: dict[str, Any], store: Store, loaded: Any,
            thread_id: str, entry: LedgerEntry | None) -> Outcome:
     """Marks a thread `cancelled`: no request is ever made for it again.
 
-    A thread already finished is reported as it is (cancelling a cancelled thread is
-    exit 0). Its figures are `entry` (the ledger row the step read; a cancellation
+    A thread already finished is reported as it is, with a note that it was not
+    cancelled (exit 0 for `done` and `cancelled`, 3 for `exhausted`, as `graph.run`
+    reports them). Its figures are `entry` (the ledger row the step read; a cancellation
     counts nothing) and the attempt log's sums (`Store.figures`).
 
     Raises:
@@ -43,8 +44,10 @@ def cancel(graph: Any, config: dict[str, Any], store: Store, loaded: Any,
     values = loaded.values
     figures = store.figures(thread_id, entry=entry)
     if values["progress"]["status"] in FINAL_STATUSES:
+        status = values["progress"]["status"]
         outcome = Outcome.from_state(thread_id, values, loaded.snapshot.next, figures)
-        return outcome.succeeded() if values["progress"]["status"] == "cancelled" else outcome
+        outcome.note = f"not cancelled: the thread was already {status}; nothing changed"
+        return outcome.succeeded() if status == "cancelled" else outcome
     # Written as if by reason, whose router sends a cancelled thread to END from any point.
     graph.update_state(config, {"progress": {"status": "cancelled", "stop_reason": "cancelled"}},
                        as_node="reason")

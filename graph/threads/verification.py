@@ -9,11 +9,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from graph.checkpoints.load import check_stored_thread, graph_of
-from graph.errors import RefusedError
+from graph.checkpoints.load import LedgerWithoutCheckpoint, check_stored_thread, graph_of
+from graph.errors import ErrorCode, RefusedError
 from graph.store import integrity_problems, open_store
 
-__all__ = ["VerifyReport", "check_database"]
+__all__ = ["StudioDatabaseError", "VerifyReport", "check_database"]
+
+
+class StudioDatabaseError(RefusedError):
+    """The database of Studio's ledger, not a checkpoint database (`studio_db`, exit 4).
+
+    Attributes:
+        threads: The threads found: each counts attempts and has no checkpoint here.
+    """
+
+    def __init__(self, location: str, threads: int) -> None:
+        super().__init__(
+            f"is the ledger database of LangGraph Studio (langgraph dev), not a checkpoint "
+            f"database: its {threads} thread(s) count attempts but have no checkpoint here, "
+            "because Studio's checkpoints are in the server's own storage (.langgraph_api/), "
+            "which graph.verify cannot check; the ledger rows read back intact. If this is "
+            "not Studio's database, its checkpoints were deleted",
+            error_code=ErrorCode.STUDIO_DB, location=location)
+        self.threads = threads
 
 
 @dataclass
@@ -55,12 +73,15 @@ def check_database(db: str, name: str = "--db") -> VerifyReport:
         name: How a refusal of `db` itself names it (`--db`, or `db` from `graph.api`).
 
     Raises:
-        RefusedError: The file is missing or not a checkpoint database at all.
+        RefusedError: The file is missing or not a checkpoint database at all;
+            `StudioDatabaseError` (`studio_db`) for the database of Studio's ledger,
+            whose every thread counts attempts without a checkpoint.
         UsageError: `db` is not a usable path or URL, or may not be read by this user.
     """
     report = VerifyReport(integrity_problems(db, name))
     if report.problems:
         return report
+    ledger_only = 0
     with open_store(db, create=False, read_only=True, name=name) as store:
         for thread_id in store.thread_ids():
             tombstone = None
@@ -73,6 +94,9 @@ def check_database(db: str, name: str = "--db") -> VerifyReport:
                         f"thread {thread_id!r} can continue but its keys carry a time-to-live "
                         "or an expiry mark: it would be lost when they expire; its next step "
                         "takes them off")
+            except LedgerWithoutCheckpoint as exc:  # a Studio thread, or lost checkpoints
+                report.problems.append(exc.message)
+                ledger_only += 1
             except RefusedError as exc:
                 report.problems.append(exc.message)
             checkpoints = store.count_checkpoints(thread_id)
@@ -81,4 +105,6 @@ def check_database(db: str, name: str = "--db") -> VerifyReport:
                 report.pruned += 1
             else:
                 report.threads += 1
+        if report.problems and ledger_only == len(report.problems) == report.threads:
+            raise StudioDatabaseError(store.location, ledger_only)
     return report

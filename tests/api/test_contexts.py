@@ -242,3 +242,21 @@ def test_a_live_context_of_this_database_still_runs_through_a_configured_copy(
         assert parts
         assert db.history("A")["header"]["attempts"] == 2
     assert len(model.requests) == 2
+
+
+def test_a_fork_of_a_done_thread_with_no_attempt_left_is_refused_and_keeps_the_answer(
+        backend: Any) -> None:
+    """Issue 30: a fork of a thread done at its maximum could send nothing and stopped it
+    `exhausted` at budget, so the paid answer vanished from the thread's latest state."""
+    with open_database(backend.db, create=True) as db:
+        done = db.run("t1", task="How long does shipping take at the demo shop?", once=False,
+                      max_attempts=2)
+        assert (done.status, done.attempts) == ("done", 2)
+        before = backend.fingerprint()
+        with db.invocation("t1") as context, pytest.raises(UsageError) as refused:
+            db.graph.invoke(None, _first_budget(db, "t1").config, context=context,
+                            durability="sync")
+        assert "no attempt left" in refused.value.message and "answer" in refused.value.message
+        assert backend.fingerprint() == before, "a refusal changes nothing"
+        again = db.run("t1")
+    assert (again.status, again.answer) == ("done", done.answer)

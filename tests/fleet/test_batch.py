@@ -9,7 +9,7 @@ import pytest
 
 from graph.batch import main as batch_main
 from graph.store import open_store
-from tests.conftest import subprocess_env
+from tests.conftest import SqliteBackend, subprocess_env
 from tests.fakes import NeverFinishes
 from tests.forked import ForkedProcess, forkserver
 
@@ -189,3 +189,48 @@ def test_the_readme_documents_every_status_a_batch_prints_with_its_exit_code() -
     assert "5 for `busy`" in rows[f"`{NO_STATUS}`"] and "`status` null" in rows[f"`{NO_STATUS}`"]
     documented = ", ".join(name for name in rows if name != f"`{NO_STATUS}`")
     assert all(f"`{status}`" in documented for status in STATUSES), documented
+
+
+def test_a_thread_stopped_by_a_model_error_makes_the_batch_exit_3(
+        sqlite_db, tmp_path, capsys, monkeypatch) -> None:
+    """Issue 30: a batch whose thread met `model_not_found` exited 0, so a scheduler never
+    saw it; the stop needs a person (`--reopen`), unlike a thread that used its budget."""
+    import httpx
+
+    import graph.api._database
+    from graph.step.models import make_model
+
+    def not_found(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(404, json={"error": {"message": "The model `mandapi-larg` does "
+                                                              "not exist", "code": "model_not_found"}})
+
+    monkeypatch.setattr(graph.api._database, "make_model", lambda model_id, settings: make_model(
+        model_id, settings, transport=httpx.MockTransport(not_found)))
+    monkeypatch.setenv("MANDAPI_API_KEY", "sk-marker-4f09ab77d1")
+    monkeypatch.setenv("MANDAPI_BASE_URL", "http://mandapi.test/v1")
+    path = tasks_file(tmp_path, [{"thread_id": "m1", "task": TASK, "model": "mandapi-larg"}])
+    for run in ("first", "rerun"):
+        assert batch_main([str(path), "--db", str(sqlite_db), "--live", "--json"]) == 3, run
+        out, err = capsys.readouterr()
+        summary = json.loads(out)
+        assert (summary["exit_code"], summary["statuses"]) == (3, {"exhausted": 1}), run
+        assert "no rerun can fix this" in (summary["error"] or ""), (run, summary)
+        assert "[1/1] m1: exhausted (" in err, run
+
+
+def test_a_full_cap_is_not_raised_but_the_refusal_names_the_flag_that_starts_a_new_one(
+        sqlite_db, tmp_path, capsys) -> None:
+    """Issue 30: a user could not raise the batch's default cap (named by the tasks file)
+    and was not told how to go on: a new cap named with --batch-id."""
+    path = tasks_file(tmp_path, [{"thread_id": f"r{i}", "task": TASK} for i in range(3)])
+    db = str(sqlite_db)
+    assert batch_main([str(path), "--db", db, "--once", "--max-requests", "1"]) == 8
+    before = [SqliteBackend(sqlite_db).ledger_row(f"r{i}") for i in range(3)]
+    capsys.readouterr()
+    assert batch_main([str(path), "--db", db, "--once", "--max-requests", "3"]) == 4
+    err = capsys.readouterr().err
+    assert "error (identity_mismatch): " in err and "'tasks.jsonl'" in err
+    assert "--batch-id" in err, "says how to allow more requests"
+    assert [SqliteBackend(sqlite_db).ledger_row(f"r{i}") for i in range(3)] == before
+    assert batch_main([str(path), "--db", db, "--once", "--max-requests", "3",
+                       "--batch-id", "tasks-2"]) == 0

@@ -347,3 +347,91 @@ def test_a_reply_continued_in_parts_replays_to_the_same_joined_answer(
     assert KEY not in (tmp_path / "f4.json").read_text()
     result = replay(tmp_path / "f4.json", db=str(tmp_path / "r.sqlite"))
     assert (result.status, result.answer) == ("done", answer)
+
+
+def test_a_reopened_thread_replays_through_its_reopen_to_the_same_outcome(
+        live_env, sqlite_db, tmp_path) -> None:
+    """Issue 30: a thread stopped by a model error and reopened (README, `--reopen`) exported,
+    but its replay stopped at the error with the later exchanges never requested."""
+    from graph.step.models import make_model
+
+    script: list[httpx.Response] = [
+        httpx.Response(404, json={"error": {"message": "The model `mandapi-large` does not exist",
+                                            "code": "model_not_found"}}),
+        httpx.Response(200, json=reply(None, ("c1", "search_references", {"query": "international"}))),
+        httpx.Response(200, json=reply("7 to 14 business days [ship-02].")),
+    ]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return script.pop(0)
+
+    def factory(model_id, settings):  # type: ignore[no-untyped-def]
+        return make_model(model_id, settings, transport=httpx.MockTransport(handler))
+
+    db = str(sqlite_db)
+    stopped = live(db, "o1", factory, "--task", TASK, "--model", "mandapi-large")
+    assert (stopped["status"], stopped["stop_reason"]) == ("exhausted", "model_not_found")
+    assert run_cli(["--thread", "o1", "--db", db, "--reopen"])["status"] == "ready"
+    for _ in range(2):
+        done = live(db, "o1", factory)
+    assert (done["status"], done["answer"]) == ("done", "7 to 14 business days [ship-02].")
+    assert export(db, "o1", tmp_path / "o1.json") == 0
+    result = replay(tmp_path / "o1.json", db=str(tmp_path / "r.sqlite"))
+    assert [(o["status"], o["stop_reason"]) for o in result.outcomes] == [
+        ("exhausted", "model_not_found"), ("ready", None), ("ready", None), ("done", None)]
+    assert (result.status, result.answer) == ("done", done["answer"])
+
+
+def test_a_thread_reopened_and_not_run_since_replays_to_ready(live_env, sqlite_db, tmp_path) -> None:
+    from graph.step.models import make_model
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(404, json={"error": {"message": "The model `mandapi-large` does "
+                                                              "not exist", "code": "model_not_found"}})
+
+    def factory(model_id, settings):  # type: ignore[no-untyped-def]
+        return make_model(model_id, settings, transport=httpx.MockTransport(handler))
+
+    db = str(sqlite_db)
+    live(db, "o2", factory, "--task", TASK, "--model", "mandapi-large")
+    assert run_cli(["--thread", "o2", "--db", db, "--reopen"])["status"] == "ready"
+    assert export(db, "o2", tmp_path / "o2.json") == 0
+    result = replay(tmp_path / "o2.json", db=str(tmp_path / "r.sqlite"))
+    assert [o["status"] for o in result.outcomes] == ["exhausted", "ready"]
+
+
+def test_a_thread_forked_as_the_readme_shows_is_refused_naming_the_fork_not_update_state(
+        backend, tmp_path, capsys) -> None:
+    """Issue 30: after the README's fork snippet, export blamed update_state, which the user
+    never called; the refusal names the fork and its checkpoint."""
+    from graph.api import open_database
+
+    with open_database(backend.db, create=True) as db:
+        db.run("py_demo", task="How long does shipping take at the demo shop?", once=False)
+        config = {"configurable": {"thread_id": "py_demo"}}
+        first = [s for s in db.graph.get_state_history(config) if s.next == ("budget",)][-1]
+        with db.invocation("py_demo") as context:
+            db.graph.invoke(None, first.config, context=context, durability="sync")
+    before = backend.fingerprint()
+    assert export(backend.db, "py_demo", tmp_path / "f.json", "--json") == 4
+    out = json.loads(capsys.readouterr().out)
+    assert out["error_code"] == "not_replayable"
+    assert "forked from an older checkpoint" in out["error"]
+    assert first.config["configurable"]["checkpoint_id"] in out["error"]
+    assert "update_state" not in out["error"]
+    assert backend.fingerprint() == before and not (tmp_path / "f.json").exists()
+
+
+def test_a_conversation_changed_with_update_state_is_refused_naming_update_state(
+        sqlite_db, tmp_path, capsys) -> None:
+    from graph.api import open_database
+
+    with open_database(str(sqlite_db), create=True) as db:
+        db.run("u1", task=TASK, once=True)
+        config = {"configurable": {"thread_id": "u1"}}
+        db.graph.update_state(config, {"messages": [
+            {"role": "tool", "tool_call_id": db.graph.get_state(config).values["messages"][-1][
+                "tool_calls"][0]["id"], "content": "an edited tool result"}]}, as_node="tools")
+    assert export(str(sqlite_db), "u1", tmp_path / "u.json", "--json") == 4
+    out = json.loads(capsys.readouterr().out)
+    assert out["error_code"] == "not_replayable" and "changed with update_state" in out["error"]

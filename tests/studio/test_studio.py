@@ -229,3 +229,41 @@ def test_git_ignores_the_files_the_readmes_commands_leave_in_the_clone() -> None
     done = subprocess.run(["git", "check-ignore", "--no-index", *names], cwd=ROOT,
                           capture_output=True, text=True, check=False)
     assert sorted(done.stdout.split()) == sorted(names), done.stderr
+
+
+def test_verify_on_studios_database_says_it_is_studios_ledger_not_damaged(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 30: `graph.verify --db studio.sqlite` said `damaged` (exit 4) for every Studio
+    thread, whose checkpoints are the server's: it names the database for what it is."""
+    from graph.verify import main as verify_main
+
+    db, graph = tmp_path / "studio.sqlite", served()
+    for thread_id in (THREAD, THREAD[:-1] + "2"):
+        graph.invoke({"task": TASK}, config(thread_id), context={"db": str(db)})
+    before = db.read_bytes()
+    assert verify_main(["--db", str(db), "--json"]) == 4
+    out = json.loads(capsys.readouterr().out)
+    assert (out["error_code"], out["exit_code"], out["threads"]) == ("studio_db", 4, 2)
+    assert "Studio" in out["error"] and ".langgraph_api" in out["error"]
+    assert "damaged" not in out["error"]
+    assert verify_main(["--db", str(db)]) == 4
+    err = capsys.readouterr().err
+    assert err.startswith("error (studio_db): ") and "2 thread(s)" in err
+    assert db.read_bytes() == before, "reads only"
+
+
+def test_verify_on_a_database_with_studio_and_run_threads_lists_the_studio_ones_as_damaged(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A thread whose checkpoints were deleted looks like a Studio thread: only a database of
+    nothing else is named Studio's (README, Studio)."""
+    from graph.verify import main as verify_main
+    from tests.conftest import run_cli
+
+    db = tmp_path / "studio.sqlite"
+    served().invoke({"task": TASK}, config(), context={"db": str(db)})
+    run_cli(["--thread", "own", "--task", TASK, "--db", str(db), "--once"])
+    assert verify_main(["--db", str(db), "--json"]) == 4
+    out = json.loads(capsys.readouterr().out)
+    assert (out["error_code"], out["threads"]) == ("damaged", 2)
+    assert out["problems"] == [f"{db}: thread {THREAD!r}: 1 counted attempt(s) in the ledger but "
+                               "no checkpoint"]

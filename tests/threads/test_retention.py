@@ -211,6 +211,30 @@ def test_cancel_stops_the_thread_for_good(backend, at: str) -> None:
     assert backend.ledger_row("t1") == row
 
 
+@pytest.mark.parametrize(("first", "status", "code"), [
+    (None, "done", 0), (["--cancel"], "cancelled", 0)])
+def test_cancelling_a_finished_thread_says_it_was_already_finished_and_changes_nothing(
+        sqlite_db, first: list[str], status: str, code: int, capsys) -> None:
+    """Issue 30: `--cancel` on a done thread printed the thread as if cancelled, exit 0,
+    without saying that nothing was cancelled."""
+    from graph.run import main as run_main
+    from tests.conftest import SqliteBackend
+
+    db = str(sqlite_db)
+    run_cli(["--thread", "t1", "--task", TASK, "--db", db, *(["--once"] if first else [])])
+    if first:
+        run_cli(["--thread", "t1", "--db", db, *first])
+    before = SqliteBackend(sqlite_db).fingerprint()
+    capsys.readouterr()
+    assert run_main(["--thread", "t1", "--cancel", "--db", db]) == code
+    out = capsys.readouterr().out
+    assert out.startswith(f"thread t1: {status} (")
+    assert f"not cancelled: the thread was already {status}; nothing changed" in out
+    assert SqliteBackend(sqlite_db).fingerprint() == before
+    again = run_cli(["--thread", "t1", "--cancel", "--db", db])
+    assert (again["status"], again["exit_code"], again["error"]) == (status, code, None)
+
+
 @pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("30m", 1800), ("24h", 86400),
                                                ("7d", 604800), ("0s", 0)])
 def test_ages(text: str, seconds: int) -> None:
