@@ -550,6 +550,12 @@ class CheckedRedisSaver(CheckedSaver, ExactRedisSaver):
             task_id, idx = slots.get(key) or _write_slot(key)
             expected = _text(self._make_redis_checkpoint_writes_key_cached(
                 thread_id, ns, checkpoint_id, task_id, idx))
+            if task_id not in digested and key == expected and f"{task_id}\0{idx}" in stored.written:
+                # its digest was read before this write was saved (one script stores the
+                # write, its registry member, its digest and its mark): read again; still
+                # so on every read (`_REREADS`), it is refused as damaged
+                raise _WritesRaced(f"checkpoint {checkpoint_id}: write {task_id}/{idx} is "
+                                   "marked saved but its task has no digest")
             if (key != expected or task_id not in digested or score != int(score)
                     or not 0 <= score < len(listed)  # its place in its put_writes batch,
                     or (idx >= 0 and score != idx)):  # which a channel's idx is (upstream)
