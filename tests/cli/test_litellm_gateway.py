@@ -8,8 +8,9 @@ database), where the fixtures of `tests/fixtures/providers/` are what public rep
 Opt-in (`GRAPH_TEST_LITELLM=1`, marker `litellm`): the proxy lives in its own virtual
 environment, installed once from `tests/fixtures/providers/litellm-requirements.txt`
 (an exact, hash-checked LiteLLM pin) into `$XDG_CACHE_HOME/mandapi-resume/` (else
-`~/.cache/...`), keyed by that file's hash. Installing takes about 1.5 minutes from a
-cold cache, too long for every CI run; starting the proxy takes about 20 s more. pip's
+`~/.cache/...`), keyed by that file's hash and the Python running the tests. Installing
+116 wheels (750 MB) took 40 to 95 s here from a cold cache, depending on the machine's load:
+too long for every CI run. Starting the proxy takes 10 to 20 s more. pip's
 install is the only network use: LiteLLM reads its bundled model cost map
 (`LITELLM_LOCAL_MODEL_COST_MAP`), and every other outbound request of the proxy goes
 to a dead proxy address.
@@ -60,7 +61,8 @@ pytestmark = [
 
 def _proxy_venv() -> Path:
     """The proxy's virtual environment, installed once per requirements file (under a lock)."""
-    digest = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()[:16]
+    digest = hashlib.sha256(REQUIREMENTS.read_bytes() + sys.executable.encode()
+                            + sys.version.encode()).hexdigest()[:16]
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mandapi-resume"
     cache.mkdir(parents=True, exist_ok=True)
     venv = cache / f"litellm-proxy-{digest}"
