@@ -155,6 +155,16 @@ class MandApiModel:
     def __repr__(self) -> str:
         return f"MandApiModel(model_id={self.model_id!r}, url={self.url!r})"
 
+    def close(self) -> None:
+        """Closes the client and the connections it keeps open; nothing is sent afterwards.
+
+        The step that built the model calls it when it ends (`graph.step.advance`,
+        `Database.invocation`). A server that keeps connections alive (LiteLLM's proxy,
+        any uvicorn or nginx front) would otherwise hold a socket until the garbage
+        collector found the client, with a `ResourceWarning`.
+        """
+        self._client.close()
+
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply:
         """Sends one request and returns the parsed reply.
 

@@ -18,7 +18,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import sqlite3
+import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import closing
@@ -455,3 +457,18 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     env["PYTHONPATH"] = str(ROOT)
     env.update(extra)
     return env
+
+
+def stop_process_group(proc: subprocess.Popen[Any], timeout: float = 20) -> None:
+    """Ends a server a test started with `start_new_session=True`, and what it started.
+
+    SIGTERM to its process group, then SIGKILL if it has not exited within `timeout`.
+    """
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

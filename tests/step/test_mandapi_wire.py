@@ -54,6 +54,23 @@ def test_request_has_one_system_message_tools_and_bearer_auth(backend, live_env)
     assert KEY.encode() not in backend.dump()
 
 
+def test_a_step_closes_its_http_client_when_it_ends(backend, live_env) -> None:
+    # A server that keeps connections alive (LiteLLM's proxy) showed the client was never
+    # closed: its socket stayed open until garbage collection, with a ResourceWarning.
+    clients: list[httpx.Client] = []
+
+    def factory(model_id, settings):
+        clients.append(httpx.Client(transport=httpx.MockTransport(
+            lambda request: httpx.Response(200, json=chat_completion(
+                {"role": "assistant", "content": "ok [ship-01]"})))))
+        return MandApiModel(clients[-1], api_key=settings.api_key, model_id=model_id,
+                            base_url=settings.base_url)
+
+    out = run_cli(["--thread", "t1", "--task", TASK, "--live", "--db", backend.db], model_factory=factory)
+    assert out["status"] == "done"
+    assert [client.is_closed for client in clients] == [True]
+
+
 @pytest.mark.parametrize(
     ("raise_or_respond", "error_code"),
     [

@@ -7,9 +7,7 @@ folder (its own storage goes there), with the offline demo model.
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import socket
 import sqlite3
 import subprocess
@@ -22,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import ROOT, subprocess_env
+from tests.conftest import ROOT, stop_process_group, subprocess_env
 
 pytestmark = pytest.mark.slow
 
@@ -64,12 +62,7 @@ def server(tmp_path: Path) -> Iterator[tuple[httpx.Client, Path]]:
         yield client, db
     finally:
         client.close()
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_process_group(proc)
 
 
 def _ledger(db: Path, thread_id: str) -> tuple[int, int, int] | None:
