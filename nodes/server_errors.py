@@ -144,6 +144,36 @@ def _stop_reason(status: int, message: str, code: str) -> StopReason | None:
     return None
 
 
+def error_body_of(message: str) -> tuple[int, dict[str, Any]] | None:
+    """The status and JSON body that `http_error` reads back as the error `message` says.
+
+    For a recording (`graph.replay.export`): the attempt log keeps an HTTP error's
+    message (`{url} answered HTTP {status}[: {server's message}] ({hint})`), not the
+    server's body. Answered with that whole line, a replay read the hint's own words
+    ("... the model id ...") beside a plain "Not Found" as a model that does not exist,
+    and stopped a thread the live run had left `ready`. The body holds the server's
+    message alone, and `model_not_found` as its code when the line's hint says the live
+    error stopped the thread for that reason (its message may not have said so).
+
+    Returns:
+        `(status, {"error": {"message": ..., ["code": "model_not_found"]}})`, or None
+        when `message` is not such a line.
+    """
+    head, sep, rest = message.partition(" answered HTTP ")
+    if not sep or len(rest) < 3 or not rest[:3].isdigit():
+        return None
+    status, after = int(rest[:3]), rest[3:]
+    hints = [*_HINTS.values(), _retry_hint(status)]
+    hint = next((h for h in hints if after.endswith(f" ({h})")), None)
+    if hint is None:
+        return None
+    said = after[: -len(f" ({hint})")].removeprefix(": ")
+    error: dict[str, Any] = {"message": said}
+    if hint == _HINTS[StopReason.MODEL_NOT_FOUND]:
+        error["code"] = "model_not_found"
+    return status, {"error": error}
+
+
 def http_error(url: str, status: int, body: bytes, secrets: Sequence[str]) -> ModelRequestError:
     """The `http_status` error of a non-2xx answer, with the server's message and a hint.
 

@@ -40,6 +40,7 @@ from graph.store.base import Store
 from nodes.errors import ReplyStopCode, RequestErrorCode
 from nodes.pairing import UnsafeHistoryError
 from nodes.request import prepare_request
+from nodes.server_errors import error_body_of
 from nodes.state import Message
 
 __all__ = [
@@ -84,6 +85,9 @@ def _failed(model: str, attempt: int, row: Mapping[str, Any] | None) -> tuple[di
         return _reply(model, attempt, filtered, row.get("usage"), row), None
     if code in (RequestErrorCode.TIMEOUT, RequestErrorCode.CONNECTION):
         return NO_ANSWER, str(code)
+    answered = error_body_of(message) if code == RequestErrorCode.HTTP_STATUS else None
+    if answered is not None:  # the server's message alone, classified as it was live
+        return json_response(answered[0], answered[1], "Error"), None
     status = re.search(r"HTTP (\d{3})\b", message) if code != RequestErrorCode.BAD_RESPONSE else None
     if status is not None:
         return json_response(int(status.group(1)), {"error": {"message": message}}, "Error"), None

@@ -382,6 +382,37 @@ def test_a_reopened_thread_replays_through_its_reopen_to_the_same_outcome(
     assert (result.status, result.answer) == ("done", done["answer"])
 
 
+@pytest.mark.parametrize(("error", "stopped"), [
+    (httpx.Response(404, text="Not Found"), None),  # an outside attack's case: replayed as a stop
+    (httpx.Response(404, content=b"<html><body><h1>404 Not Found</h1></body></html>",
+                    headers={"content-type": "text/html"}), None),
+    (httpx.Response(404, json={"error": {"message": "no such thing", "code": "model_not_found"}}),
+     "model_not_found"),  # a stop its code alone decided: the recording keeps the code
+    (httpx.Response(400, json={"error": {"message": "Invalid API key"}}), None),
+])
+def test_an_http_error_replays_to_the_same_stop_or_no_stop_as_live(
+        live_env, sqlite_db, tmp_path, error, stopped) -> None:
+    """The recording once answered an HTTP error with our own message line, whose hint
+    ("... the model id ...") beside a plain "Not Found" read as a model that does not
+    exist: the replay stopped a thread the live run had left `ready`."""
+    from graph.step.models import make_model
+
+    script = [error, httpx.Response(200, json=reply("7 to 14 business days [ship-02]."))]
+
+    def factory(model_id, settings):  # type: ignore[no-untyped-def]
+        return make_model(model_id, settings, transport=httpx.MockTransport(lambda r: script.pop(0)))
+
+    db = str(sqlite_db)
+    first = live(db, "h1", factory, "--task", TASK, "--model", "mandapi-large")
+    assert first["stop_reason"] == stopped, first
+    if stopped is None:
+        assert live(db, "h1", factory)["status"] == "done"
+    assert export(db, "h1", tmp_path / "h1.json") == 0
+    result = replay(tmp_path / "h1.json", db=str(tmp_path / "r.sqlite"))
+    assert [o["stop_reason"] for o in result.outcomes][0] == stopped
+    assert result.status == ("done" if stopped is None else "exhausted")
+
+
 def test_a_thread_reopened_and_not_run_since_replays_to_ready(live_env, sqlite_db, tmp_path) -> None:
     from graph.step.models import make_model
 
