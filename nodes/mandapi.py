@@ -21,7 +21,7 @@ from nodes.context import ModelReply
 from nodes.errors import ModelRequestError, RequestErrorCode
 from nodes.mandapi_defaults import DEFAULT_BASE_URL
 from nodes.redaction import redact_value
-from nodes.replies import MAX_REPLY_BYTES, decode_body, parse_reply
+from nodes.replies import MAX_REPLY_BYTES, decode_body, parse_reply, usage_anywhere
 from nodes.server_errors import MAX_ERROR_BODY_BYTES, http_error
 
 __all__ = ["MandApiModel", "parse_reply"]
@@ -207,8 +207,9 @@ class MandApiModel:
             payload = redact_value(decode_body(data, (self._api_key,)), (self._api_key,))
         except (ValueError, RecursionError):  # not JSON, not UTF-8, too deep, huge numbers
             raise ModelRequestError(
-                RequestErrorCode.BAD_RESPONSE, f"{self.url} answered with a body that is not JSON"
-            ) from None
+                RequestErrorCode.BAD_RESPONSE, f"{self.url} answered with a body that cannot "
+                "be read as JSON (not JSON, not UTF-8, or nested too deeply)",
+                usage=usage_anywhere(data)) from None
         return parse_reply(payload)
 
     def _timed_out(self, why: str) -> ModelRequestError:
@@ -219,24 +220,26 @@ class MandApiModel:
     def _read_capped(self, response: httpx.Response, deadline: _Deadline) -> bytes:
         """The body, read in pieces and refused past `MAX_REPLY_BYTES` (never held whole).
 
+        A `Content-Length` over the cap is not trusted or refused up front: the first
+        bytes are read like any other's, so the usage in them counts (`usage_anywhere`).
+
         Raises:
-            ModelRequestError: `bad_response` when the body is larger than the cap;
+            ModelRequestError: `bad_response` when the body is larger than the cap
+                (carrying the usage found in its first `MAX_REPLY_BYTES`);
                 `timeout` when the request's total limit passes before its last byte.
         """
-        too_big = ModelRequestError(
-            RequestErrorCode.BAD_RESPONSE, f"{self.url} answered with more than {MAX_REPLY_BYTES} bytes")
-        declared = response.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > MAX_REPLY_BYTES:
-            raise too_big
         chunks, size = [], 0
         for chunk in response.iter_bytes():
             deadline.check()
             if deadline.expired:
                 raise self._timed_out("total limit")
             size += len(chunk)
-            if size > MAX_REPLY_BYTES:
-                raise too_big
             chunks.append(chunk)
+            if size > MAX_REPLY_BYTES:  # refused; the usage in what was read still counts
+                raise ModelRequestError(
+                    RequestErrorCode.BAD_RESPONSE,
+                    f"{self.url} answered with more than {MAX_REPLY_BYTES} bytes",
+                    usage=usage_anywhere(b"".join(chunks)[:MAX_REPLY_BYTES + 1]))
         if not deadline.finish():  # the last byte came after the limit
             raise self._timed_out("total limit")
         return b"".join(chunks)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
@@ -274,6 +275,36 @@ def billed_usage(payload: Any) -> dict[str, Any] | None:
         return dict(read_usage(payload.get("usage")))
     except ModelRequestError as exc:
         return exc.usage
+
+
+_USAGE_KEY = re.compile(rb'"usage"\s*:\s*\{')
+USAGE_SCAN_LIMIT = 64
+"""Most `"usage": {` places `usage_anywhere` reads in one body."""
+
+
+def usage_anywhere(data: bytes) -> dict[str, Any] | None:
+    """The largest honest usage of a body that cannot be read whole, or None if it has none.
+
+    A body over `MAX_REPLY_BYTES` (only its first bytes are kept) or nested too deeply for
+    Python's JSON reader was paid for all the same (INVARIANTS I11). Each `"usage": {`
+    in the bytes (at most `USAGE_SCAN_LIMIT`) is read as a JSON object where it stands,
+    and the largest honest count of each field across them is kept (`read_usage`'s rule):
+    never less than the server reported where it can be seen, at worst more (a `usage`
+    inside a text field counts too: failing closed). A usage past the kept bytes stays
+    unseen (issue 31's reservation charges such a reply whole).
+    """
+    text = data.decode("latin-1")  # one character a byte: positions agree with the bytes
+    decoder = json.JSONDecoder(object_pairs_hook=_larger_of_twice)
+    found: dict[str, int] = {}
+    for match in list(_USAGE_KEY.finditer(data))[:USAGE_SCAN_LIMIT]:
+        try:
+            raw, _ = decoder.raw_decode(text, match.end() - 1)
+        except (ValueError, RecursionError):
+            continue
+        usage = billed_usage({"usage": raw})
+        for key, value in (usage or {}).items():
+            found[key] = max(found.get(key, 0), value)
+    return found or None
 
 
 def decode_body(data: bytes, secrets: tuple[str, ...] = ()) -> Any:

@@ -265,6 +265,10 @@ REFUSED_WITH_USAGE = {
                                              '"content": "ok", "content": "ok [ship-01]"'),
     "a usage count given twice (the larger counts)": _raw(_body(), '"total_tokens": 40',
                                                           '"total_tokens": 40, "total_tokens": 12'),
+    # an outside attack's cases: paid, valid JSON, and counted as 0 tokens
+    "nested too deeply to read": _raw(_body(), '"usage"', f'"deep": {_deep(100_000)}, "usage"'),
+    "over 2 MiB, its usage first": json.dumps({"usage": USAGE_40, "choices": [{"index": 0, "message": {
+        "role": "assistant", "content": "x" * (2 * 1024 * 1024)}}]}),
 }
 
 
