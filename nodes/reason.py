@@ -14,13 +14,13 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from nodes.compaction import edit_script, estimate_tokens
+from nodes.compaction import edit_script, estimate_tokens, fits
 from nodes.context import StepContext
 from nodes.errors import ModelRequestError, ReplyStopCode, RequestErrorCode, StopReason
 from nodes.pairing import not_executed_results
 from nodes.redaction import redact_continued, secrets_of
 from nodes.replies import assign_call_ids, check_reply, cut_calls, finish_kind, read_usage
-from nodes.request import prepare_request
+from nodes.request import PreparedRequest, prepare_request
 from nodes.server_errors import sanitize
 from nodes.state import (
     EDIT,
@@ -119,7 +119,7 @@ def _joined(partial: str | None, message: Message, secrets: tuple[str, ...]) -> 
     return partial + stored, message
 
 
-def _check_fits(thread: Any, compacted: list[Message], message: Message) -> None:
+def _check_fits(thread: Any, request: PreparedRequest, message: Message) -> None:
     """Refuses a reply with tool calls after which no request can fit the context limit.
 
     Calls whose arguments alone fill the context limit (the reply cap, `MAX_REPLY_CHARS`,
@@ -133,11 +133,18 @@ def _check_fits(thread: Any, compacted: list[Message], message: Message) -> None
     so: it is kept, and a continuation that cannot fit stops the thread with its partial
     answer flagged (asking again would only cut it off again).
 
+    A conversation that fits without compacting again is not compacted (the step
+    compacts once, in the budget node: `nodes.request.PreparedRequests`); only one that
+    does not is compacted here to decide.
+
     Raises:
         ModelRequestError: `bad_response` naming the limit.
     """
-    after = [*compacted, message]
-    prepared = prepare_request(thread, [*after, *not_executed_results(after)])
+    after = [*request.compacted, message]
+    answered = [*after, *not_executed_results(after)]
+    if fits(answered, request.limit_tokens, request.overhead_tokens):
+        return
+    prepared = prepare_request(thread, answered)
     if not prepared.fits():
         limit = prepared.limit_tokens
         raise ModelRequestError(
@@ -222,7 +229,7 @@ def reason_node(state: ThreadState, runtime: Runtime[StepContext]) -> ThreadUpda
         _check_new_call_ids(message)
         keep = bool(message.get("tool_calls") or message.get("content"))
         if message.get("tool_calls"):
-            _check_fits(state["thread"], request.compacted, message)
+            _check_fits(state["thread"], request, message)
     except ModelRequestError as exc:
         return _refused(ctx, attempt, exc, usage or exc.usage, progress, spent)
     done = Progress(usage=_add_usage(progress.get("usage") or {}, reply.usage))
