@@ -8,7 +8,12 @@ from typing import Any
 
 from graph.errors import ErrorCode, ExitCode, RunError, error_line
 from graph.text import escape_controls
+from nodes.errors import StopReason
 from nodes.server_errors import stop_hint
+
+_MODEL_ERROR_STOPS = frozenset(str(reason) for reason in StopReason)
+"""Stops by a model error (`model_not_found`, `invalid_request`, `content_filter`): their
+outcome carries the stored error (`progress.last_error`) on every later run too."""
 
 __all__ = ["Figures", "Outcome", "REVIEW_REMINDER", "USAGE_KEYS"]
 
@@ -85,11 +90,17 @@ class Outcome:
         status = progress["status"]
         exit_code = {"exhausted": ExitCode.EXHAUSTED, "cancelled": ExitCode.REFUSED}.get(
             status, ExitCode.OK)
+        error_code, error = (ErrorCode.CANCELLED, f"thread {thread_id!r} was cancelled") \
+            if status == "cancelled" else (None, None)
+        last = progress.get("last_error")
+        if (status == "exhausted" and progress.get("stop_reason") in _MODEL_ERROR_STOPS
+                and isinstance(last, dict)):  # every later run says why, not only the first
+            error_code, error = ErrorCode(last["error_code"]), last["message"]
         return cls(
             thread_id=thread_id,
             exit_code=exit_code,
-            error_code=ErrorCode.CANCELLED if status == "cancelled" else None,
-            error=f"thread {thread_id!r} was cancelled" if status == "cancelled" else None,
+            error_code=error_code,
+            error=error,
             status=status,
             attempts=figures.attempts,
             max_attempts=thread["max_attempts"],

@@ -76,8 +76,12 @@ def test_text_output_of_a_stopped_thread_says_why_and_what_to_do(
     later: Outcome = run(["--thread", "t1", "--live", "--db", db],
                          model_factory=answering(404, NOT_FOUND, []))
     text = later.to_text()
-    assert "exhausted (attempts 1/4" in text
-    assert "stopped: model_not_found (no rerun can fix this: a thread's model is fixed" in text
+    assert "exhausted (attempts 1/4" in text and "stopped: model_not_found" in text
+    assert "no rerun can fix this: a thread's model is fixed" in text
+    # every later run says why, as the first did (an outside attack saw error and
+    # error_code null after the first run, the server's reason lost to a scheduler)
+    assert (later.error_code, later.exit_code) == ("http_status", 3)
+    assert later.error is not None and "answered HTTP 404" in later.error
 
 
 def test_the_error_line_of_an_exhausted_thread_goes_to_stderr_its_status_to_stdout(
