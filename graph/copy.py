@@ -48,11 +48,14 @@ def main(argv: list[str] | None = None) -> int:
             src.check_copy(args.thread or None)  # a refused copy creates no target
             with Database(Settings(db=args.target), create=True, source="flags") as dst:
                 copied = src.copy_to(dst, args.thread or None)
-        emit(json.dumps({"copied": copied, "exit_code": 0}) if as_json
-             else f"copied {len(copied)} thread(s)")
+                pruned = [t for t in copied if dst.store.tombstones.get(t) is not None]
+        shown = f"copied {len(copied) - len(pruned)} thread(s)" + (
+            f" and {len(pruned)} tombstone(s) of pruned threads" if pruned else "")
+        emit(json.dumps({"copied": copied, "tombstones": pruned, "exit_code": 0}) if as_json
+             else shown)
         return 0
 
-    return guard(body, as_json, copied=[])
+    return guard(body, as_json, copied=[], tombstones=[])
 
 if __name__ == "__main__":
     sys.exit(main())

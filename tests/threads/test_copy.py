@@ -72,13 +72,17 @@ def test_copy_refuses_threads_that_exist_at_the_target(pair) -> None:
     assert dst.fingerprint() == before
 
 
-def test_tombstones_travel_with_the_copy(pair) -> None:
+def test_tombstones_travel_with_the_copy_and_are_not_counted_as_threads(pair, capsys) -> None:
+    """A fresh user read `copied 2 thread(s)` for one thread and one pruned thread's tombstone."""
     from graph.prune import main as prune_main
 
     src, dst = pair
     run_cli(["--thread", "a", "--task", TASK, "--db", src.db])
     prune_main(["--db", src.db, "--completed", "0s"])
+    run_cli(["--thread", "b", "--task", TASK, "--db", src.db, "--once"])
+    capsys.readouterr()
     assert copy_main(["--from", src.db, "--to", dst.db]) == 0
+    assert capsys.readouterr().out.strip() == "copied 1 thread(s) and 1 tombstone(s) of pruned threads"
     out = run_cli(["--thread", "a", "--task", TASK, "--db", dst.db])
     assert (out["exit_code"], out["error_code"]) == (4, "pruned")
 
