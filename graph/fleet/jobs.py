@@ -36,6 +36,8 @@ from procrastinate.app import WorkerOptions
 from procrastinate.jobs import Status
 from typing_extensions import Unpack
 
+from graph.checkpoints.load import graph_of, load_thread
+from graph.errors import ErrorCode, RefusedError
 from graph.fleet.queue_db import QUEUE_DB_ENV, check_worker, env_seconds, queue_db
 from graph.fleet.queue_logs import ADVANCE_TASK, log_step, redact_procrastinate
 from graph.fleet.request_cap import open_cap
@@ -249,6 +251,35 @@ class Enqueued:
     already_queued: list[str]
 
 
+def _check_identities(store: Any, items: list[Any]) -> None:
+    """Refuses lines whose thread exists with another task or fixed setting, before any job.
+
+    A worker would refuse each such job (`identity_mismatch`, exit 4) and end its chain,
+    seen only in the worker's log, after `--enqueue` had said it queued them; as a plain
+    batch does, the person hears it at once. The model is compared where a line names one
+    (a worker's `MANDAPI_MODEL_ID` is its own). One read of each existing thread.
+
+    Raises:
+        graph.errors.RefusedError: `identity_mismatch` naming every such thread (exit 4);
+            nothing was queued.
+    """
+    graph = graph_of(store)
+    refused = []
+    for item in items:
+        loaded = load_thread(graph, item.thread_id, store.location)
+        if loaded is None:
+            continue
+        try:
+            item.spec.check_against(loaded.values["thread"], env_model=None)
+        except RefusedError as exc:
+            refused.append(f"{item.thread_id!r}: {exc.message}")
+    if refused:
+        raise RefusedError("not queued: " + "; ".join(refused[:5])
+                           + (f"; and {len(refused) - 5} more" if len(refused) > 5 else "")
+                           + "; nothing was queued", error_code=ErrorCode.IDENTITY_MISMATCH,
+                           location=store.location)
+
+
 def enqueue(db: str, items: list[Any], *, live: bool, cap_id: str | None,
             max_requests: int | None, queue: str = DEFAULT_QUEUE,
             queue_url: str | None = None) -> Enqueued:
@@ -271,11 +302,13 @@ def enqueue(db: str, items: list[Any], *, live: bool, cap_id: str | None,
     Raises:
         graph.errors.UsageError: No PostgreSQL queue, or a SQLite `db` (`queue_db`).
         graph.errors.RefusedError: `identity_mismatch` when the cap exists with another
-            maximum (`graph.fleet.request_cap.open_cap`).
+            maximum (`graph.fleet.request_cap.open_cap`), or a line's thread exists with
+            another task or fixed setting (`_check_identities`); nothing is queued.
     """
     url = queue_db(db, queue_url)
     open_queue_db(url).close()  # reachable, before anything is written anywhere
     with open_store(db, create=True) as store:  # our tables, and the cap
+        _check_identities(store, items)
         cap_id = open_cap(store, cap_id, max_requests)
         bound = {"store_id": store.store_id} if store.store_id else {}
     ensure_schema(url)

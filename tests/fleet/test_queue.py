@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import PYTHON, subprocess_env
+from tests.conftest import PYTHON, run_cli, subprocess_env
 from tests.fake_mandapi import FakeMandApi, task_of
 from tests.forked import ForkedProcess, forkserver
 
@@ -396,6 +396,28 @@ def test_three_queue_workers_share_sixty_threads_and_survive_a_killed_worker(
     # worker (concurrency 2) for a step it had claimed but not yet sent.
     lost = sum(pg.ledger_row(f"q{i}")[1] for i in range(THREADS)) - len(requests)
     assert 0 <= lost <= 2
+
+
+def test_enqueueing_a_thread_that_exists_with_another_task_is_refused_before_any_job_is_stored(
+        pg, tmp_path, capsys, monkeypatch) -> None:
+    """A fresh user's report: `--enqueue` said `enqueued 3 thread(s)`, exit 0, and the workers
+    then refused one (`identity_mismatch`), seen only in their log."""
+    import psycopg
+
+    from graph.batch import main as batch_main
+
+    monkeypatch.setenv("GRAPH_DB", pg.db)
+    run_cli(["--thread", "i1", "--task", "an older task", "--db", pg.db, "--once"])
+    tasks = _tasks(tmp_path / "tasks.jsonl", ["i0", "i1", "i2"])
+    capsys.readouterr()
+    assert batch_main([str(tasks), "--enqueue", "--json"]) == 4
+    out = json.loads(capsys.readouterr().out)
+    assert out["error_code"] == "identity_mismatch" and "'i1'" in out["error"], out
+    assert "'i0'" not in out["error"] and "nothing was queued" in out["error"]
+    with psycopg.connect(pg.db) as conn:
+        found = conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()
+        jobs = conn.execute("SELECT count(*) FROM procrastinate_jobs").fetchone() if found[0] else (0,)
+    assert jobs == (0,)
 
 
 def test_enqueueing_a_task_that_holds_the_api_key_is_refused_before_any_job_is_stored(
