@@ -171,8 +171,7 @@ def thread_history(store: Store, thread_id: str, checkpoint_limit: int = 50) -> 
         "keep_checkpoints": thread["keep_checkpoints"] or "all",
         "workspace": thread["workspace"],
         "created_at": thread["created_at"],
-        "updated_at": read_snapshot(graph, {"configurable": {"thread_id": thread_id}},
-                                    store.location).created_at,
+        "updated_at": _updated_at(store, graph, thread_id),
         "answer": progress["answer"], "stop_reason": progress["stop_reason"],
         "review_required": progress["answer"] is not None,
     }
@@ -206,6 +205,20 @@ def thread_or_parent(store: Store, thread_id: str, checkpoint_limit: int = 50) -
             raise
         return {"parent_result": parent}
     return {**history, "parent_result": parent}
+
+
+def _updated_at(store: Store, graph: Any, thread_id: str) -> str:
+    """The thread's `updated_at` as `list_threads` shows it.
+
+    The ledger's time of its last attempt or status change; the latest checkpoint's time
+    for a thread without a ledger row. A fresh user saw two times for one thread (the
+    header used the checkpoint's, the list the ledger's, a few milliseconds apart).
+    """
+    row = store.ledger.row(thread_id)
+    if row is not None:
+        return row.updated_at
+    return str(read_snapshot(graph, {"configurable": {"thread_id": thread_id}},
+                             store.location).created_at)
 
 
 def list_threads(store: Store) -> list[dict[str, Any]]:

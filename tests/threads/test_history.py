@@ -247,3 +247,17 @@ def test_attempts_logged_before_finish_reason_was_kept_read_as_unknown(
                                    {k: v for k, v in payload.items() if k != "finish_reason"}))
     run_cli(["--thread", "f1", "--task", TASK, "--db", backend.db])  # the demo: tool_calls, stop
     assert _finishes(backend.db, capsys) == ([None, None], ["unknown", "unknown"])
+
+
+def test_the_header_and_the_list_show_one_updated_time_for_a_thread(backend, capsys) -> None:
+    """A fresh user saw two `updated` times for one thread, a few milliseconds apart."""
+    from graph.history import main as history_main
+
+    run_cli(["--thread", "u1", "--task", TASK, "--db", backend.db])
+    capsys.readouterr()
+    assert history_main(["--db", backend.db, "--thread", "u1", "--json"]) == 0
+    header = json.loads(capsys.readouterr().out)["header"]
+    assert history_main(["--db", backend.db, "--list", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    rows = listed["threads"] if isinstance(listed, dict) else listed
+    assert [t["updated_at"] for t in rows if t["thread_id"] == "u1"] == [header["updated_at"]]
