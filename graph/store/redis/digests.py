@@ -172,9 +172,11 @@ class RedisDigests:
             name = _text(field)
             if name.startswith(WRITTEN) or name == DOCUMENT:
                 continue
-            task = name if name in ("", METADATA) else name.rpartition("\0")[0]
-            if name not in ("", METADATA) and "\0" not in name:
-                raise ValueError(f"its digest hash has a field {name!r} never written here")
+            task, sep, idx = ("", "", "") if name in ("", METADATA) else name.rpartition("\0")
+            if name not in ("", METADATA) and (not sep or not task  # a write's: TASK NUL IDX
+                                               or not idx.lstrip("-").isdigit()):
+                raise ValueError(f"its digest hash has a field {name!r:.80} never written here")
+            task = task or name
             found.setdefault(task, set()).update(_text(value).split(" "))
         return found
 

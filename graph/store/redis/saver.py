@@ -520,6 +520,12 @@ class CheckedRedisSaver(CheckedSaver, ExactRedisSaver):
             raise ValueError("it has its document digest but is missing from the thread's "
                              "set of saved checkpoints")
         self._check_writes(thread_id, ns, checkpoint_id, stored, digested, registry_key)
+        if checkpoint_id >= (self._documents_since or "~"):  # PUT_WRITES adds both together
+            marked = {slot.rpartition("\0")[0] for slot in stored.written}
+            ghosts = sorted(digested - {"", METADATA} - marked)
+            if ghosts:
+                raise ValueError(f"its digest hash has digests of task {ghosts[0]!r:.80}, "
+                                 "which has no saved write: added")
         has_writes = doc["has_writes"]
         if not isinstance(has_writes, bool):
             raise ValueError("its has_writes is not a boolean")

@@ -251,6 +251,12 @@ def _cases(c: Any) -> dict[str, Edit]:
         # "1" marked a write before write digests: on a checkpoint since, an edit
         "a write's mark set to 1": lambda cl: cl.hset(_digest_hash(cl), written, "1"),
         "digest hash given a foreign field": lambda cl: cl.hset(_digest_hash(cl), "x", "0" * 64),
+        # a third attack's: a field of a write's form, of no task (it added an accepted
+        # checkpoint digest), and one of a task that saved no write
+        "digest hash given a write field of no task": lambda cl: cl.hset(
+            _digest_hash(cl), "\0extra", "0" * 64),
+        "digest hash given a write digest of a task without writes": lambda cl: cl.hset(
+            _digest_hash(cl), "ghost-task\x000", "0" * 64),
         "digest hash retyped": _retype(_digest_hash),
         "digest hash deleted": _delete(_digest_hash),
         "digest set given a foreign member": lambda cl: cl.sadd(keys.digests_key(A), "x"),
