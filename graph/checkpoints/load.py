@@ -179,6 +179,7 @@ def check_stored_thread(store: Store, graph: Any, thread_id: str) -> LoadedThrea
         store.approvals.rows(thread_id)
     except RefusedError as exc:
         raise exc.at(location=store.location, thread_id=thread_id) from None
+    store.check_lock(thread_id)  # as a step's lock would (history and verify take none)
     loaded = load_thread(graph, thread_id, store.location)
     if loaded is None:
         if entry is not None and entry.attempts > 0 and tombstone is None:

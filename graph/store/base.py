@@ -265,6 +265,9 @@ class Backend(Protocol):
     def carries_ttl(self, thread_id: str) -> bool:
         """True when the thread's keys carry a time-to-live or an expiry mark (Redis only)."""
 
+    def check_lock(self, thread_id: str) -> None:
+        """Refuses a thread whose writer-lock key has another form (Redis only; `damaged`)."""
+
     def buried_with_checkpoints(self) -> set[str]:
         """Tombstoned thread ids that still have checkpoints (an interrupted `bury`)."""
 
@@ -540,6 +543,17 @@ class Store:
     def carries_ttl(self, thread_id: str) -> bool:
         """True when the thread's keys carry a time-to-live or an expiry mark (Redis only)."""
         return self.backend.carries_ttl(thread_id)
+
+    def check_lock(self, thread_id: str) -> None:
+        """Refuses a thread whose writer-lock key has another form (Redis; nothing on SQL).
+
+        A step's lock refuses it when it tries to take the thread; history and verify,
+        which take no lock, read the key's type here, so all three agree.
+
+        Raises:
+            RefusedError: `damaged`, naming the key.
+        """
+        self.backend.check_lock(thread_id)
 
     def used_bytes(self) -> int:
         """Bytes the database uses (0 where this is not known)."""

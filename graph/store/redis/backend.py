@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from graph.errors import BusyError
 from graph.store.redis import keys
 from graph.store.redis.conn import server_errors
-from graph.store.rows import Tombstone
+from graph.store.rows import Tombstone, damaged
 
 if TYPE_CHECKING:
     import redis
@@ -145,6 +145,20 @@ class RedisBackend:
     def carries_ttl(self, thread_id: str) -> bool:
         """False: without retention by TTL (`graph.store.redis.ttl.TtlBackend`) nothing expires."""
         return False
+
+    def check_lock(self, thread_id: str) -> None:
+        """Refuses a lock key that is not a holder's token string (or absent).
+
+        Raises:
+            RefusedError: `damaged` (in `thread_locks`), naming the key; nothing changed.
+        """
+        key = keys.lock_key(thread_id)
+        with server_errors(self.location):
+            kind = self._client.type(key)
+        kind = kind.decode() if isinstance(kind, bytes) else str(kind)
+        if kind not in ("none", "string"):
+            raise damaged("thread_locks", f"thread {thread_id!r}'s lock key {keys.shown(key)} "
+                          f"is a {kind}, not a holder's token").at(location=self.location)
 
     def buried_with_checkpoints(self) -> set[str]:
         """Tombstoned thread ids that still have checkpoints (an interrupted `bury`)."""

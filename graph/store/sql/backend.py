@@ -93,6 +93,9 @@ class SqlBackend:
         """False: rows never expire."""
         return False
 
+    def check_lock(self, thread_id: str) -> None:
+        """Nothing: SQL writer locks are the database's (advisory or file locks), no rows."""
+
     def buried_with_checkpoints(self) -> set[str]:
         """Tombstoned thread ids that still have checkpoints."""
         rows = self.sql.run(f"SELECT DISTINCT thread_id FROM {CHECKPOINTS} WHERE thread_id IN "

@@ -158,3 +158,25 @@ def test_a_set_up_lock_of_the_wrong_type_is_refused_naming_the_key_at_once(
     assert (out["exit_code"], out["error_code"]) == (4, "damaged"), out
     assert SETUP_LOCK in out["error"]
     assert client.hgetall(SETUP_LOCK) == {b"owner": b"someone"}
+
+
+@pytest.mark.parametrize("kind", ["hash", "list", "set", "zset"])
+def test_a_retyped_thread_lock_is_refused_by_run_history_and_verify_naming_the_key(
+        client: Any, redis_url: str, kind: str) -> None:
+    """A third attack: run refused a thread whose lock key held a hash, list, set or sorted
+    set, while history and verify (which take no lock) said it was fine."""
+    from graph.verify import main as verify_main
+
+    assert _step(redis_url, "--task", TASK)["exit_code"] == 0
+    lock = keys.lock_key("hk")
+    {"hash": lambda: client.hset(lock, "x", "1"), "list": lambda: client.rpush(lock, "x"),
+     "set": lambda: client.sadd(lock, "x"), "zset": lambda: client.zadd(lock, {"x": 1})}[kind]()
+    out = _step(redis_url)
+    assert (out["exit_code"], out["error_code"]) == (4, "damaged"), out
+    code, shown = _history(redis_url)
+    assert (code, shown["error_code"]) == (4, "damaged") and "mandapi-resume:lock:hk" in shown["error"]
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert verify_main(["--db", redis_url, "--json"]) == 4
+    assert "mandapi-resume:lock:hk" in printed.getvalue()
+    assert client.type(lock).decode() == kind  # left as it was
