@@ -110,8 +110,8 @@ class Parser(argparse.ArgumentParser):
         alone (a NUL, which no command-line argument can hold) and put back after parsing.
         """
         given = sys.argv[1:] if args is None else list(args)
-        swapped = [a[:-2] + _JOINED_DASHES if a.startswith("-") and a.endswith("=--") else a
-                   for a in given]
+        swapped = [a[:-2] + _JOINED_DASHES if a.startswith("-") and a.partition("=")[2] == "--"
+                   else a for a in given]  # `--task=a=--` is the text `a=--`, left alone
         parsed, rest = super().parse_known_args(swapped, namespace)
         for name, value in vars(parsed).items():
             if value == _JOINED_DASHES:

@@ -194,3 +194,15 @@ def test_an_id_starting_with_a_dash_works_joined_with_equals_as_the_readme_says(
     assert (out["exit_code"], out["thread_id"]) == (0, "-lead:dash"), out
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     assert "`--thread=-lead:dash`" in readme
+
+
+def test_a_flag_joined_to_a_lone_double_dash_keeps_it_and_other_values_stay_as_given() -> None:
+    """`--thread=--` names the legal id `--` (Python 3.11's argparse dropped it); a value
+    that only ends in `=--` (`--task=a=--`) is the text as given."""
+    from graph.cli import Parser
+
+    parser = Parser("run", None)
+    parser.add_argument("--thread")
+    parser.add_argument("--task")
+    parsed = parser.parse_args(["--thread=--", "--task=a=--"])
+    assert (parsed.thread, parsed.task) == ("--", "a=--")
