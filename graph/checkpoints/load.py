@@ -19,6 +19,7 @@ from graph.store.failures import undecodable
 from graph.store.migrations import migrate_state
 from graph.store.rows import FINAL_STATUSES
 from graph.store.serde import CheckpointIntegrityError
+from nodes.write_tools import canonical_arguments
 
 if TYPE_CHECKING:
     from graph.store.base import Store
@@ -37,6 +38,24 @@ class LedgerWithoutCheckpoint(RefusedError):
     checkpoints elsewhere), so `graph.verify` tells a database of only these apart.
     """
 
+
+def pending_review(snapshot: Any) -> list[dict[str, Any]] | None:
+    """The write calls a thread is paused on, or None when it is not waiting for review.
+
+    Read from the snapshot's pending `interrupt()` (`graph.step.approvals` records the
+    decisions); the stored status of such a thread stays `ready`.
+
+    Returns:
+        Each with `tool_call_id`, `name`, `arguments` (canonical: exactly what an
+        approval applies) and `sha256`, in call order.
+    """
+    for task in snapshot.tasks or ():
+        for pending in task.interrupts or ():
+            value = pending.value
+            if isinstance(value, dict) and value.get("kind") == "approval":
+                return [{**p, "arguments": canonical_arguments(p["arguments"])}
+                        for p in value["pending"]]
+    return None
 
 def is_finished(status: Any, next_nodes: Any) -> bool:
     """Whether a thread is finished: one rule for the step, verify, retention, copy and TTL.

@@ -32,10 +32,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from graph.checkpoints.load import check_stored_thread, graph_of
+from graph.checkpoints.load import check_stored_thread, graph_of, pending_review
 from graph.errors import ErrorCode, RefusedError
 from graph.replay.format import FORMAT, META_KEY, NO_ANSWER, interaction, json_response
-from graph.step.approvals import pending_review
 from graph.store.base import Store
 from nodes.errors import ReplyStopCode, RequestErrorCode
 from nodes.pairing import UnsafeHistoryError

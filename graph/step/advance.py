@@ -18,11 +18,10 @@ from typing import TYPE_CHECKING, Any
 from langsmith import tracing_context
 
 from graph.agent import first_state
-from graph.checkpoints.load import LoadedThread, graph_of, load_thread
+from graph.checkpoints.load import LoadedThread, graph_of, load_thread, pending_review
 from graph.errors import ErrorCode, RefusedError, UsageError
 from graph.outcome import Outcome
 from graph.settings import Settings, ThreadSpec, check_task, resolve_folder, scrub_key
-from graph.step.approvals import pending_review
 from graph.step.finished import remember_finished
 from graph.step.invocation import invoke_steps, store_migrated
 from graph.step.local_steps import cancel, reopen, review

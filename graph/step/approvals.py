@@ -1,8 +1,5 @@
 """Human review of write calls: decisions bound to the exact call, applied at most once.
 
-if TYPE_CHECKING:
-    from graph.store.base import Store
-
 A thread whose tools node paused for review (one LangGraph `interrupt()` per assistant
 message) is never invoked again until every paused write call is decided. Each
 decision is recorded in `write_approvals` with the call's argument hash; approved
@@ -45,7 +42,6 @@ from nodes.write_tools import (
     WriteError,
     atomic_write,
     call_hash,
-    canonical_arguments,
     parse_write,
     planned_content,
     resolve_target,
@@ -54,23 +50,7 @@ from nodes.write_tools import (
 if TYPE_CHECKING:
     from graph.store.base import Store
 
-__all__ = ["apply_approved", "decide", "pending_review"]
-
-
-def pending_review(snapshot: Any) -> list[dict[str, Any]] | None:
-    """The write calls a thread is paused on, or None when it is not waiting for review.
-
-    Returns:
-        Each with `tool_call_id`, `name`, `arguments` (canonical: exactly what an
-        approval applies) and `sha256`, in call order.
-    """
-    for task in snapshot.tasks or ():
-        for pending in task.interrupts or ():
-            value = pending.value
-            if isinstance(value, dict) and value.get("kind") == "approval":
-                return [{**p, "arguments": canonical_arguments(p["arguments"])}
-                        for p in value["pending"]]
-    return None
+__all__ = ["apply_approved", "decide"]
 
 
 def _turn(values: dict[str, Any]) -> int:

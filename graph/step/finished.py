@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from graph.checkpoints.load import check_snapshot, graph_of, is_finished, load_thread
+from graph.checkpoints.load import check_snapshot, graph_of, is_finished, load_thread, pending_review
 from graph.errors import RunError
 from graph.outcome import Outcome
-from graph.step.approvals import pending_review
 from graph.store.checks import check_ledger
 from graph.store.failures import driver_errors
 from nodes.state import FINAL_STATUSES

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from graph.checkpoints.load import pending_review
 from graph.errors import BusyError, ErrorCode, RefusedError
 from graph.outcome import Figures, Outcome
-from graph.step.approvals import pending_review
 from graph.step.checked_graph import refusal
 from graph.step.repair import repair_routing, unrouted_output
 from graph.store.migrations import state_write_back

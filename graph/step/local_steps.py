@@ -122,7 +122,7 @@ def review(graph: Any, config: dict[str, Any], store: Store, loaded: Any, thread
         store: The open store (approvals, ledger, log).
         loaded: The loaded thread (`graph.checkpoints.load.LoadedThread`).
         thread_id: The thread.
-        pending: The write calls paused for review (`graph.step.approvals.pending_review`).
+        pending: The write calls paused for review (`graph.checkpoints.load.pending_review`).
         approve: Call ids to approve (`--approve`).
         reject: Call ids to reject (`--reject`).
         reason: Why the rejected calls were rejected (told to the model), or None.

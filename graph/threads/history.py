@@ -15,6 +15,7 @@ from graph.checkpoints.load import (
     history_page,
     load_thread,
     pending_input,
+    pending_review,
     read_snapshot,
 )
 from graph.errors import ErrorCode, RefusedError
@@ -148,7 +149,9 @@ def thread_history(store: Store, thread_id: str, checkpoint_limit: int = 50) -> 
         `thread_id`, `task`, `model`, `status`, `attempts` (the ledger's count), `max_attempts`,
         `usage` (tokens summed over the whole attempt log: `graph.store.base.Store.figures`),
         `max_tokens`, `context_tokens`, `keep_checkpoints` (a number, or `all`), `workspace`,
-        `created_at`, `updated_at`, `answer`, `stop_reason` and `review_required`.
+        `created_at`, `updated_at`, `answer`, `stop_reason`, `review_required` and
+        `pending_calls` (the write calls waiting for review, as `graph.run` shows them,
+        while `status` is `awaiting_approval`; else None).
 
     Raises:
         RefusedError: `no_such_thread`, or the thread fails its checks.
@@ -162,9 +165,10 @@ def thread_history(store: Store, thread_id: str, checkpoint_limit: int = 50) -> 
                            error_code=ErrorCode.NO_SUCH_THREAD)
     thread, progress = loaded.values["thread"], loaded.values["progress"]
     figures = store.figures(thread_id)  # what `graph.run` and every other face shows
+    pending = pending_review(loaded.snapshot)
     header = {
         "thread_id": thread_id, "task": thread["task"], "model": thread["model"],
-        "status": progress["status"],
+        "status": _status(loaded.values, pending), "pending_calls": pending,
         "attempts": figures.attempts,
         "max_attempts": thread["max_attempts"], "usage": figures.usage,
         "max_tokens": thread["max_tokens"], "context_tokens": thread["context_tokens"],
@@ -205,6 +209,15 @@ def thread_or_parent(store: Store, thread_id: str, checkpoint_limit: int = 50) -
             raise
         return {"parent_result": parent}
     return {**history, "parent_result": parent}
+
+
+def _status(values: dict[str, Any], pending: list[dict[str, Any]] | None) -> str:
+    """The status `graph.run` reports: `awaiting_approval` while write calls wait for review.
+
+    The stored status of such a thread is `ready` (the graph is paused in the tools
+    node); a fresh user read that in history and thought it needed only another run.
+    """
+    return "awaiting_approval" if pending else str(values["progress"]["status"])
 
 
 def _updated_at(store: Store, graph: Any, thread_id: str) -> str:
@@ -250,7 +263,7 @@ def list_threads(store: Store) -> list[dict[str, Any]]:
             row["status"] = f"unreadable: {exc.error_code}"
         else:
             if loaded is not None:
-                row["status"] = loaded.values["progress"]["status"]
+                row["status"] = _status(loaded.values, pending_review(loaded.snapshot))
                 row["task"] = loaded.values["thread"]["task"]
         rows.append(row)
     return rows

@@ -121,3 +121,29 @@ def test_an_approved_write_that_can_no_longer_be_applied_shows_its_path_in_histo
     [line] = [line for line in capsys.readouterr().out.splitlines()
               if line.startswith(f"  step 2  {call['tool_call_id']}  ")]
     assert f"{call['tool_call_id']}  write_file shipping.md  approve" in line and "not applied: " in line
+
+
+def test_history_shows_a_thread_waiting_for_review_as_awaiting_approval_with_its_calls(
+        tmp_path: Path, capsys) -> None:
+    """A fresh user read `status ready` in history (the stored status of a paused thread)
+    for a thread graph.run reported `awaiting_approval`, exit 7, and thought it needed
+    only another run."""
+    from graph.history import main as history_main
+
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    db = str(tmp_path / "c.sqlite")
+    paused = run_cli(["--thread", "t", "--task", TASK, "--allow-writes", str(notes), "--db", db])
+    assert paused["status"] == "awaiting_approval"
+    capsys.readouterr()
+    assert history_main(["--db", db, "--thread", "t", "--json"]) == 0
+    header = json.loads(capsys.readouterr().out)["header"]
+    assert header["status"] == "awaiting_approval"
+    assert [c["tool_call_id"] for c in header["pending_calls"]] == [
+        c["tool_call_id"] for c in paused["pending_calls"]]
+    assert history_main(["--db", db, "--list", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    rows = listed["threads"] if isinstance(listed, dict) else listed
+    assert [r["status"] for r in rows if r["thread_id"] == "t"] == ["awaiting_approval"]
+    assert history_main(["--db", db, "--thread", "t"]) == 0
+    assert "status   awaiting_approval" in capsys.readouterr().out
